@@ -1,0 +1,119 @@
+"""Turn user arrays (numpy or torch) into the validated numpy arrays the metrics work on.
+
+Every check raises `UserError` with a message that says what is wrong and how to fix it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from numbers import Integral
+
+import numpy as np
+import torch
+
+from retrieval.errors import UserError
+
+__all__ = ["ArrayLike", "as_class_codes", "as_embeddings", "as_ks", "as_mask"]
+
+ArrayLike = np.ndarray | torch.Tensor
+
+
+def _to_numpy(array: ArrayLike) -> np.ndarray:
+    """A numpy view or copy of `array`; torch tensors are detached and moved to the CPU."""
+    if isinstance(array, torch.Tensor):
+        return array.detach().cpu().numpy()
+    return np.asarray(array)
+
+
+def as_embeddings(embeddings: ArrayLike) -> np.ndarray:
+    """Validate embeddings and return them as a C-contiguous float32 matrix.
+
+    Args:
+        embeddings: (N, D) floating-point vectors; torch tensors of any float dtype (bf16 too).
+
+    Returns:
+        (N, D) float32 C-contiguous array, the layout FAISS searches without a copy.
+
+    Raises:
+        UserError: if the array is not 2-D, is empty, or holds NaN/inf.
+    """
+    if isinstance(embeddings, torch.Tensor):
+        embeddings = embeddings.detach().to(device="cpu", dtype=torch.float32)
+    matrix = np.ascontiguousarray(_to_numpy(embeddings), dtype=np.float32)
+    if matrix.ndim != 2 or matrix.size == 0:
+        raise UserError(
+            f"embeddings must be a non-empty 2-D (N, D) array, got shape {matrix.shape}; "
+            "stack one embedding vector per image into one matrix"
+        )
+    if not np.isfinite(matrix).all():
+        raise UserError("embeddings contain NaN or inf; check the model's outputs (did training diverge?)")
+    return matrix
+
+
+def as_class_codes(labels: ArrayLike, num_items: int) -> np.ndarray:
+    """Validate integer class labels and recode them as dense class indices.
+
+    Args:
+        labels: (N,) integer class ids, any values (negative, sparse, large).
+        num_items: N, the number of embedding rows.
+
+    Returns:
+        (N,) int32 codes in [0, C): equal codes iff equal labels.
+
+    Raises:
+        UserError: if the labels are not a 1-D integer array of length N.
+    """
+    labels = _to_numpy(labels)
+    if labels.shape != (num_items,):
+        raise UserError(f"labels must have shape ({num_items},), one class id per embedding row, got {labels.shape}")
+    if not np.issubdtype(labels.dtype, np.integer):
+        raise UserError(
+            f"labels must be integers, got dtype {labels.dtype}; map class names to ids first, "
+            "e.g. np.unique(names, return_inverse=True)[1]"
+        )
+    return np.unique(labels, return_inverse=True)[1].astype(np.int32)
+
+
+def as_mask(mask: ArrayLike | None, num_items: int, name: str) -> np.ndarray:
+    """Validate a boolean row selection; None selects every row.
+
+    Args:
+        mask: (N,) booleans, or None for all rows.
+        num_items: N, the number of embedding rows.
+        name: the argument's name, for error messages.
+
+    Returns:
+        (N,) bool array with at least one True.
+
+    Raises:
+        UserError: if the mask is not boolean, has the wrong length, or selects nothing.
+    """
+    if mask is None:
+        return np.ones(num_items, dtype=bool)
+    mask = _to_numpy(mask)
+    if mask.dtype != np.bool_ or mask.shape != (num_items,):
+        raise UserError(
+            f"{name} must be a boolean array of shape ({num_items},), got {mask.dtype} {mask.shape}; "
+            "pass one True/False per embedding row, not row indices"
+        )
+    if not mask.any():
+        raise UserError(f"{name} selects no rows; mark at least one row True, or pass None to use every row")
+    return mask
+
+
+def as_ks(ks: Sequence[int]) -> tuple[int, ...]:
+    """Validate the K values of Recall@K.
+
+    Args:
+        ks: positive integers, e.g. (1, 2, 4, 8).
+
+    Returns:
+        The same values as a tuple of python ints.
+
+    Raises:
+        UserError: if `ks` is empty or holds anything but positive integers.
+    """
+    ks = tuple(ks)
+    if not ks or not all(isinstance(k, Integral) and not isinstance(k, bool) and k > 0 for k in ks):
+        raise UserError(f"ks must be positive integers such as (1, 2, 4, 8), got {ks}")
+    return tuple(int(k) for k in ks)

@@ -1,0 +1,307 @@
+"""Recall@K, MAP@R and R-precision of an embedding space, from exact FAISS inner-product search.
+
+Every query retrieves its nearest gallery items by inner product (`faiss.IndexFlatIP`), in
+chunks so that memory stays bounded, and every metric is computed from the boolean matrix
+"is the i-th neighbor of the same class" with vectorized numpy. Definitions follow the deep
+metric learning literature:
+
+- Recall@K: fraction of queries with at least one same-class item among their K nearest
+  gallery items (Song et al., "Deep Metric Learning via Lifted Structured Feature Embedding",
+  CVPR 2016); it equals PML's `precision_at_1` for K = 1.
+- R-precision and MAP@R (Musgrave et al., "A Metric Learning Reality Check", ECCV 2020): with
+  R the number of same-class items in the gallery (the query itself left out) and rel(i) = 1 if
+  the i-th neighbor is of the query's class,
+  R-precision = (1/R) sum_{i<=R} rel(i) and MAP@R = (1/R) sum_{i<=R} P(i) rel(i),
+  P(i) = (1/i) sum_{j<=i} rel(j).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
+
+import faiss
+import numpy as np
+
+from retrieval.errors import UserError
+from retrieval.metrics._inputs import ArrayLike, as_class_codes, as_embeddings, as_ks, as_mask
+
+__all__ = ["check_queries_have_positives", "retrieval_metrics"]
+
+# Neighbor slots (queries x k) searched at once. A slot costs ~70 bytes across FAISS's result
+# buffers and the hit matrices (measured), so a chunk peaks near 300 MB whatever N and R are.
+_SLOTS_PER_CHUNK = 1 << 22
+
+
+class _Queries(NamedTuple):
+    """The queries to evaluate, row-aligned."""
+
+    embeddings: np.ndarray  # (Q, D) float32
+    codes: np.ndarray  # (Q,) class codes
+    num_positives: np.ndarray  # (Q,) R: same-class gallery items, the query itself excluded
+    gallery_rows: np.ndarray  # (Q,) the query's own row in the gallery index, -1 if not in the gallery
+
+    def take(self, rows: np.ndarray | slice) -> _Queries:
+        """The queries selected by `rows` (indices, boolean mask or slice)."""
+        return _Queries(*(field[rows] for field in self))
+
+
+class _QueryScores(NamedTuple):
+    """Per-query results, row-aligned."""
+
+    first_hit: np.ndarray  # (Q,) 0-based rank of the first same-class neighbor, past the end if none
+    average_precision: np.ndarray  # (Q,) AP@R
+    r_precision: np.ndarray  # (Q,)
+
+
+def retrieval_metrics(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    query_mask: ArrayLike | None = None,
+    gallery_mask: ArrayLike | None = None,
+) -> dict[str, float | int]:
+    """Recall@K, MAP@R and R-precision of queries searching a gallery by inner product.
+
+    Without masks every item queries all the others (the CUB-200 / Cars196 / SOP protocol).
+    With masks (the In-Shop protocol) queries search the gallery rows only. An item that is both
+    a query and in the gallery never retrieves itself: it is left out by row index, not by
+    distance, so an exact duplicate of the query still counts as a neighbor.
+
+    Similarity is the plain inner product: pass L2-normalized embeddings to get cosine
+    similarity; they are not renormalized here. Exact ties keep FAISS's order (the higher
+    gallery row first), which matters only for exact duplicates with different labels.
+
+    Queries whose class has no other item in the gallery (R = 0) cannot be scored; they are left
+    out of every metric and counted in `num_queries_without_positive`, as pytorch-metric-learning
+    does.
+
+    Args:
+        embeddings: (N, D) embeddings, numpy or torch, expected L2-normalized.
+        labels: (N,) integer class ids, numpy or torch.
+        ks: the K values of Recall@K.
+        query_mask: (N,) bool, rows that are queries; None for every row.
+        gallery_mask: (N,) bool, rows that form the gallery; None for every row.
+
+    Returns:
+        `recall@K` for each K in `ks`, `map@r`, `r_precision` (python floats in [0, 1]),
+        `num_queries` (queries scored) and `num_queries_without_positive` (queries left out).
+
+    Raises:
+        UserError: on malformed inputs, or when no query has a same-class item in the gallery.
+
+    Example:
+        >>> import numpy as np
+        >>> embeddings = np.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0], [0.6, 0.8]])
+        >>> retrieval_metrics(embeddings, np.array([0, 0, 1, 1]), ks=(1,))["recall@1"]
+        0.5
+    """
+    embeddings = as_embeddings(embeddings)
+    codes = as_class_codes(labels, len(embeddings))
+    ks = as_ks(ks)
+    is_query = as_mask(query_mask, len(embeddings), "query_mask")
+    in_gallery = as_mask(gallery_mask, len(embeddings), "gallery_mask")
+
+    queries = _make_queries(embeddings, codes, is_query, in_gallery)
+    scored = queries.num_positives > 0
+    _require_a_positive(scored)
+    index = faiss.IndexFlatIP(embeddings.shape[1])
+    index.add(embeddings[in_gallery])
+    scores = _score(index, codes[in_gallery], queries.take(scored), max(ks))
+
+    recalls = {f"recall@{k}": float(np.mean(scores.first_hit < k)) for k in ks}
+    return {
+        **recalls,
+        "map@r": float(np.mean(scores.average_precision)),
+        "r_precision": float(np.mean(scores.r_precision)),
+        "num_queries": int(scored.sum()),
+        "num_queries_without_positive": int((~scored).sum()),
+    }
+
+
+def check_queries_have_positives(
+    labels: ArrayLike, query_mask: ArrayLike | None = None, gallery_mask: ArrayLike | None = None
+) -> int:
+    """Check, before any embedding is computed, that `retrieval_metrics` will be able to score.
+
+    Args:
+        labels: (N,) integer class ids of the test set.
+        query_mask: (N,) bool query rows; None for every row.
+        gallery_mask: (N,) bool gallery rows; None for every row.
+
+    Returns:
+        The number of queries without a same-class gallery item (they will be left out).
+
+    Raises:
+        UserError: when no query has a same-class item in the gallery.
+    """
+    codes = as_class_codes(labels, len(labels))
+    is_query = as_mask(query_mask, len(codes), "query_mask")
+    in_gallery = as_mask(gallery_mask, len(codes), "gallery_mask")
+    scored = _num_positives(codes, is_query, in_gallery) > 0
+    _require_a_positive(scored)
+    return int((~scored).sum())
+
+
+def _make_queries(embeddings: np.ndarray, codes: np.ndarray, is_query: np.ndarray, in_gallery: np.ndarray) -> _Queries:
+    """Gather the query rows with their R and their own row in the gallery index.
+
+    Args:
+        embeddings: (N, D) float32.
+        codes: (N,) class codes in [0, C).
+        is_query: (N,) bool.
+        in_gallery: (N,) bool.
+
+    Returns:
+        The Q = is_query.sum() queries, in row order.
+    """
+    self_in_gallery = in_gallery[is_query]
+    gallery_rows = np.cumsum(in_gallery) - 1
+    return _Queries(
+        embeddings=embeddings[is_query],
+        codes=codes[is_query],
+        num_positives=_num_positives(codes, is_query, in_gallery),
+        gallery_rows=np.where(self_in_gallery, gallery_rows[is_query], -1),
+    )
+
+
+def _num_positives(codes: np.ndarray, is_query: np.ndarray, in_gallery: np.ndarray) -> np.ndarray:
+    """(Q,) R of each query: same-class gallery items, the query itself excluded."""
+    gallery_class_sizes = np.bincount(codes[in_gallery], minlength=codes.max() + 1)
+    return gallery_class_sizes[codes[is_query]] - in_gallery[is_query]
+
+
+def _require_a_positive(scored: np.ndarray) -> None:
+    if not scored.any():
+        raise UserError(
+            "no query has a same-class image in the gallery, so retrieval cannot be scored; "
+            "check the query/gallery split and that test labels are shared between queries and gallery"
+        )
+
+
+def _score(index: faiss.IndexFlatIP, gallery_codes: np.ndarray, queries: _Queries, min_width: int) -> _QueryScores:
+    """Score queries: first those outside the gallery, then those that must skip their own row.
+
+    Args:
+        index: the gallery, G vectors.
+        gallery_codes: (G,) class codes of the gallery rows.
+        queries: Q queries, each with R >= 1.
+        min_width: neighbors every query needs whatever its R, i.e. max(ks).
+
+    Returns:
+        The Q queries' scores, in no particular order.
+    """
+    chunk_scores = []
+    for excludes_self in (False, True):
+        group = queries.take((queries.gallery_rows >= 0) == excludes_self)
+        chunk_scores += _score_group(index, gallery_codes, group, min_width, excludes_self)
+    return _QueryScores(*map(np.concatenate, zip(*chunk_scores, strict=True)))
+
+
+def _score_group(
+    index: faiss.IndexFlatIP,
+    gallery_codes: np.ndarray,
+    queries: _Queries,
+    min_width: int,
+    excludes_self: bool,
+) -> list[_QueryScores]:
+    """Score queries that are all in the gallery, or all outside it, chunk by chunk.
+
+    Queries are taken in decreasing R, so each chunk searches only as deep as its own largest R
+    needs and holds as many queries as the memory budget allows at that depth.
+
+    Args:
+        index: the gallery, G vectors.
+        gallery_codes: (G,) class codes of the gallery rows.
+        queries: Q queries, each with R >= 1.
+        min_width: neighbors every query needs whatever its R, i.e. max(ks).
+        excludes_self: whether every query is in the gallery and must skip its own row.
+
+    Returns:
+        One `_QueryScores` per chunk, in no particular query order.
+    """
+    order = np.argsort(-queries.num_positives, kind="stable")
+    max_width = index.ntotal - excludes_self
+    scores = []
+    for rows, width in _chunks(queries.num_positives[order], min_width, max_width):
+        chunk = queries.take(order[rows])
+        neighbors = _nearest(index, chunk, width, excludes_self)
+        scores.append(_score_hits(gallery_codes[neighbors] == chunk.codes[:, None], chunk.num_positives))
+    return scores
+
+
+def _chunks(num_positives: np.ndarray, min_width: int, max_width: int) -> Iterator[tuple[slice, int]]:
+    """Split queries sorted by decreasing R into chunks within the memory budget.
+
+    Args:
+        num_positives: (Q,) R of each query, in decreasing order.
+        min_width: neighbors needed whatever R is, i.e. max(ks).
+        max_width: neighbors available, the gallery size (less one when queries skip themselves).
+
+    Yields:
+        (rows, width): a slice of the queries and how many neighbors they need.
+    """
+    start = 0
+    while start < len(num_positives):
+        width = min(max(min_width, int(num_positives[start])), max_width)
+        stop = start + max(1, _SLOTS_PER_CHUNK // (width + 1))
+        yield slice(start, stop), width
+        start = stop
+
+
+def _nearest(index: faiss.IndexFlatIP, queries: _Queries, width: int, excludes_self: bool) -> np.ndarray:
+    """The `width` most similar gallery rows of each query, most similar first.
+
+    Args:
+        index: the gallery, G >= width + excludes_self vectors.
+        queries: n queries.
+        width: neighbors to return.
+        excludes_self: whether to leave out each query's own gallery row.
+
+    Returns:
+        (n, width) int64 gallery rows.
+    """
+    _, neighbors = index.search(queries.embeddings, width + excludes_self)
+    if excludes_self:
+        neighbors = _drop_own_row(neighbors, queries.gallery_rows)
+    return neighbors
+
+
+def _drop_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
+    """Remove each query's own gallery row from its neighbors, matching by index.
+
+    A query normally retrieves itself, but exact duplicates tie with it and can push it out of
+    the list; those rows drop their last neighbor instead, so every row keeps the same length.
+
+    Args:
+        neighbors: (n, k) gallery rows, most similar first.
+        own_rows: (n,) each query's row in the gallery.
+
+    Returns:
+        (n, k - 1) gallery rows, order kept.
+    """
+    is_own = neighbors == own_rows[:, None]
+    is_own[~is_own.any(axis=1), -1] = True
+    return neighbors[~is_own].reshape(len(neighbors), -1)
+
+
+def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> _QueryScores:
+    """Score queries from their hit matrix.
+
+    Args:
+        hits: (n, W) bool, whether the i-th nearest gallery item has the query's class.
+        num_positives: (n,) R of each query, 1 <= R <= W.
+
+    Returns:
+        The n queries' first-hit rank (W when no hit), AP@R and R-precision.
+    """
+    ranks = np.arange(1, hits.shape[1] + 1)
+    first_hit = np.where(hits.any(axis=1), hits.argmax(axis=1), hits.shape[1])
+    hits_in_r = hits & (ranks <= num_positives[:, None])
+    hits_so_far = np.cumsum(hits_in_r, axis=1, dtype=np.int32)
+    precision_sums = np.sum(hits_so_far / ranks, axis=1, where=hits_in_r)
+    return _QueryScores(
+        first_hit=first_hit,
+        average_precision=precision_sums / num_positives,
+        r_precision=hits_so_far[:, -1] / num_positives,
+    )

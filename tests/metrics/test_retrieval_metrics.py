@@ -1,0 +1,264 @@
+"""Tests for `retrieval.metrics.retrieval_metrics`.
+
+References: a brute-force numpy oracle (full similarity matrix, one python loop per query,
+the textbook formulas) and pytorch-metric-learning's `AccuracyCalculator`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
+
+from retrieval.errors import UserError
+from retrieval.metrics import check_queries_have_positives, retrieval_metrics
+
+KS = (1, 2, 4, 8)
+
+
+def clustered_data(
+    num_classes: int = 12, max_class_size: int = 25, dim: int = 16, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """L2-normalized float32 embeddings (N, dim) around one center per class, labels (N,).
+
+    Class sizes vary from 1 to `max_class_size`; the last class has a single item, so its
+    query has no positive when every item is in the gallery. Labels are sparse ids.
+    """
+    rng = np.random.default_rng(seed)
+    sizes = np.append(rng.integers(2, max_class_size + 1, num_classes - 1), 1)
+    labels = np.repeat(rng.choice(1000, num_classes, replace=False) - 500, sizes)
+    centers = rng.normal(size=(num_classes, dim))
+    embeddings = np.repeat(centers, sizes, axis=0) + rng.normal(scale=0.9, size=(len(labels), dim))
+    order = rng.permutation(len(labels))
+    return normalize(embeddings[order]), labels[order]
+
+
+def normalize(embeddings: np.ndarray) -> np.ndarray:
+    return (embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True)).astype(np.float32)
+
+
+def with_duplicates(
+    embeddings: np.ndarray, labels: np.ndarray, seed: int = 1, relabel_half: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
+    """Overwrite disjoint pairs of rows with exact copies; with `relabel_half` half the copies get another label."""
+    rng = np.random.default_rng(seed)
+    embeddings, labels = embeddings.copy(), labels.copy()
+    pairs = rng.permutation(len(labels))[:40].reshape(20, 2)
+    for number, (source, copy) in enumerate(pairs):
+        embeddings[copy] = embeddings[source]
+        labels[copy] = labels[source] + 1 if relabel_half and number % 2 else labels[source]
+    return embeddings, labels
+
+
+def oracle_metrics(
+    embeddings: np.ndarray,
+    labels: np.ndarray,
+    ks: tuple[int, ...],
+    query_mask: np.ndarray | None = None,
+    gallery_mask: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Brute force: rank the whole gallery for each query, apply the formulas one query at a time.
+
+    Exact ties rank the higher row first, the order `faiss.IndexFlatIP` returns them in.
+    """
+    everything = np.ones(len(labels), dtype=bool)
+    query_mask = everything if query_mask is None else query_mask
+    gallery_mask = everything if gallery_mask is None else gallery_mask
+    similarities = embeddings.astype(np.float64) @ embeddings.T.astype(np.float64)
+    recall_hits = dict.fromkeys(ks, 0)
+    average_precision = r_precision = 0.0
+    num_queries = num_without_positive = 0
+    for query in np.flatnonzero(query_mask):
+        candidates = [item for item in np.flatnonzero(gallery_mask) if item != query]
+        ranked = sorted(candidates, key=lambda item: (-similarities[query, item], -item))
+        relevant = [labels[item] == labels[query] for item in ranked]
+        r = sum(relevant)
+        if r == 0:
+            num_without_positive += 1
+            continue
+        num_queries += 1
+        for k in ks:
+            recall_hits[k] += any(relevant[:k])
+        r_precision += sum(relevant[:r]) / r
+        average_precision += sum(sum(relevant[: i + 1]) / (i + 1) for i in range(r) if relevant[i]) / r
+    return {
+        **{f"recall@{k}": recall_hits[k] / num_queries for k in ks},
+        "map@r": average_precision / num_queries,
+        "r_precision": r_precision / num_queries,
+        "num_queries": num_queries,
+        "num_queries_without_positive": num_without_positive,
+    }
+
+
+def pml_metrics(
+    query: np.ndarray,
+    query_labels: np.ndarray,
+    reference: np.ndarray | None = None,
+    reference_labels: np.ndarray | None = None,
+    ref_includes_query: bool = False,
+) -> dict[str, float]:
+    """pytorch-metric-learning's values under our key names."""
+    calculator = AccuracyCalculator(
+        include=("precision_at_1", "mean_average_precision_at_r", "r_precision"),
+        k="max_bin_count",
+        device=torch.device("cpu"),
+    )
+    result = calculator.get_accuracy(query, query_labels, reference, reference_labels, ref_includes_query)
+    return {
+        "recall@1": result["precision_at_1"],
+        "map@r": result["mean_average_precision_at_r"],
+        "r_precision": result["r_precision"],
+    }
+
+
+def random_split(num_items: int, seed: int = 2) -> tuple[np.ndarray, np.ndarray]:
+    """In-Shop-like masks: 40% queries only, 40% gallery only, 20% both."""
+    role = np.random.default_rng(seed).integers(0, 5, num_items)
+    return role <= 2, role >= 2
+
+
+def assert_metrics_equal(actual: dict[str, float | int], expected: dict[str, float | int]) -> None:
+    assert actual.keys() >= expected.keys()
+    for key, value in expected.items():
+        assert actual[key] == pytest.approx(value, abs=1e-9), key
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_matches_oracle_when_every_item_queries_all_others(seed: int, duplicates: bool) -> None:
+    embeddings, labels = clustered_data(seed=seed)
+    if duplicates:
+        embeddings, labels = with_duplicates(embeddings, labels, seed=seed)
+    ks = (*KS, 1000)
+    actual = retrieval_metrics(embeddings, labels, ks=ks)
+    assert_metrics_equal(actual, oracle_metrics(embeddings, labels, ks))
+    assert list(actual) == [
+        *(f"recall@{k}" for k in ks),
+        "map@r",
+        "r_precision",
+        "num_queries",
+        "num_queries_without_positive",
+    ]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+@pytest.mark.parametrize("duplicates", [False, True])
+def test_matches_oracle_with_query_and_gallery_masks(seed: int, duplicates: bool) -> None:
+    embeddings, labels = clustered_data(seed=seed)
+    if duplicates:
+        embeddings, labels = with_duplicates(embeddings, labels, seed=seed)
+    query_mask, gallery_mask = random_split(len(labels), seed=seed)
+    actual = retrieval_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    assert_metrics_equal(actual, oracle_metrics(embeddings, labels, KS, query_mask, gallery_mask))
+
+
+def test_large_classes_span_several_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    embeddings, labels = clustered_data(num_classes=5, max_class_size=120, seed=3)
+    monkeypatch.setattr("retrieval.metrics.retrieval._SLOTS_PER_CHUNK", 500)
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, KS), oracle_metrics(embeddings, labels, KS))
+
+
+def test_queries_outranked_by_their_own_duplicates() -> None:
+    """30 tied copies outnumber the R + 1 = 10 results searched, so most copies do not retrieve themselves."""
+    embeddings, labels = clustered_data(num_classes=20, max_class_size=4, seed=10)
+    embeddings[:30] = embeddings[0]
+    labels[:30] = np.arange(30) % 3 + labels.max() + 1
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, KS), oracle_metrics(embeddings, labels, KS))
+
+
+def test_duplicate_of_the_query_counts_as_a_hit() -> None:
+    embeddings = normalize(np.array([[1.0, 0.0], [1.0, 0.0], [0.0, 1.0], [0.1, 1.0]]))
+    result = retrieval_metrics(embeddings, np.array([5, 5, 7, 7]), ks=(1,))
+    assert result["recall@1"] == result["map@r"] == result["r_precision"] == 1.0
+
+
+def test_duplicate_with_another_label_is_a_miss() -> None:
+    embeddings = np.array([[1.0, 0.0], [1.0, 0.0], [0.8, 0.6], [0.6, 0.8]], dtype=np.float32)
+    result = retrieval_metrics(embeddings, np.array([0, 1, 0, 1]), ks=(1,))
+    assert result["recall@1"] == result["map@r"] == result["r_precision"] == 0.0
+
+
+def test_matches_pytorch_metric_learning_closed_set() -> None:
+    embeddings, labels = with_duplicates(*clustered_data(seed=4), relabel_half=False)
+    assert_metrics_equal(retrieval_metrics(embeddings, labels), pml_metrics(embeddings, labels))
+
+
+def test_matches_pytorch_metric_learning_disjoint_query_and_gallery() -> None:
+    embeddings, labels = clustered_data(seed=5)
+    is_query = np.random.default_rng(5).random(len(labels)) < 0.5
+    expected = pml_metrics(embeddings[is_query], labels[is_query], embeddings[~is_query], labels[~is_query])
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, KS, is_query, ~is_query), expected)
+
+
+def test_matches_pytorch_metric_learning_queries_inside_gallery() -> None:
+    embeddings, labels = clustered_data(seed=6)
+    is_query = np.random.default_rng(6).random(len(labels)) < 0.5
+    gallery_order = np.concatenate([np.flatnonzero(is_query), np.flatnonzero(~is_query)])
+    expected = pml_metrics(
+        embeddings[is_query], labels[is_query], embeddings[gallery_order], labels[gallery_order], True
+    )
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, KS, query_mask=is_query), expected)
+
+
+def test_queries_without_positive_are_excluded_and_counted() -> None:
+    embeddings, labels = clustered_data(seed=7)
+    embeddings = np.concatenate([embeddings, normalize(np.eye(3, embeddings.shape[1]))])
+    labels = np.concatenate([labels, labels.max() + np.arange(1, 4)])
+    lone_as_gallery_only = np.arange(len(labels)) < len(labels) - 3
+    result = retrieval_metrics(embeddings, labels, KS)
+    expected = retrieval_metrics(embeddings, labels, KS, query_mask=lone_as_gallery_only)
+    assert result["num_queries_without_positive"] == expected["num_queries_without_positive"] + 3
+    assert result == {**expected, "num_queries_without_positive": expected["num_queries_without_positive"] + 3}
+
+
+def test_no_query_with_positive_raises() -> None:
+    embeddings, labels = clustered_data(seed=8)
+    query_mask = labels == labels[0]
+    with pytest.raises(UserError, match="no query has a same-class image in the gallery"):
+        retrieval_metrics(embeddings, labels, query_mask=query_mask, gallery_mask=~query_mask)
+
+
+def test_torch_inputs_give_the_numpy_result() -> None:
+    embeddings, labels = clustered_data(seed=9)
+    query_mask, gallery_mask = random_split(len(labels))
+    expected = retrieval_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    actual = retrieval_metrics(
+        torch.from_numpy(embeddings).requires_grad_(),
+        torch.from_numpy(labels),
+        KS,
+        torch.from_numpy(query_mask),
+        torch.from_numpy(gallery_mask),
+    )
+    assert actual == expected
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"embeddings": np.ones(4, dtype=np.float32)}, "2-D"),
+        ({"embeddings": np.ones((0, 2), dtype=np.float32), "labels": np.zeros(0, dtype=int)}, "2-D"),
+        ({"embeddings": np.full((4, 2), np.nan)}, "NaN"),
+        ({"labels": np.zeros(3, dtype=int)}, r"shape \(4,\)"),
+        ({"labels": np.zeros(4)}, "integers"),
+        ({"ks": ()}, "positive integers"),
+        ({"ks": (0, 1)}, "positive integers"),
+        ({"query_mask": np.array([0, 1, 2, 3])}, "boolean"),
+        ({"gallery_mask": np.ones(3, dtype=bool)}, "boolean"),
+        ({"query_mask": np.zeros(4, dtype=bool)}, "query_mask selects no rows"),
+    ],
+)
+def test_bad_inputs_raise_user_error(kwargs: dict, message: str) -> None:
+    arguments = {"embeddings": normalize(np.ones((4, 2))), "labels": np.array([0, 0, 1, 1]), **kwargs}
+    with pytest.raises(UserError, match=message):
+        retrieval_metrics(**arguments)
+
+
+def test_positives_are_checked_before_any_embedding_exists():
+    labels = np.array([0, 0, 1, 2, 2, 3])
+    assert check_queries_have_positives(labels) == 2  # classes 1 and 3 have a single image
+    query_mask = np.array([True, False, True, False, False, False])
+    gallery_mask = ~query_mask
+    assert check_queries_have_positives(labels, query_mask, gallery_mask) == 1  # class 1 has no gallery image
+    with pytest.raises(UserError, match="no query has a same-class image in the gallery"):
+        check_queries_have_positives(np.arange(5))

@@ -1,0 +1,33 @@
+"""Anchor Loss: Proxy-NCA with a per-sample scale from semantic difficulty, losses.md section 1."""
+
+from __future__ import annotations
+
+from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
+from retrieval.losses.scales import AdaptiveScale
+
+__all__ = ["AnchorLoss"]
+
+
+class AnchorLoss(ProxySoftmaxLoss):
+    """Proxy softmax whose scale `s_i = gamma * c_i` grows with how close sample i lies to other classes.
+
+    `c_i = 1 + ||ReLU(cos_ij), j != y_i||_2 / sqrt(K - 1)` lies in [1, 2]: a sample near other
+    classes' proxies gets a sharper softmax, i.e. a larger push away from them. Related to
+    AdaCos (Zhang et al., CVPR 2019), which adapts one scale per batch; here the scale is per
+    sample and anchored on the class proxies. This is *not* the "Anchor Loss" of Ryou et al.
+    (ICCV 2019), a focal-style weighting for classification.
+
+    With every c_i = 1 it equals `ProxyNCALoss(scale=gamma)`.
+
+    Args:
+        num_classes: K, the number of training classes.
+        embedding_dim: D, the embedding size.
+        gamma: base scale; default 16.
+        detach_scale: treat s_i as a constant (default). Gradients through the scale make
+            early training unstable; `False` lets them flow.
+
+    `last_stats` holds the detached per-sample `scale` and `c` of the last call.
+    """
+
+    def __init__(self, num_classes: int, embedding_dim: int, gamma: float = 16.0, detach_scale: bool = True) -> None:
+        super().__init__(num_classes, embedding_dim, scale=AdaptiveScale(gamma, detach=detach_scale))

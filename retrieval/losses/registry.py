@@ -1,0 +1,62 @@
+"""The loss registry: config name -> class, and `build_loss` that checks parameters against it."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from torch import nn
+
+from retrieval.errors import UserError
+from retrieval.losses.anchor import AnchorLoss
+from retrieval.losses.circle import CircleLoss
+from retrieval.losses.proxy_nca import ProxyNCALoss
+from retrieval.losses.triplet import TripletLoss
+
+__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters"]
+
+LOSSES: dict[str, type[nn.Module]] = {
+    "proxy_nca": ProxyNCALoss,
+    "anchor": AnchorLoss,
+    "circle": CircleLoss,
+    "triplet": TripletLoss,
+}
+
+# Losses over pairs inside the batch: they need P x K batches (data.sampler: pk).
+PAIR_LOSSES: frozenset[str] = frozenset({"circle", "triplet"})
+
+# Filled in by the trainer from the data and model, never by the user.
+_PROVIDED = ("num_classes", "embedding_dim")
+
+
+def loss_parameters(name: str) -> dict[str, Any]:
+    """The user-settable parameters of loss `name` with their defaults."""
+    cls = _loss_class(name)
+    signature = inspect.signature(cls.__init__)
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return {
+        key: param.default
+        for key, param in signature.parameters.items()
+        if param.kind in named and key not in ("self", *_PROVIDED)
+    }
+
+
+def build_loss(name: str, params: dict[str, Any], num_classes: int, embedding_dim: int) -> nn.Module:
+    """Build loss `name`; `params` are its constructor arguments, checked by the config loader.
+
+    Args:
+        name: a key of `LOSSES`.
+        params: constructor arguments from the config (`loss.<parameter>`).
+        num_classes: number of training classes, passed to losses that hold proxies.
+        embedding_dim: embedding size, passed to losses that hold proxies.
+    """
+    cls = _loss_class(name)
+    wanted = inspect.signature(cls.__init__).parameters
+    provided = {"num_classes": num_classes, "embedding_dim": embedding_dim}
+    return cls(**params, **{key: value for key, value in provided.items() if key in wanted})
+
+
+def _loss_class(name: str) -> type[nn.Module]:
+    if name not in LOSSES:
+        raise UserError(f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}")
+    return LOSSES[name]

@@ -1,0 +1,237 @@
+"""Run configuration: dataclasses loaded from YAML (safe_load), with `--set a.b=value` overrides.
+
+Defaults follow the published recipe for the standard benchmarks (design.md): a pretrained
+ResNet-50, 224 px, AdamW at 1e-4 with 100x on proxies, batch 128, 60 epochs. The digits demo
+(`configs/digits_demo.yaml`) overrides what a from-scratch CPU run needs. Unknown keys and wrong
+types are errors that list the valid keys: a typo is never silently dropped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retrieval.errors import UserError
+from retrieval.losses.registry import LOSSES, loss_parameters
+
+__all__ = [
+    "DEMO_CONFIG",
+    "Config",
+    "DataConfig",
+    "LossConfig",
+    "ModelConfig",
+    "TrainConfig",
+    "apply_overrides",
+    "config_from_dict",
+    "config_to_dict",
+    "load_config",
+    "save_config",
+]
+
+# `retrieval train` without --config: the embedded digits demo.
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits_demo.yaml"
+
+
+@dataclass
+class ModelConfig:
+    backbone: str = "resnet50"  # any timm model name
+    embedding_dim: int = 128  # size of the L2-normalized embedding
+    pooling: str = "avgmax"  # avg | max | avgmax (sum of both) | gem
+    pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
+    weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
+    in_chans: int = 3  # input channels
+
+
+@dataclass
+class DataConfig:
+    name: str = "csv"  # digits | csv
+    path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
+    root: str | None = None  # dataset root folder (official layouts)
+    image_size: int = 224  # training crop / evaluation crop in pixels
+    batch_size: int = 128  # images per training step with the random sampler (the PK sampler takes p x k)
+    eval_batch_size: int = 256  # images per step when embedding the test set
+    sampler: str = "auto"  # auto (pk for pair losses, else random) | random | pk (P classes x K images)
+    p: int = 32  # PK sampler: classes per batch
+    k: int = 4  # PK sampler: images per class
+    num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
+
+
+@dataclass
+class LossConfig:
+    name: str = "anchor"  # proxy_nca | anchor | circle | triplet
+    params: dict[str, Any] = field(default_factory=dict)  # the loss constructor's own arguments
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 60  # full passes over the training set
+    lr: float = 1e-4  # AdamW learning rate of the backbone and head
+    proxy_lr_mult: float = 100.0  # proxies learn this much faster (Proxy-Anchor recipe)
+    weight_decay: float = 1e-4  # AdamW weight decay (never applied to proxies)
+    warmup_epochs: float = 1.0  # linear lr warm-up, then cosine decay to zero
+    freeze_backbone_epochs: int = 1  # train only head and proxies first (pretrained backbones)
+    freeze_bn: bool = True  # keep BatchNorm statistics frozen (pretrained backbones, small batches)
+    seed: int = 0  # seeds Python, NumPy, torch and the data order
+    amp: str = "auto"  # none | bf16 | auto (bf16 on GPU, none on CPU)
+    channels_last: bool = True  # NHWC memory format on GPU (ignored on CPU)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N
+    eval_every: int = 1  # evaluate every N epochs (and always after the last)
+
+
+@dataclass
+class Config:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+
+
+_SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "loss": LossConfig, "train": TrainConfig}
+
+
+def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
+    """Read a YAML config (the digits demo when `path` is None) and apply `a.b=value` overrides."""
+    raw = _read_yaml(Path(path) if path is not None else DEMO_CONFIG)
+    return config_from_dict(apply_overrides(raw, overrides))
+
+
+def apply_overrides(raw: dict[str, Any], overrides: typing.Sequence[str]) -> dict[str, Any]:
+    """Set each `section.key=value` in nested dicts `raw` (in place, returned); values are typed later."""
+    for override in overrides:
+        section, key, value = _parse_override(override)
+        raw.setdefault(section, {})[key] = value
+    return raw
+
+
+def config_from_dict(raw: dict[str, Any]) -> Config:
+    """Build a `Config` from nested dicts, checking every key and type."""
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
+    model = _build_section("model", raw.get("model") or {})
+    data = _build_section("data", raw.get("data") or {})
+    train = _build_section("train", raw.get("train") or {})
+    loss = _build_loss_section(raw.get("loss") or {})
+    return Config(model=model, data=data, loss=loss, train=train)
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The config as plain nested dicts, loss parameters flattened into the loss section."""
+    out = dataclasses.asdict(config)
+    loss = out.pop("loss")
+    out["loss"] = {"name": loss["name"], **loss["params"]}
+    return {key: out[key] for key in _SECTIONS}
+
+
+def save_config(config: Config, path: Path) -> None:
+    """Write the resolved config as YAML (every default filled in)."""
+    path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise UserError(f"config file not found: {path}; pass an existing YAML file with --config")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise UserError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise UserError(f"config file {path} must hold a mapping of sections ({', '.join(_SECTIONS)})")
+    return raw
+
+
+def _parse_override(override: str) -> tuple[str, str, Any]:
+    """`data.batch_size=64` -> ("data", "batch_size", "64"); the string is typed later by the field."""
+    key, sep, value = override.partition("=")
+    section, dot, name = key.strip().partition(".")
+    if not sep or not dot or not name:
+        raise UserError(f"--set expects section.key=value (e.g. train.lr=3e-4), got {override!r}")
+    return section, name, _OverrideString(value.strip())
+
+
+class _OverrideString(str):
+    """A command-line value: typed by the field it sets, not by YAML's rules."""
+
+
+def _build_section(name: str, values: dict[str, Any]) -> Any:
+    cls = _SECTIONS[name]
+    if not isinstance(values, dict):
+        raise UserError(f"config section {name!r} must be a mapping of keys to values")
+    hints = typing.get_type_hints(cls)
+    valid = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in values.items():
+        if key not in hints:
+            raise UserError(f"unknown config key {name}.{key}; valid keys in {name}: {', '.join(valid)}")
+        kwargs[key] = _coerce(f"{name}.{key}", value, hints[key])
+    return cls(**kwargs)
+
+
+def _build_loss_section(values: dict[str, Any]) -> LossConfig:
+    if not isinstance(values, dict):
+        raise UserError("config section 'loss' must be a mapping: name plus the loss's own parameters")
+    name = str(values.get("name", LossConfig.name))
+    if name not in LOSSES:
+        raise UserError(f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}")
+    defaults = loss_parameters(name)
+    params = dict(defaults)
+    for key, value in values.items():
+        if key == "name":
+            continue
+        if key not in defaults:
+            valid = ", ".join(sorted(defaults)) or "none"
+            raise UserError(f"unknown config key loss.{key} for loss {name!r}; valid parameters: {valid}")
+        params[key] = _coerce(f"loss.{key}", value, type(defaults[key]) if defaults[key] is not None else Any)
+    return LossConfig(name=name, params=params)
+
+
+def _coerce(where: str, value: Any, annotation: Any) -> Any:
+    """Return `value` as type `annotation` (int, float, bool, str, or `X | None`), else raise UserError."""
+    options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
+    if isinstance(value, _OverrideString) and value.lower() in ("null", "none", "~") and type(None) in options:
+        return None
+    if value is None and type(None) in options:
+        return None
+    for option in options:
+        if option is Any:
+            return yaml.safe_load(value) if isinstance(value, _OverrideString) else value
+        converted = _convert(value, option)
+        if converted is not _FAIL:
+            return converted
+    names = " or ".join("null" if opt is type(None) else getattr(opt, "__name__", str(opt)) for opt in options)
+    raise UserError(f"{where} must be {names}, got {value!r}")
+
+
+_FAIL = object()
+_TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
+
+
+def _convert(value: Any, target: Any) -> Any:
+    if target is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+            return value.lower() in _TRUE
+        return _FAIL
+    if target in (int, float):
+        if isinstance(value, bool):
+            return _FAIL
+        if isinstance(value, int) or (target is float and isinstance(value, float)):
+            return target(value)
+        if isinstance(value, str):
+            try:
+                return target(value)
+            except ValueError:
+                return _FAIL
+        return _FAIL
+    if target is str:
+        return str(value) if isinstance(value, str) else _FAIL
+    return value if isinstance(value, target) else _FAIL

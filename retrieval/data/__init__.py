@@ -1,0 +1,18 @@
+"""Datasets, transforms and samplers."""
+
+from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_split
+from retrieval.data.datasets import DATASETS, RetrievalData, build_data
+from retrieval.data.digits import DigitsDataset, load_digits_split
+from retrieval.data.pk_sampler import PKSampler
+
+__all__ = [
+    "DATASETS",
+    "CsvSplit",
+    "DigitsDataset",
+    "ImageDataset",
+    "PKSampler",
+    "RetrievalData",
+    "build_data",
+    "load_digits_split",
+    "read_csv_split",
+]

@@ -1,0 +1,131 @@
+"""The generic CSV dataset format of design.md: `path,label,split[,is_query,is_gallery]`.
+
+Paths are relative to the CSV file's folder. `label` is any class id (int or string); each
+split's classes are numbered 0..C-1 in sorted order (numeric ids numerically). Test rows without
+`is_query`/`is_gallery` all query all other test rows (CUB/Cars/SOP protocol); with them,
+queries search the gallery rows only (In-Shop protocol).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from retrieval.errors import UserError
+
+__all__ = ["CsvSplit", "ImageDataset", "read_csv_split"]
+
+_REQUIRED = ("path", "label", "split")
+_FLAGS = ("is_query", "is_gallery")
+_TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
+
+
+@dataclass(frozen=True)
+class CsvSplit:
+    """The rows of one split: absolute image paths, class indices and optional query/gallery masks."""
+
+    paths: list[Path]
+    labels: np.ndarray  # (N,) int64 class indices 0..C-1
+    class_names: list[str]  # class_names[c] is the CSV label of index c
+    query_mask: np.ndarray | None  # (N,) bool, None when the CSV has no is_query column
+    gallery_mask: np.ndarray | None
+
+
+def read_csv_split(csv_path: str | Path, split: str) -> CsvSplit:
+    """Read the rows of `split` (`train` or `test`) from a dataset CSV, checking every image exists."""
+    csv_path = Path(csv_path)
+    rows = _read_rows(csv_path)
+    chosen = [row for row in rows if row["split"] == split]
+    if not chosen:
+        raise UserError(f"{csv_path} has no rows with split={split}; every dataset needs train and test rows")
+    paths = [csv_path.parent / row["path"] for row in chosen]
+    _check_images_exist(csv_path, paths)
+    names = [row["label"] for row in chosen]
+    class_names = sorted(set(names), key=_class_sort_key)
+    index = {name: i for i, name in enumerate(class_names)}
+    labels = np.array([index[name] for name in names], dtype=np.int64)
+    has_flags = all(flag in rows[0] for flag in _FLAGS)
+    masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
+    return CsvSplit(paths, labels, class_names, *masks)
+
+
+def _read_rows(csv_path: Path) -> list[dict[str, str]]:
+    if not csv_path.is_file():
+        raise UserError(f"dataset CSV not found: {csv_path}; set data.path to a CSV with columns path,label,split")
+    with csv_path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        missing = [col for col in _REQUIRED if col not in (reader.fieldnames or [])]
+        if missing:
+            raise UserError(
+                f"{csv_path} lacks column(s) {', '.join(missing)}; "
+                "the header must be path,label,split[,is_query,is_gallery]"
+            )
+        rows = [{key: (value or "").strip() for key, value in row.items() if key is not None} for row in reader]
+    if not rows:
+        raise UserError(f"{csv_path} has a header but no rows")
+    for line, row in enumerate(rows, start=2):
+        if row["split"] not in ("train", "test"):
+            raise UserError(f"{csv_path}:{line}: split must be train or test, got {row['split']!r}")
+        if "|" in row["label"]:
+            raise UserError(
+                f"{csv_path}:{line}: multi-label rows ({row['label']!r}) are not supported by the single-label losses"
+            )
+    return rows
+
+
+def _check_images_exist(csv_path: Path, paths: list[Path]) -> None:
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise UserError(
+            f"{len(missing)} image(s) listed in {csv_path} do not exist, first: {missing[0]}; "
+            "paths are relative to the CSV's folder"
+        )
+
+
+def _flag_mask(csv_path: Path, rows: list[dict[str, str]], flag: str) -> np.ndarray:
+    values = [row.get(flag, "").lower() for row in rows]
+    bad = next((v for v in values if v not in _TRUE | _FALSE), None)
+    if bad is not None:
+        raise UserError(f"{csv_path}: column {flag} must be 0/1 or true/false, got {bad!r}")
+    return np.array([v in _TRUE for v in values], dtype=bool)
+
+
+def _class_sort_key(name: str) -> tuple[int, int, str]:
+    """Numeric ids sort numerically ("2" < "10"), before any string ids."""
+    return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
+
+
+class ImageDataset(Dataset):
+    """Images read from files with Pillow (as RGB); items are `(image, label)`.
+
+    Args:
+        paths: image files.
+        labels: `(N,)` class indices.
+        transform: applied to each PIL image (timm train or eval transform).
+    """
+
+    def __init__(self, paths: list[Path], labels: np.ndarray, transform: Callable[[Image.Image], Tensor]) -> None:
+        if len(paths) != len(labels):
+            raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
+        self.paths = paths
+        self.labels = labels
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, index: int) -> tuple[Tensor, int]:
+        path = self.paths[index]
+        try:
+            with Image.open(path) as image:
+                rgb = image.convert("RGB")
+        except (UnidentifiedImageError, OSError) as exc:
+            raise UserError(f"cannot read image {path}: {exc.__class__.__name__}; replace or remove the file") from exc
+        return self.transform(rgb), int(self.labels[index])

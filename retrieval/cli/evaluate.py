@@ -1,0 +1,51 @@
+"""`retrieval evaluate`: Recall@K / MAP@R of a checkpoint on the test split of its (or another) dataset."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from retrieval.cli._common import add_config_arguments
+from retrieval.config import apply_overrides, config_from_dict, load_config
+from retrieval.data import build_data
+from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.evaluate import evaluate_model, format_metrics
+from retrieval.engine.trainer import amp_dtype, resolve_device
+from retrieval.models import Embedder
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("evaluate", help="measure Recall@K and MAP@R of a checkpoint")
+    parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
+    add_config_arguments(parser)
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the metrics to FILE as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    checkpoint = load_checkpoint(args.checkpoint)
+    if args.config:
+        config = load_config(args.config, args.overrides)
+    else:
+        config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
+    # The architecture is the checkpoint's; the weights come from it, not from timm or a file.
+    model_config = {**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}
+    model = Embedder(**model_config)
+    model.load_state_dict(checkpoint["model"])
+    device = resolve_device(config.train.device)
+    model.to(device)
+    data = build_data(config.data, model.data_config())
+    metrics = evaluate_model(
+        model,
+        data,
+        config.data.eval_batch_size,
+        device,
+        num_workers=config.data.num_workers,
+        amp_dtype=amp_dtype(config.train.amp, device),
+    )
+    if args.json:
+        args.json.write_text(json.dumps(metrics, indent=2) + "\n")
+    print(format_metrics(metrics))
+    return 0

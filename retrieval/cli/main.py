@@ -1,0 +1,56 @@
+"""`retrieval` entry point: subcommands, and one-line errors with exit code 2 for user mistakes."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from retrieval import __version__
+from retrieval.cli import evaluate, train
+from retrieval.errors import UserError
+
+__all__ = ["main"]
+
+_COMMANDS = {"train": train, "evaluate": evaluate}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="retrieval", description="Train image embedders, measure Recall@K, search with FAISS."
+    )
+    parser.add_argument("--version", action="version", version=f"retrieval {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in _COMMANDS.values():
+        module.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand; a `UserError` prints `error: ...` on one line and returns 2.
+
+    Set `RETRIEVAL_DEBUG=1` to see the traceback of a user error too.
+    """
+    args = build_parser().parse_args(argv)
+    try:
+        return _COMMANDS[args.command].run(args)
+    except UserError as exc:
+        if os.environ.get("RETRIEVAL_DEBUG"):
+            raise
+        print(f"error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _one_line(exc: UserError) -> str:
+    """The message itself, also when a DataLoader worker wrapped it in a traceback."""
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    last = lines[-1] if lines else exc.__class__.__name__
+    return last.removeprefix(f"{UserError.__module__}.{UserError.__name__}: ")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,73 @@
+"""Checkpoints: written atomically with a manifest, loaded as data (`weights_only=True`) and checked."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from retrieval import __version__
+from retrieval.errors import UserError
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "load_checkpoint", "save_checkpoint", "state_checksum"]
+
+CHECKPOINT_FORMAT = "retrieval-checkpoint"
+CHECKPOINT_VERSION = 1
+
+
+def state_checksum(state: dict[str, torch.Tensor]) -> str:
+    """sha256 over the names and bytes of a state dict's tensors, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def save_checkpoint(path: Path, payload: dict[str, Any], model_config: dict[str, Any]) -> None:
+    """Write `payload` (must hold `model`, a state dict) plus a manifest to `path`, atomically.
+
+    The file is written next to its destination and renamed over it, so a crash never leaves a
+    half-written checkpoint behind.
+    """
+    manifest = {
+        "format": CHECKPOINT_FORMAT,
+        "version": CHECKPOINT_VERSION,
+        "toolkit_version": __version__,
+        "embedding_dim": int(model_config["embedding_dim"]),
+        "model_config": model_config,
+        "checksum": state_checksum(payload["model"]),
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        torch.save({**payload, "manifest": manifest}, temporary)
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    """Load a checkpoint on the CPU and check its format, version and model checksum."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
+    try:
+        checkpoint = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        reason = exc.__class__.__name__
+        raise UserError(f"cannot read checkpoint {path} ({reason}); is it a retrieval checkpoint?") from exc
+    manifest = checkpoint.get("manifest") if isinstance(checkpoint, dict) else None
+    if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+        raise UserError(f"{path} is not a retrieval checkpoint (no manifest); train one with `retrieval train`")
+    if manifest["version"] > CHECKPOINT_VERSION:
+        raise UserError(
+            f"{path} has checkpoint version {manifest['version']}, newer than this toolkit reads "
+            f"({CHECKPOINT_VERSION}); upgrade retrieval (written by {manifest['toolkit_version']})"
+        )
+    if state_checksum(checkpoint["model"]) != manifest["checksum"]:
+        raise UserError(f"{path} is corrupt: model weights do not match the manifest checksum")
+    return checkpoint

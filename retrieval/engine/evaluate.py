@@ -1,0 +1,69 @@
+"""Embed a dataset and score retrieval on it."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+from tqdm import tqdm
+
+from retrieval.data import RetrievalData
+from retrieval.metrics import retrieval_metrics
+
+__all__ = ["KS", "embed_dataset", "evaluate_model", "format_metrics"]
+
+KS = (1, 2, 4, 8)
+
+
+@torch.no_grad()
+def embed_dataset(
+    model: nn.Module,
+    dataset: Dataset,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> np.ndarray:
+    """`(N, D)` float32 embeddings of every item of `dataset`, in order."""
+    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    was_training = model.training
+    model.eval()
+    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+    chunks = []
+    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None):
+        images = images.to(device, non_blocking=True)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with autocast:
+            chunks.append(model(images).float().cpu())
+    model.train(was_training)
+    return torch.cat(chunks).numpy()
+
+
+def evaluate_model(
+    model: nn.Module,
+    data: RetrievalData,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> dict[str, float]:
+    """Recall@K, MAP@R and R-precision of `model` on the test set of `data`."""
+    embeddings = embed_dataset(model, data.test, batch_size, device, num_workers, amp_dtype, channels_last)
+    return retrieval_metrics(embeddings, data.test_labels, KS, data.query_mask, data.gallery_mask)
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    """The closing lines of `train` and `evaluate`: `Recall@K: 0.xxxx` per K, then `MAP@R: 0.xxxx`."""
+    lines = []
+    skipped = int(metrics.get("num_queries_without_positive", 0))
+    if skipped:
+        lines.append(f"note: {skipped} queries have no same-class image in the gallery and are left out")
+    lines += [f"Recall@{k}: {metrics[f'recall@{k}']:.4f}" for k in KS]
+    lines.append(f"MAP@R: {metrics['map@r']:.4f}")
+    return "\n".join(lines)

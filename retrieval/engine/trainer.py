@@ -1,0 +1,273 @@
+"""The training loop: AdamW with a proxy group, warm-up + cosine lr, evaluation, checkpoints, logs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import random
+import time
+from collections import defaultdict
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.data import DataLoader
+from tqdm import tqdm
+
+from retrieval.config import Config, config_to_dict, save_config
+from retrieval.data import PKSampler, RetrievalData, build_data
+from retrieval.engine.checkpoint import load_checkpoint, save_checkpoint
+from retrieval.engine.evaluate import evaluate_model
+from retrieval.engine.plots import plot_curves, plot_histogram
+from retrieval.errors import UserError
+from retrieval.losses import PAIR_LOSSES, build_loss
+from retrieval.metrics import check_queries_have_positives
+from retrieval.models import Embedder
+
+__all__ = ["Trainer", "amp_dtype", "lr_factor", "resolve_device"]
+
+
+def resolve_device(name: str) -> torch.device:
+    """`auto` -> the first GPU if there is one, else the CPU."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise UserError(f"train.device is {name} but no CUDA GPU is available; use train.device=cpu or auto")
+    return torch.device(name)
+
+
+def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
+    """Autocast dtype for `train.amp` (`auto`: bf16 on GPU, none on CPU)."""
+    if amp not in ("none", "bf16", "auto"):
+        raise UserError(f"train.amp must be none, bf16 or auto, got {amp!r}")
+    if amp == "bf16" or (amp == "auto" and device.type == "cuda"):
+        return torch.bfloat16
+    return None
+
+
+def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
+    """Linear warm-up from ~0 to 1 over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+
+def _seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _epoch_seed(seed: int, epoch: int) -> int:
+    """Every epoch's randomness depends only on (seed, epoch), so a resumed run continues exactly."""
+    return seed * 1_000_003 + epoch
+
+
+class Trainer:
+    """Trains an `Embedder` with the configured loss and writes a run directory.
+
+    The run directory holds `config.yaml`, `metrics.jsonl` (one JSON object per epoch),
+    `checkpoints/last.pt` (every epoch) and `best.pt` (best Recall@1), and `plots/*.png`.
+    """
+
+    def __init__(self, config: Config, run_dir: Path) -> None:
+        self.config = config
+        self.run_dir = Path(run_dir)
+        self.device = resolve_device(config.train.device)
+        self.amp_dtype = amp_dtype(config.train.amp, self.device)
+        self.channels_last = config.train.channels_last and self.device.type == "cuda"
+        _seed_everything(config.train.seed)
+        self.model = Embedder(**dataclasses.asdict(config.model)).to(self.device)
+        if self.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.data = build_data(config.data, self.model.data_config())
+        check_queries_have_positives(self.data.test_labels, self.data.query_mask, self.data.gallery_mask)
+        self.loss_fn = build_loss(
+            config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
+        ).to(self.device)
+        self.loader = self._train_loader(self.data)
+        train = config.train
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": list(self.model.parameters()), "lr": train.lr, "weight_decay": train.weight_decay},
+                # Proxies: their own, larger rate and no weight decay (losses.md, shared conventions).
+                {"params": list(self.loss_fn.parameters()), "lr": train.lr * train.proxy_lr_mult, "weight_decay": 0.0},
+            ]
+        )
+        self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.total_steps = config.train.epochs * len(self.loader)
+        self.warmup_steps = round(config.train.warmup_epochs * len(self.loader))
+        self.start_epoch = 0
+        self.best_recall = -1.0
+        self.best_metrics: dict[str, Any] = {}
+
+    def _train_loader(self, data: RetrievalData) -> DataLoader:
+        cfg = self.config.data
+        sampler = cfg.sampler if cfg.sampler != "auto" else ("pk" if self.config.loss.name in PAIR_LOSSES else "random")
+        if self.config.loss.name in PAIR_LOSSES and sampler != "pk":
+            raise UserError(
+                f"loss {self.config.loss.name!r} compares images within a batch and needs P classes x K images per "
+                "batch; set data.sampler=pk (or auto) instead of random"
+            )
+        self.generator = torch.Generator()
+        common = {"num_workers": cfg.num_workers, "pin_memory": self.device.type == "cuda", "generator": self.generator}
+        if sampler == "pk":
+            self.pk_sampler: PKSampler | None = PKSampler(data.train_labels, cfg.p, cfg.k, seed=self.config.train.seed)
+            return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
+        if sampler != "random":
+            raise UserError(f"data.sampler must be auto, random or pk, got {sampler!r}")
+        self.pk_sampler = None
+        drop_last = len(data.train) > cfg.batch_size
+        return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
+
+    def resume(self, checkpoint_path: Path) -> None:
+        """Continue from a `last.pt`: weights, proxies, optimizer, epoch and best score."""
+        checkpoint = load_checkpoint(checkpoint_path)
+        self.model.load_state_dict(checkpoint["model"])
+        self.loss_fn.load_state_dict(checkpoint["loss"])
+        self.optimizer.load_state_dict(checkpoint["optimizer"])
+        self.start_epoch = int(checkpoint["epoch"]) + 1
+        self.best_recall = float(checkpoint["best_recall"])
+        self.best_metrics = dict(checkpoint["best_metrics"])
+
+    def fit(self) -> dict[str, Any]:
+        """Train all remaining epochs; return the test metrics of the best epoch."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "plots").mkdir(exist_ok=True)
+        save_config(self.config, self.run_dir / "config.yaml")
+        records = self._read_records()
+        epochs = self.config.train.epochs
+        for epoch in range(self.start_epoch, epochs):
+            started = time.perf_counter()
+            record, sample_stats = self._train_epoch(epoch)
+            if (epoch + 1) % self.config.train.eval_every == 0 or epoch + 1 == epochs:
+                record.update(self._evaluate())
+            record["seconds"] = round(time.perf_counter() - started, 3)
+            records.append(record)
+            self._save(epoch, record)
+            self._write_logs(records, sample_stats)
+            tqdm.write(self._summary(record))
+        if not self.best_metrics:
+            raise UserError("no evaluation ran; set train.epochs >= 1")
+        return self.best_metrics
+
+    def _train_epoch(self, epoch: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        seed = _epoch_seed(self.config.train.seed, epoch)
+        _seed_everything(seed)
+        self.generator.manual_seed(seed)
+        if self.pk_sampler is not None:
+            self.pk_sampler.set_epoch(epoch)
+        self._set_train_mode(epoch)
+        autocast = torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
+        losses: list[float] = []
+        stats: dict[str, list[Tensor]] = defaultdict(list)
+        steps = len(self.loader)
+        progress = tqdm(self.loader, desc=f"epoch {epoch + 1}/{self.config.train.epochs}", leave=False, disable=None)
+        for step, (images, labels) in enumerate(progress):
+            self._set_lr(epoch * steps + step)
+            images, labels = images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+            if self.channels_last:
+                images = images.contiguous(memory_format=torch.channels_last)
+            with autocast:
+                embeddings = self.model(images)
+            loss = self.loss_fn(embeddings, labels)
+            if not torch.isfinite(loss):
+                raise FloatingPointError(f"loss is {loss.item()} at epoch {epoch + 1} step {step + 1}; lower train.lr")
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            losses.append(loss.item())
+            for key, value in getattr(self.loss_fn, "last_stats", {}).items():
+                stats[key].append(value.detach().float().cpu().reshape(-1))
+            progress.set_postfix(loss=f"{losses[-1]:.4f}")
+        sample_stats = {key: torch.cat(values).numpy() for key, values in stats.items()}
+        record: dict[str, Any] = {
+            "epoch": epoch + 1,
+            "loss": float(np.mean(losses)),
+            "lr": self.optimizer.param_groups[0]["lr"],
+        }
+        record.update({key: _quantiles(values) for key, values in sample_stats.items()})
+        return record, sample_stats
+
+    def _set_train_mode(self, epoch: int) -> None:
+        train_cfg = self.config.train
+        self.model.train()
+        frozen = epoch < train_cfg.freeze_backbone_epochs
+        self.model.backbone.requires_grad_(not frozen)
+        if train_cfg.freeze_bn or frozen:
+            for module in self.model.modules():
+                if isinstance(module, _BatchNorm):
+                    module.eval()
+
+    def _set_lr(self, step: int) -> None:
+        factor = lr_factor(step, self.warmup_steps, self.total_steps)
+        for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+            group["lr"] = base * factor
+
+    def _evaluate(self) -> dict[str, float]:
+        return evaluate_model(
+            self.model,
+            self.data,
+            self.config.data.eval_batch_size,
+            self.device,
+            num_workers=self.config.data.num_workers,
+            amp_dtype=self.amp_dtype,
+            channels_last=self.channels_last,
+        )
+
+    def _save(self, epoch: int, record: dict[str, Any]) -> None:
+        improved = "recall@1" in record and record["recall@1"] > self.best_recall
+        if improved:
+            self.best_recall = record["recall@1"]
+            self.best_metrics = {k: v for k, v in record.items() if not isinstance(v, dict)}
+        payload = {
+            "model": self.model.state_dict(),
+            "loss": self.loss_fn.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "epoch": epoch,
+            "best_recall": self.best_recall,
+            "best_metrics": self.best_metrics,
+            "config": config_to_dict(self.config),
+            "num_classes": self.data.num_classes,
+        }
+        model_config = dataclasses.asdict(self.config.model)
+        checkpoints = self.run_dir / "checkpoints"
+        save_checkpoint(checkpoints / "last.pt", payload, model_config)
+        if improved:
+            save_checkpoint(checkpoints / "best.pt", payload, model_config)
+
+    def _read_records(self) -> list[dict[str, Any]]:
+        """Records of epochs already trained (when resuming), so logs and plots stay whole."""
+        path = self.run_dir / "metrics.jsonl"
+        if self.start_epoch == 0 or not path.is_file():
+            return []
+        records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return [r for r in records if r["epoch"] <= self.start_epoch]
+
+    def _write_logs(self, records: list[dict[str, Any]], sample_stats: dict[str, np.ndarray]) -> None:
+        lines = "".join(json.dumps(record) + "\n" for record in records)
+        (self.run_dir / "metrics.jsonl").write_text(lines)
+        plot_curves(records, self.run_dir / "plots" / "curves.png")
+        if "c" in sample_stats:
+            title = "semantic difficulty c_i (last epoch)"
+            plot_histogram(sample_stats["c"], self.run_dir / "plots" / "difficulty.png", title)
+
+    def _summary(self, record: dict[str, Any]) -> str:
+        text = f"epoch {record['epoch']}/{self.config.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
+        if "recall@1" in record:
+            text += f"  R@1 {record['recall@1']:.4f}  MAP@R {record['map@r']:.4f}"
+        if "c" in record:
+            text += f"  c_i median {record['c']['median']:.3f}"
+        return text + f"  ({record['seconds']:.1f}s)"
+
+
+def _quantiles(values: np.ndarray) -> dict[str, float]:
+    """min / median / p90 / max / mean of one epoch's per-sample (or per-step) statistic."""
+    low, median, p90, high = (float(q) for q in np.quantile(values, [0.0, 0.5, 0.9, 1.0]))
+    return {"min": low, "median": median, "p90": p90, "max": high, "mean": float(values.mean())}

@@ -1,0 +1,170 @@
+"""End to end through the command line: train, evaluate, resume, and the one-line errors users see."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from retrieval.cli.main import main
+from retrieval.engine.trainer import Trainer
+
+# A tiny, fast version of the demo: resnet10t, 2 epochs.
+TINY = ["--set", "model.backbone=resnet10t", "--set", "model.embedding_dim=32", "--set", "train.epochs=2"]
+FINAL_LINES = re.compile("".join(rf"Recall@{k}: \d\.\d{{4}}\n" for k in (1, 2, 4, 8)) + r"MAP@R: \d\.\d{4}\n$")
+
+
+def _csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Path:
+    config = {
+        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
+        "data": {"name": "csv", "path": str(csv_path), "image_size": 32, "batch_size": 8, "num_workers": 0},
+        "loss": loss or {"name": "proxy_nca"},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ")
+    return err[0]
+
+
+def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert main(["train", *TINY, "--output-dir", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert FINAL_LINES.search(out), out
+    for name in (
+        "config.yaml",
+        "metrics.jsonl",
+        "checkpoints/last.pt",
+        "checkpoints/best.pt",
+        "plots/curves.png",
+        "plots/difficulty.png",
+    ):
+        assert (run / name).is_file(), name
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in records] == [1, 2]
+    for key in ("loss", "lr", "seconds", "recall@1", "recall@8", "map@r", "r_precision"):
+        assert key in records[-1]
+    assert set(records[-1]["c"]) == {"min", "median", "p90", "max", "mean"}
+    assert 1.0 <= records[-1]["c"]["min"] <= records[-1]["c"]["max"] <= 2.0
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backbone"] == "resnet10t"
+
+    result = tmp_path / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(run / "checkpoints/best.pt"), "--json", str(result)]) == 0
+    evaluated = capsys.readouterr().out
+    assert FINAL_LINES.search(evaluated)
+    assert evaluated.splitlines()[-5:] == out.splitlines()[-5:]
+    best = max(records, key=lambda r: r["recall@1"])
+    assert json.loads(result.read_text())["recall@1"] == pytest.approx(best["recall@1"], abs=1e-12)
+
+
+def test_resume_continues_exactly(tmp_path, monkeypatch, capsys):
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert main(["train", *TINY, "--output-dir", str(straight)]) == 0
+
+    original = Trainer._train_epoch
+
+    def stop_at_second_epoch(self, epoch):
+        if epoch == 1:
+            raise KeyboardInterrupt
+        return original(self, epoch)
+
+    monkeypatch.setattr(Trainer, "_train_epoch", stop_at_second_epoch)
+    assert main(["train", *TINY, "--output-dir", str(interrupted)]) == 130
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(interrupted / "checkpoints/last.pt")]) == 0
+    capsys.readouterr()
+
+    a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
+    b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)
+    assert a["epoch"] == b["epoch"] == 1
+    for name, tensor in a["model"].items():
+        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)
+    torch.testing.assert_close(b["loss"]["proxies"], a["loss"]["proxies"], rtol=0, atol=0)
+    lines = (interrupted / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+
+
+def test_csv_dataset_trains_with_a_pair_loss_on_pk_batches(tmp_path, csv_dataset, capsys):
+    config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
+    args = ["train", "--config", str(config), "--set", "data.p=2", "--set", "data.k=4"]
+    assert main([*args, "--output-dir", str(tmp_path / "run")]) == 0
+    assert FINAL_LINES.search(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--set", "model.backbon=resnet18"], "unknown config key model.backbon; valid keys in model:"),
+        (["--set", "model.backbone=resnet_nope"], "unknown backbone 'resnet_nope'"),
+        (["--set", "loss.name=nope"], "unknown loss.name 'nope'; valid names:"),
+        (["--config", "missing.yaml"], "config file not found: missing.yaml"),
+        (["--set", "data.name=csv", "--set", "data.path=missing.csv"], "dataset CSV not found: missing.csv"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(args, message, tmp_path, capsys):
+    assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 2
+    assert message in _error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+def test_pair_loss_with_a_random_sampler_says_why(tmp_path, csv_dataset, capsys):
+    config = _csv_config(tmp_path, csv_dataset, {"name": "triplet"})
+    assert main(["train", "--config", str(config), "--set", "data.sampler=random"]) == 2
+    assert "needs P classes x K images per batch; set data.sampler=pk" in _error_line(capsys)
+
+
+def test_test_split_without_any_positive_is_refused_before_training(tmp_path, csv_dataset, capsys):
+    with csv_dataset.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for i, row in enumerate(r for r in rows if r["split"] == "test"):
+        row["label"] = f"unique{i}"
+    with csv_dataset.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "label", "split"])
+        writer.writeheader()
+        writer.writerows(rows)
+    config = _csv_config(tmp_path, csv_dataset)
+    assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
+    assert "no query has a same-class image" in _error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_corrupt_image_is_one_line_also_from_a_worker(tmp_path, csv_dataset, capsys, workers):
+    (csv_dataset.parent / "images" / "train_0_0.png").write_bytes(b"\x89PNG broken")
+    config = _csv_config(tmp_path, csv_dataset)
+    assert main(["train", "--config", str(config), "--set", f"data.num_workers={workers}"]) == 2
+    line = _error_line(capsys)
+    assert "cannot read image" in line and "train_0_0.png" in line
+
+
+def test_evaluate_rejects_a_missing_checkpoint(tmp_path, capsys):
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "none.pt")]) == 2
+    assert "checkpoint not found" in _error_line(capsys)
+
+
+def test_console_script_is_installed():
+    script = Path(sys.executable).with_name("retrieval")
+    result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "train" in result.stdout and "evaluate" in result.stdout
+
+
+@pytest.mark.slow
+def test_the_demo_reaches_the_promised_recall(tmp_path, capsys):
+    """`retrieval train` with no arguments: the README's main job, test Recall@1 >= 0.97."""
+    assert main(["train", "--output-dir", str(tmp_path / "demo")]) == 0
+    recall = float(re.search(r"^Recall@1: (\d\.\d{4})$", capsys.readouterr().out, re.M).group(1))
+    assert recall >= 0.97

@@ -118,7 +118,12 @@ class Trainer:
         self.generator = torch.Generator()
         common = {"num_workers": cfg.num_workers, "pin_memory": self.device.type == "cuda", "generator": self.generator}
         if sampler == "pk":
-            self.pk_sampler: PKSampler | None = PKSampler(data.train_labels, cfg.p, cfg.k, seed=self.config.train.seed)
+            try:
+                self.pk_sampler: PKSampler | None = PKSampler(
+                    data.train_labels, cfg.p, cfg.k, seed=self.config.train.seed
+                )
+            except ValueError as exc:
+                raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
             return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
         if sampler != "random":
             raise UserError(f"data.sampler must be auto, random or pk, got {sampler!r}")

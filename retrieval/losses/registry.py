@@ -53,7 +53,10 @@ def build_loss(name: str, params: dict[str, Any], num_classes: int, embedding_di
     cls = _loss_class(name)
     wanted = inspect.signature(cls.__init__).parameters
     provided = {"num_classes": num_classes, "embedding_dim": embedding_dim}
-    return cls(**params, **{key: value for key, value in provided.items() if key in wanted})
+    try:
+        return cls(**params, **{key: value for key, value in provided.items() if key in wanted})
+    except ValueError as exc:  # a constructor's own check of its arguments, e.g. gamma <= 0
+        raise UserError(f"loss {name!r}: {exc}") from exc
 
 
 def _loss_class(name: str) -> type[nn.Module]:

@@ -163,8 +163,25 @@ def test_console_script_is_installed():
 
 
 @pytest.mark.slow
-def test_the_demo_reaches_the_promised_recall(tmp_path, capsys):
-    """`retrieval train` with no arguments: the README's main job, test Recall@1 >= 0.97."""
-    assert main(["train", "--output-dir", str(tmp_path / "demo")]) == 0
+@pytest.mark.parametrize("config", [None, "configs/digits_circle.yaml", "configs/digits_triplet.yaml"])
+def test_the_digits_demos_reach_the_promised_recall(config, tmp_path, capsys):
+    """`retrieval train` with no arguments (the README's main job) and the pair-loss demos: Recall@1 >= 0.97."""
+    args = ["--config", str(Path(__file__).resolve().parents[2] / config)] if config else []
+    assert main(["train", *args, "--output-dir", str(tmp_path / "demo")]) == 0
     recall = float(re.search(r"^Recall@1: (\d\.\d{4})$", capsys.readouterr().out, re.M).group(1))
     assert recall >= 0.97
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["loss.name=circle", "loss.gamma=-1"], "loss 'circle': gamma must be > 0"),
+        (["loss.name=circle", "data.p=20"], "PK sampler (data.p=20, data.k=4):"),
+        (["loss.name=triplet", "loss.miner=hardest"], "loss 'triplet': "),
+    ],
+)
+def test_bad_loss_and_sampler_arguments_are_one_line(overrides, message, tmp_path, csv_dataset, capsys):
+    config = _csv_config(tmp_path, csv_dataset)
+    args = [arg for override in overrides for arg in ("--set", override)]
+    assert main(["train", "--config", str(config), *args]) == 2
+    assert message in _error_line(capsys)

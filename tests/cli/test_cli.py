@@ -142,6 +142,14 @@ def test_test_split_without_any_positive_is_refused_before_training(tmp_path, cs
     assert not (tmp_path / "run").exists()
 
 
+def test_missing_image_is_one_line_before_training(tmp_path, csv_dataset, capsys):
+    (csv_dataset.parent / "images" / "test_100_2.png").unlink()
+    config = _csv_config(tmp_path, csv_dataset)
+    assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
+    assert "1 image(s) listed in" in _error_line(capsys)
+    assert not (tmp_path / "run").exists()
+
+
 @pytest.mark.parametrize("workers", [0, 1])
 def test_corrupt_image_is_one_line_also_from_a_worker(tmp_path, csv_dataset, capsys, workers):
     (csv_dataset.parent / "images" / "train_0_0.png").write_bytes(b"\x89PNG broken")

@@ -4,26 +4,17 @@ import math
 
 import pytest
 import torch
+from pair_batches import LABEL_SETS, make_embeddings, unit_rows
 from pytorch_metric_learning import losses as pml_losses
 
 from retrieval.losses.circle import CircleLoss
 
 # (rtol, atol) per dtype for losses of magnitude ~100 and their gradients.
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-12)}
-LABEL_SETS = {
-    "pk": [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
-    "uneven": [0, 1, 0, 2, 2, 1, 3, 0, 4, 4, 4, 5],  # 3 and 5 have no positive
-}
-
-
-def _embeddings(seed: int, size: int, dtype: torch.dtype) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(size, 16, generator=generator, dtype=dtype)).requires_grad_(True)
 
 
 def _naive_circle(embeddings: torch.Tensor, labels: list[int], m: float, gamma: float) -> float:
-    rows = embeddings.double().tolist()
-    unit = [[v / math.sqrt(sum(w * w for w in row)) for v in row] for row in rows]
+    unit = unit_rows(embeddings)
     losses = []
     for i in range(len(labels)):
         positive_logits, negative_logits = [], []
@@ -50,7 +41,7 @@ def _logsumexp(values: list[float]) -> float:
 @pytest.mark.parametrize("labels", LABEL_SETS.values(), ids=LABEL_SETS.keys())
 @pytest.mark.parametrize(("m", "gamma"), [(0.25, 256.0), (0.4, 80.0)])
 def test_matches_naive_loop(dtype: torch.dtype, labels: list[int], m: float, gamma: float) -> None:
-    embeddings = _embeddings(0, len(labels), dtype)
+    embeddings = make_embeddings(0, len(labels), dtype)
     loss = CircleLoss(m=m, gamma=gamma)(embeddings, torch.tensor(labels))
     rtol, atol = TOLERANCES[dtype]
     assert loss.dtype == dtype
@@ -61,7 +52,7 @@ def test_matches_naive_loop(dtype: torch.dtype, labels: list[int], m: float, gam
 @pytest.mark.parametrize("labels", LABEL_SETS.values(), ids=LABEL_SETS.keys())
 @pytest.mark.parametrize("seed", [0, 1])
 def test_matches_pml_loss_and_gradient(dtype: torch.dtype, labels: list[int], seed: int) -> None:
-    embeddings = _embeddings(seed, len(labels), dtype)
+    embeddings = make_embeddings(seed, len(labels), dtype)
     label_tensor = torch.tensor(labels)
     ours = CircleLoss(m=0.25, gamma=256.0)(embeddings, label_tensor)
     (our_grad,) = torch.autograd.grad(ours, embeddings)
@@ -74,7 +65,7 @@ def test_matches_pml_loss_and_gradient(dtype: torch.dtype, labels: list[int], se
 
 @pytest.mark.parametrize("labels", [[0, 1, 2, 3], [7, 7, 7, 7]], ids=["no-positive", "no-negative"])
 def test_no_valid_anchor_gives_zero_loss_that_backpropagates(labels: list[int]) -> None:
-    embeddings = _embeddings(0, len(labels), torch.float32)
+    embeddings = make_embeddings(0, len(labels), torch.float32)
     loss_fn = CircleLoss()
     loss = loss_fn(embeddings, torch.tensor(labels))
     assert loss.item() == 0.0
@@ -87,13 +78,13 @@ def test_no_valid_anchor_gives_zero_loss_that_backpropagates(labels: list[int]) 
 
 def test_last_stats_counts_valid_anchors() -> None:
     loss_fn = CircleLoss()
-    loss_fn(_embeddings(0, 12, torch.float32), torch.tensor(LABEL_SETS["uneven"]))
+    loss_fn(make_embeddings(0, 12, torch.float32), torch.tensor(LABEL_SETS["uneven"]))
     assert loss_fn.last_stats["valid_anchors"].item() == 10
     assert not loss_fn.last_stats["valid_anchors"].requires_grad
 
 
 def test_half_precision_and_autocast_compute_in_float32() -> None:
-    embeddings = _embeddings(0, 16, torch.float32)
+    embeddings = make_embeddings(0, 16, torch.float32)
     labels = torch.tensor(LABEL_SETS["pk"])
     reference = CircleLoss()(embeddings, labels)
     half = CircleLoss()(embeddings.detach().half(), labels)
@@ -111,6 +102,6 @@ def test_bad_arguments_raise_with_a_fix() -> None:
     with pytest.raises(ValueError, match="gamma must be > 0"):
         CircleLoss(gamma=0.0)
     with pytest.raises(ValueError, match="one label per embedding"):
-        CircleLoss()(_embeddings(0, 16, torch.float32), torch.zeros(15, dtype=torch.long))
+        CircleLoss()(make_embeddings(0, 16, torch.float32), torch.zeros(15, dtype=torch.long))
     with pytest.raises(ValueError, match=r"2-D, shape \(B, D\)"):
         CircleLoss()(torch.randn(2, 4, 8), torch.zeros(2, dtype=torch.long))

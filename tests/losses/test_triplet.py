@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from pair_batches import LABEL_SETS, make_embeddings, unit_rows
 from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners as pml_miners
 
@@ -12,20 +13,10 @@ from retrieval.losses.triplet import TripletLoss
 from retrieval.miners import BatchHardMiner
 
 TOLERANCES = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-10, 1e-12)}
-LABEL_SETS = {
-    "pk": [0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3],
-    "uneven": [0, 1, 0, 2, 2, 1, 3, 0, 4, 4, 4, 5],  # 3 and 5 have no positive
-}
-
-
-def _embeddings(seed: int, size: int, dtype: torch.dtype) -> torch.Tensor:
-    generator = torch.Generator().manual_seed(seed)
-    return (3 * torch.randn(size, 16, generator=generator, dtype=dtype)).requires_grad_(True)
 
 
 def _naive_distances(embeddings: torch.Tensor) -> list[list[float]]:
-    rows = embeddings.double().tolist()
-    unit = [[v / math.sqrt(sum(w * w for w in row)) for v in row] for row in rows]
+    unit = unit_rows(embeddings)
     return [[math.dist(a, b) for b in unit] for a in unit]
 
 
@@ -63,7 +54,7 @@ def _naive_semihard(distances: list[list[float]], labels: list[int], margin: flo
 @pytest.mark.parametrize("labels", LABEL_SETS.values(), ids=LABEL_SETS.keys())
 @pytest.mark.parametrize("margin", [0.05, 0.2, 1.0])
 def test_all_matches_pml_loss_and_gradient(dtype: torch.dtype, labels: list[int], margin: float) -> None:
-    embeddings = _embeddings(0, len(labels), dtype)
+    embeddings = make_embeddings(0, len(labels), dtype)
     label_tensor = torch.tensor(labels)
     ours = TripletLoss(margin=margin, miner="all")(embeddings, label_tensor)
     (our_grad,) = torch.autograd.grad(ours, embeddings)
@@ -78,7 +69,7 @@ def test_all_matches_pml_loss_and_gradient(dtype: torch.dtype, labels: list[int]
 @pytest.mark.parametrize("labels", LABEL_SETS.values(), ids=LABEL_SETS.keys())
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_batch_hard_matches_naive_loop(dtype: torch.dtype, labels: list[int], seed: int) -> None:
-    embeddings = _embeddings(seed, len(labels), dtype)
+    embeddings = make_embeddings(seed, len(labels), dtype)
     loss = TripletLoss(margin=0.2, miner="batch_hard")(embeddings, torch.tensor(labels))
     distances = _naive_distances(embeddings)
     expected = _naive_loss(distances, _naive_batch_hard(distances, labels), 0.2)
@@ -91,7 +82,7 @@ def test_batch_hard_matches_naive_loop(dtype: torch.dtype, labels: list[int], se
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("margin", [0.1, 0.2, 0.5])
 def test_semihard_matches_naive_loop(dtype: torch.dtype, labels: list[int], seed: int, margin: float) -> None:
-    embeddings = _embeddings(seed, len(labels), dtype)
+    embeddings = make_embeddings(seed, len(labels), dtype)
     loss_fn = TripletLoss(margin=margin, miner="semihard")
     loss = loss_fn(embeddings, torch.tensor(labels))
     distances = _naive_distances(embeddings)
@@ -103,7 +94,7 @@ def test_semihard_matches_naive_loop(dtype: torch.dtype, labels: list[int], seed
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_batch_hard_matches_pml_miner_and_loss(dtype: torch.dtype) -> None:
-    embeddings = _embeddings(3, 16, dtype)
+    embeddings = make_embeddings(3, 16, dtype)
     labels = torch.tensor(LABEL_SETS["pk"])
     ours = TripletLoss(margin=0.2, miner=BatchHardMiner())(embeddings, labels)
     (our_grad,) = torch.autograd.grad(ours, embeddings)
@@ -118,7 +109,7 @@ def test_batch_hard_matches_pml_miner_and_loss(dtype: torch.dtype) -> None:
 @pytest.mark.parametrize("miner", ["all", "batch_hard", "semihard"])
 @pytest.mark.parametrize("labels", [[0, 1, 2, 3], [7, 7, 7, 7]], ids=["no-positive", "no-negative"])
 def test_no_triplet_gives_zero_loss_that_backpropagates(miner: str, labels: list[int]) -> None:
-    embeddings = _embeddings(0, len(labels), torch.float32)
+    embeddings = make_embeddings(0, len(labels), torch.float32)
     loss_fn = TripletLoss(miner=miner)
     loss = loss_fn(embeddings, torch.tensor(labels))
     assert loss.item() == 0.0
@@ -140,7 +131,7 @@ def test_all_easy_triplets_give_zero_loss() -> None:
 
 @pytest.mark.parametrize("miner", ["all", "batch_hard", "semihard"])
 def test_duplicate_embeddings_keep_gradients_finite(miner: str) -> None:
-    base = _embeddings(0, 8, torch.float32).detach()
+    base = make_embeddings(0, 8, torch.float32).detach()
     embeddings = torch.cat([base, base]).requires_grad_(True)  # every image twice, as a short class filled by PKSampler
     labels = torch.arange(8).repeat(2)
     TripletLoss(miner=miner)(embeddings, labels).backward()
@@ -148,14 +139,14 @@ def test_duplicate_embeddings_keep_gradients_finite(miner: str) -> None:
 
 
 def test_distance_matrix_matches_cdist() -> None:
-    embeddings = _embeddings(0, 16, torch.float64).detach()
+    embeddings = make_embeddings(0, 16, torch.float64).detach()
     unit = torch.nn.functional.normalize(embeddings, dim=1)
     distances = euclidean_distance_matrix(cosine_similarity_matrix(embeddings))
     torch.testing.assert_close(distances, torch.cdist(unit, unit), rtol=0, atol=1e-7)
 
 
 def test_half_precision_and_autocast_compute_in_float32() -> None:
-    embeddings = _embeddings(0, 16, torch.float32)
+    embeddings = make_embeddings(0, 16, torch.float32)
     labels = torch.tensor(LABEL_SETS["pk"])
     reference = TripletLoss(miner="all")(embeddings, labels)
     assert TripletLoss(miner="all")(embeddings.detach().half(), labels).dtype == torch.float32
@@ -171,4 +162,4 @@ def test_bad_arguments_raise_with_a_fix() -> None:
     with pytest.raises(ValueError, match="valid names: all, batch_hard, semihard"):
         TripletLoss(miner="hard")
     with pytest.raises(ValueError, match="one label per embedding"):
-        TripletLoss()(_embeddings(0, 16, torch.float32), torch.zeros(15, dtype=torch.long))
+        TripletLoss()(make_embeddings(0, 16, torch.float32), torch.zeros(15, dtype=torch.long))

@@ -10,8 +10,8 @@ from retrieval.cli._common import add_config_arguments
 from retrieval.config import apply_overrides, config_from_dict, load_config
 from retrieval.data import build_data
 from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.evaluate import evaluate_model, format_metrics
-from retrieval.engine.trainer import amp_dtype, resolve_device
 from retrieval.models import Embedder
 
 __all__ = ["add_parser", "run"]
@@ -35,7 +35,8 @@ def run(args: argparse.Namespace) -> int:
     model = Embedder(**model_config)
     model.load_state_dict(checkpoint["model"])
     device = resolve_device(config.train.device)
-    model.to(device)
+    channels_last = uses_channels_last(config.train.channels_last, device)
+    model = place_model(model, device, channels_last)
     data = build_data(config.data, model.data_config())
     metrics = evaluate_model(
         model,
@@ -44,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
         device,
         num_workers=config.data.num_workers,
         amp_dtype=amp_dtype(config.train.amp, device),
+        channels_last=channels_last,
     )
     if args.json:
         args.json.write_text(json.dumps(metrics, indent=2) + "\n")

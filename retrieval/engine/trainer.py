@@ -22,6 +22,7 @@ from tqdm import tqdm
 from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import PKSampler, RetrievalData, build_data
 from retrieval.engine.checkpoint import load_checkpoint, save_checkpoint
+from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.evaluate import evaluate_model
 from retrieval.engine.plots import plot_curves, plot_histogram
 from retrieval.errors import UserError
@@ -29,25 +30,7 @@ from retrieval.losses import PAIR_LOSSES, build_loss
 from retrieval.metrics import check_queries_have_positives
 from retrieval.models import Embedder
 
-__all__ = ["Trainer", "amp_dtype", "lr_factor", "resolve_device"]
-
-
-def resolve_device(name: str) -> torch.device:
-    """`auto` -> the first GPU if there is one, else the CPU."""
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name.startswith("cuda") and not torch.cuda.is_available():
-        raise UserError(f"train.device is {name} but no CUDA GPU is available; use train.device=cpu or auto")
-    return torch.device(name)
-
-
-def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype for `train.amp` (`auto`: bf16 on GPU, none on CPU)."""
-    if amp not in ("none", "bf16", "auto"):
-        raise UserError(f"train.amp must be none, bf16 or auto, got {amp!r}")
-    if amp == "bf16" or (amp == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
+__all__ = ["Trainer", "lr_factor"]
 
 
 def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -81,16 +64,17 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.device = resolve_device(config.train.device)
         self.amp_dtype = amp_dtype(config.train.amp, self.device)
-        self.channels_last = config.train.channels_last and self.device.type == "cuda"
+        self.channels_last = uses_channels_last(config.train.channels_last, self.device)
         _seed_everything(config.train.seed)
-        self.model = Embedder(**dataclasses.asdict(config.model)).to(self.device)
-        if self.channels_last:
-            self.model = self.model.to(memory_format=torch.channels_last)
+        self.model = place_model(Embedder(**dataclasses.asdict(config.model)), self.device, self.channels_last)
         self.data = build_data(config.data, self.model.data_config())
         check_queries_have_positives(self.data.test_labels, self.data.query_mask, self.data.gallery_mask)
         self.loss_fn = build_loss(
             config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
         ).to(self.device)
+        self.generator = torch.Generator()
+        use_pk = self._sampler_kind() == "pk"
+        self.pk_sampler = self._pk_sampler(self.data.train_labels) if use_pk else None
         self.loader = self._train_loader(self.data)
         train = config.train
         self.optimizer = torch.optim.AdamW(
@@ -107,27 +91,32 @@ class Trainer:
         self.best_recall = -1.0
         self.best_metrics: dict[str, Any] = {}
 
-    def _train_loader(self, data: RetrievalData) -> DataLoader:
-        cfg = self.config.data
-        sampler = cfg.sampler if cfg.sampler != "auto" else ("pk" if self.config.loss.name in PAIR_LOSSES else "random")
-        if self.config.loss.name in PAIR_LOSSES and sampler != "pk":
+    def _sampler_kind(self) -> str:
+        """`random` or `pk`; `auto` picks the PK sampler for pair losses, which cannot train without it."""
+        cfg, loss_name = self.config.data, self.config.loss.name
+        kind = cfg.sampler if cfg.sampler != "auto" else ("pk" if loss_name in PAIR_LOSSES else "random")
+        if kind not in ("random", "pk"):
+            raise UserError(f"data.sampler must be auto, random or pk, got {kind!r}")
+        if loss_name in PAIR_LOSSES and kind != "pk":
             raise UserError(
-                f"loss {self.config.loss.name!r} compares images within a batch and needs P classes x K images per "
+                f"loss {loss_name!r} compares images within a batch and needs P classes x K images per "
                 "batch; set data.sampler=pk (or auto) instead of random"
             )
-        self.generator = torch.Generator()
+        return kind
+
+    def _pk_sampler(self, labels: np.ndarray) -> PKSampler:
+        cfg = self.config.data
+        try:
+            return PKSampler(labels, cfg.p, cfg.k, seed=self.config.train.seed)
+        except ValueError as exc:
+            raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
+
+    def _train_loader(self, data: RetrievalData) -> DataLoader:
+        """Batches of the training set, reseeded through `self.generator` at every epoch."""
+        cfg = self.config.data
         common = {"num_workers": cfg.num_workers, "pin_memory": self.device.type == "cuda", "generator": self.generator}
-        if sampler == "pk":
-            try:
-                self.pk_sampler: PKSampler | None = PKSampler(
-                    data.train_labels, cfg.p, cfg.k, seed=self.config.train.seed
-                )
-            except ValueError as exc:
-                raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
+        if self.pk_sampler is not None:
             return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
-        if sampler != "random":
-            raise UserError(f"data.sampler must be auto, random or pk, got {sampler!r}")
-        self.pk_sampler = None
         drop_last = len(data.train) > cfg.batch_size
         return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
 

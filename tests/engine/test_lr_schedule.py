@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from retrieval.engine.trainer import amp_dtype, lr_factor
+from retrieval.engine.device import amp_dtype
+from retrieval.engine.trainer import lr_factor
 from retrieval.errors import UserError
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+from typing import Any
 
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import Config, apply_overrides, config_from_dict, load_config
@@ -25,22 +26,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    config = _resume_config(args) if args.resume else load_config(args.config, args.overrides)
+    checkpoint = load_checkpoint(args.resume) if args.resume else None
+    config = _resume_config(args, checkpoint) if checkpoint else load_config(args.config, args.overrides)
     run_dir = args.output_dir or _default_run_dir(config, args.resume)
     trainer = Trainer(config, run_dir)
-    if args.resume:
-        trainer.resume(args.resume)
+    if checkpoint:
+        trainer.resume(checkpoint)
     metrics = trainer.fit()
     print(f"run directory: {run_dir}  (best Recall@1 at epoch {metrics['epoch']}: checkpoints/best.pt)")
     print(format_metrics(metrics))
     return 0
 
 
-def _resume_config(args: argparse.Namespace) -> Config:
+def _resume_config(args: argparse.Namespace, checkpoint: dict[str, Any]) -> Config:
     """A resumed run keeps its own config unless --config is given; --set still applies (e.g. more epochs)."""
     if args.config:
         return load_config(args.config, args.overrides)
-    return config_from_dict(apply_overrides(load_checkpoint(args.resume)["config"], args.overrides))
+    return config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
 
 
 def _default_run_dir(config: Config, resume: Path | None) -> Path:

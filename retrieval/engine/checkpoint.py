@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +15,14 @@ import torch
 from retrieval import __version__
 from retrieval.errors import UserError
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "load_checkpoint", "save_checkpoint", "state_checksum"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "copy_checkpoint",
+    "load_checkpoint",
+    "save_checkpoint",
+    "state_checksum",
+]
 
 CHECKPOINT_FORMAT = "retrieval-checkpoint"
 CHECKPOINT_VERSION = 1
@@ -42,9 +52,22 @@ def save_checkpoint(path: Path, payload: dict[str, Any], model_config: dict[str,
         "checksum": state_checksum(payload["model"]),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
+    with _replaced_atomically(path) as temporary:
+        torch.save({**payload, "manifest": manifest}, temporary)
+
+
+def copy_checkpoint(source: Path, destination: Path) -> None:
+    """Copy a written checkpoint, atomically: `best.pt` is the epoch's `last.pt`, serialized and hashed once."""
+    with _replaced_atomically(destination) as temporary:
+        shutil.copyfile(source, temporary)
+
+
+@contextmanager
+def _replaced_atomically(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside `path`; on success rename it over `path`, else remove it."""
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        torch.save({**payload, "manifest": manifest}, temporary)
+        yield temporary
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

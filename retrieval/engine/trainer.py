@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import PKSampler, RetrievalData, build_data
-from retrieval.engine.checkpoint import load_checkpoint, save_checkpoint
+from retrieval.engine.checkpoint import copy_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.evaluate import evaluate_model
 from retrieval.engine.plots import plot_curves, plot_histogram
@@ -120,9 +120,8 @@ class Trainer:
         drop_last = len(data.train) > cfg.batch_size
         return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
 
-    def resume(self, checkpoint_path: Path) -> None:
-        """Continue from a `last.pt`: weights, proxies, optimizer, epoch and best score."""
-        checkpoint = load_checkpoint(checkpoint_path)
+    def resume(self, checkpoint: dict[str, Any]) -> None:
+        """Continue from a loaded `last.pt`: weights, proxies, optimizer, epoch and best score."""
         self.model.load_state_dict(checkpoint["model"])
         self.loss_fn.load_state_dict(checkpoint["loss"])
         self.optimizer.load_state_dict(checkpoint["optimizer"])
@@ -234,7 +233,7 @@ class Trainer:
         checkpoints = self.run_dir / "checkpoints"
         save_checkpoint(checkpoints / "last.pt", payload, model_config)
         if improved:
-            save_checkpoint(checkpoints / "best.pt", payload, model_config)
+            copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
 
     def _read_records(self) -> list[dict[str, Any]]:
         """Records of epochs already trained (when resuming), so logs and plots stay whole."""

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from retrieval.engine.checkpoint import CHECKPOINT_VERSION, load_checkpoint, save_checkpoint
+from retrieval.engine.checkpoint import CHECKPOINT_VERSION, copy_checkpoint, load_checkpoint, save_checkpoint
 from retrieval.errors import UserError
 
 MODEL_CONFIG = {"backbone": "resnet10t", "embedding_dim": 8}
@@ -66,3 +66,11 @@ def test_newer_version_and_foreign_files_are_explained(tmp_path):
         load_checkpoint(path)
     with pytest.raises(UserError, match="checkpoint not found"):
         load_checkpoint(tmp_path / "missing.pt")
+
+
+def test_copy_is_atomic_and_loads_like_the_original(tmp_path):
+    source, copy = tmp_path / "last.pt", tmp_path / "best.pt"
+    save_checkpoint(source, _payload(), MODEL_CONFIG)
+    copy_checkpoint(source, copy)
+    assert load_checkpoint(copy)["manifest"] == load_checkpoint(source)["manifest"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]

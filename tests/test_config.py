@@ -51,7 +51,7 @@ def test_overrides_are_typed_by_the_field_they_set():
     ("raw", "message"),
     [
         ({"model": {"backbon": "resnet18"}}, "unknown config key model.backbon; valid keys in model: backbone, "),
-        ({"trian": {}}, r"unknown config section\(s\) \['trian'\]; valid sections: model, data, loss, train"),
+        ({"trian": {}}, r"unknown config section\(s\) \['trian'\]; valid sections: model, data, augment, loss, train"),
         ({"train": {"epochs": "ten"}}, "train.epochs must be int, got 'ten'"),
         ({"train": {"epochs": 2.5}}, "train.epochs must be int, got 2.5"),
         ({"model": {"pretrained": "maybe"}}, "model.pretrained must be bool"),

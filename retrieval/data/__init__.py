@@ -1,6 +1,6 @@
 """Datasets, transforms and samplers."""
 
-from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_split
+from retrieval.data.csv_dataset import CsvSplit, ImageDataset, load_image, read_csv_split
 from retrieval.data.datasets import DATASETS, RetrievalData, build_data
 from retrieval.data.digits import DigitsDataset, load_digits_split
 from retrieval.data.pk_sampler import PKSampler
@@ -13,6 +13,7 @@ __all__ = [
     "PKSampler",
     "RetrievalData",
     "build_data",
+    "load_image",
     "load_digits_split",
     "read_csv_split",
 ]

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from retrieval.config import DataConfig
+from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import ImageDataset, read_csv_split
 from retrieval.data.digits import DigitsDataset
-from retrieval.data.transforms import image_transforms, tensor_transforms
+from retrieval.data.transforms import build_eval_transform, build_train_transform
 from retrieval.errors import UserError
 
 __all__ = ["DATASETS", "RetrievalData", "build_data"]
@@ -31,18 +31,16 @@ class RetrievalData:
     gallery_mask: np.ndarray | None = None  # (N_test,) bool; None: every test image is in the gallery
 
 
-def _digits(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
-    train_tf, eval_tf = tensor_transforms(model_data_config)
+def _digits(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     train = DigitsDataset("train", cfg.image_size, train_tf)
     test = DigitsDataset("test", cfg.image_size, eval_tf)
     return RetrievalData(train, test, train.labels, test.labels, int(train.labels.max()) + 1)
 
 
-def _csv(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
+def _csv(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     if not cfg.path:
         raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
     train_split, test_split = read_csv_split(cfg.path, "train"), read_csv_split(cfg.path, "test")
-    train_tf, eval_tf = image_transforms(cfg.image_size, model_data_config)
     return RetrievalData(
         train=ImageDataset(train_split.paths, train_split.labels, train_tf),
         test=ImageDataset(test_split.paths, test_split.labels, eval_tf),
@@ -54,11 +52,23 @@ def _csv(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
     )
 
 
-DATASETS: dict[str, Callable[[DataConfig, dict[str, Any]], RetrievalData]] = {"digits": _digits, "csv": _csv}
+# (data config, train transform, eval transform) -> the datasets.
+DATASETS: dict[str, Callable[[DataConfig, Callable, Callable], RetrievalData]] = {"digits": _digits, "csv": _csv}
 
 
-def build_data(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
-    """Datasets for `cfg.name`, with transforms from the backbone's preprocessing config."""
+def build_data(
+    cfg: DataConfig, model_data_config: dict[str, Any], augment: AugmentConfig, in_chans: int = 3
+) -> RetrievalData:
+    """Datasets for `cfg.name`, with `augment`'s transforms at `cfg.image_size`.
+
+    Args:
+        cfg: the data section.
+        model_data_config: the backbone's timm preprocessing (`Embedder.data_config()`): mean, std, interpolation.
+        augment: the resolved augment section.
+        in_chans: the backbone's input channels: 1 gives grayscale tensors, 3 RGB.
+    """
     if cfg.name not in DATASETS:
         raise UserError(f"unknown data.name {cfg.name!r}; valid names: {', '.join(DATASETS)}")
-    return DATASETS[cfg.name](cfg, model_data_config)
+    train_tf = build_train_transform(augment, cfg.image_size, model_data_config, in_chans)
+    eval_tf = build_eval_transform(augment, cfg.image_size, model_data_config, in_chans)
+    return DATASETS[cfg.name](cfg, train_tf, eval_tf)

@@ -67,7 +67,7 @@ class Trainer:
         self.channels_last = uses_channels_last(config.train.channels_last, self.device)
         _seed_everything(config.train.seed)
         self.model = place_model(Embedder(**dataclasses.asdict(config.model)), self.device, self.channels_last)
-        self.data = build_data(config.data, self.model.data_config())
+        self.data = build_data(config.data, self.model.data_config(), config.augment, config.model.in_chans)
         check_queries_have_positives(self.data.test_labels, self.data.query_mask, self.data.gallery_mask)
         self.loss_fn = build_loss(
             config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim

@@ -46,7 +46,7 @@ DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits_demo.
 class ModelConfig:
     backbone: str = "resnet50"  # any timm model name
     embedding_dim: int = 128  # size of the L2-normalized embedding
-    pooling: str = "avgmax"  # avg | max | avgmax (sum of both) | gem
+    pooling: str = "avgmax"  # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
     in_chans: int = 3  # input channels

@@ -9,6 +9,7 @@ types are errors that list the valid keys: a typo is never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import math
 import types
 import typing
@@ -37,8 +38,8 @@ __all__ = [
     "save_config",
 ]
 
-# `retrieval train` without --config: the embedded digits demo.
-DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits_demo.yaml"
+# `retrieval train` without --config: the embedded digits demo, shipped as package data.
+DEMO_CONFIG = Path(str(importlib.resources.files("retrieval.resources") / "digits_demo.yaml"))
 
 
 @dataclass

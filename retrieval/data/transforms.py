@@ -39,8 +39,8 @@ def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[flo
         UserError: for `in_chans` other than 1 or 3 (image files are read as grayscale or RGB).
 
     Example:
-        >>> channel_stats({"mean": (0.4, 0.5, 0.6), "std": (0.2, 0.2, 0.2)}, 1)
-        ((0.5,), (0.2,))
+        >>> channel_stats({"mean": (0.25, 0.5, 0.75), "std": (0.25, 0.25, 0.25)}, 1)
+        ((0.5,), (0.25,))
     """
     if in_chans not in (1, 3):
         raise UserError(f"model.in_chans={in_chans}: images are read as grayscale or RGB; set model.in_chans to 1 or 3")

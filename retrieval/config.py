@@ -90,7 +90,7 @@ class AugmentConfig:
     affine_translate: float  # random shift up to this fraction of the width and height (0: none)
     affine_scale: tuple[float, float]  # random zoom range (1,1: none)
     affine_shear: float  # random horizontal shear in [-degrees, degrees], e.g. italic vs upright (0: none)
-    color_jitter: float  # brightness/contrast/saturation jitter strength (0: none)
+    color_jitter: float  # brightness/contrast/saturation jitter strength (0: none; timm skips it with auto_augment)
     auto_augment: str | None  # timm policy, e.g. rand-m9-mstd0.5 (RandAugment) or original; null: none
     random_erasing: float  # probability of erasing a random rectangle after normalization (timm)
     eval_mode: str  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)

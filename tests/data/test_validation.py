@@ -35,7 +35,7 @@ def test_image_holdout_takes_a_share_of_every_class_and_leaves_one_to_train():
 
 def test_digits_validation_split_is_carved_from_training_only():
     config = load_config(None, ["data.val_fraction=0", "data.val_classes=3"])
-    data = build_data(config.data, {"mean": (0.5,) * 3, "std": (0.5,) * 3})
+    data = build_data(config.data, {"mean": (0.5,) * 3, "std": (0.5,) * 3}, config.augment)
     assert data.num_classes == 7 and set(np.unique(data.train_labels)) == set(range(7))
     assert len(np.unique(data.val.labels)) == 3 and len(data.train) + len(data.val.dataset) == 898
     assert len(data.test.dataset) == 899

@@ -59,3 +59,15 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32) -> Pa
 @pytest.fixture(scope="session")
 def tiny_checkpoint(tmp_path_factory) -> Path:
     return write_tiny_checkpoint(tmp_path_factory.mktemp("checkpoint") / "best.pt")
+
+
+@pytest.fixture(scope="session")
+def other_checkpoint(tmp_path_factory) -> Path:
+    """Same architecture as `tiny_checkpoint`, other weights: a checkpoint an index must refuse."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("checkpoint") / "other.pt", seed=1)
+
+
+@pytest.fixture(scope="session")
+def csv_dataset_factory():
+    """`write_csv_dataset` for fixtures of wider scope (conftest modules are not importable by name)."""
+    return write_csv_dataset

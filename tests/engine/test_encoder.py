@@ -7,7 +7,6 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from conftest import write_csv_dataset, write_tiny_checkpoint
 from PIL import Image
 
 from retrieval.data.transforms import image_transforms
@@ -18,9 +17,9 @@ from retrieval.models import Embedder
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
+def images(tmp_path_factory, csv_dataset_factory):
     root = tmp_path_factory.mktemp("data")
-    write_csv_dataset(root, train_classes=2, test_classes=1, per_class=3)
+    csv_dataset_factory(root, train_classes=2, test_classes=1, per_class=3)
     return sorted((root / "images").glob("*.png"))
 
 
@@ -61,7 +60,7 @@ def test_batch_size_workers_and_decoded_images_give_the_same_embeddings(tiny_che
     assert encoder.embed_images([]).shape == (0, 16)
 
 
-def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_checkpoint, tmp_path):
+def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_checkpoint, other_checkpoint, tmp_path):
     encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
     info = encoder.info()
     assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
@@ -69,8 +68,7 @@ def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_chec
     assert info["image_size"] == 32 and "Normalize" in info["transform"]
     assert encoder_for_index(info, device="cpu").checkpoint_sha256 == info["checkpoint_sha256"]
 
-    other = write_tiny_checkpoint(tmp_path / "other.pt", seed=1)
     with pytest.raises(UserError, match="is not the one this index was built with"):
-        encoder_for_index(info, checkpoint=other, device="cpu")
+        encoder_for_index(info, checkpoint=other_checkpoint, device="cpu")
     with pytest.raises(UserError, match="checkpoint not found"):
         encoder_for_index({**info, "checkpoint": str(tmp_path / "moved.pt")}, device="cpu")

@@ -149,7 +149,9 @@ def _add(args: argparse.Namespace) -> int:
 
 def _remove(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index)
-    removed = index.remove(np.asarray(args.ids, dtype=np.int64))
+    ids = np.unique(np.asarray(args.ids, dtype=np.int64))
+    index.metadata_for(ids)  # UserError naming unknown ids, before anything changes
+    removed = index.remove(ids)
     index.save(args.index)
     print(f"removed {removed} vectors; the index holds {index.ntotal}")
     return 0

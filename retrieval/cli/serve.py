@@ -7,6 +7,8 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from retrieval.errors import UserError
+
 __all__ = ["add_parser", "run"]
 
 
@@ -19,14 +21,25 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--checkpoint", type=Path, metavar="CKPT", help="default: the one the index records (must be the same file)"
     )
     parser.add_argument("--device", default="auto", help="where the model runs: auto | cpu | cuda (default: auto)")
+    parser.add_argument(
+        "--search-threads",
+        type=int,
+        default=1,
+        help="FAISS threads per search (default: 1; concurrent requests already use the cores, and fanning one "
+        "query out over threads mostly adds wake-up latency)",
+    )
     parser.add_argument("--max-upload-mb", type=float, default=16.0, help="largest request body (default: 16)")
 
 
 def run(args: argparse.Namespace) -> int:
+    import faiss
     import uvicorn  # the web stack loads only for this command
 
     from retrieval.serve import ServeLimits, create_app
 
+    if args.search_threads < 1:
+        raise UserError(f"--search-threads must be >= 1, got {args.search_threads}")
+    faiss.omp_set_num_threads(args.search_threads)
     limits = ServeLimits(max_upload_bytes=int(args.max_upload_mb * 2**20))
     app = create_app(args.index, checkpoint=args.checkpoint, device=args.device, limits=limits)
     if not _is_loopback(args.host):

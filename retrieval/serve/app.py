@@ -151,7 +151,7 @@ def create_app(
     """
     limits = limits or ServeLimits()
     index = SearchIndex.load(index_dir)
-    model_info = index.manifest.get("model_info") or {}
+    model_info = index.manifest.get("model") or {}
     encoder = encoder_for_index(model_info, checkpoint, device) if model_info.get("checkpoint_sha256") else None
     searcher = _Searcher(index, encoder, limits)
     static = Path(str(resources.files("retrieval.serve") / "static"))

@@ -40,7 +40,7 @@ def _error(response: httpx.Response, status: int) -> str:
 def test_health_info_and_page(client, gallery):
     assert client.get("/healthz").json() == {"status": "ok", "vectors": len(gallery.ids), "model": True}
     info = client.get("/info").json()
-    assert info["model_info"]["checkpoint_sha256"] == ImageEncoder.from_checkpoint(gallery.checkpoint).checkpoint_sha256
+    assert info["model"]["checkpoint_sha256"] == ImageEncoder.from_checkpoint(gallery.checkpoint).checkpoint_sha256
     page = client.get("/")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert '<input id="file" type="file"' in page.text and "/static/app.js" in page.text

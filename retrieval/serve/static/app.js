@@ -81,8 +81,8 @@ drop.addEventListener("drop", (event) => {
 drop.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") file.click(); });
 
 fetch("/info").then((r) => r.json()).then((manifest) => {
-  const model = manifest.model_info || {};
+  const model = manifest.model || {};
   const backbone = (model.model_config || {}).backbone || "no model";
-  const count = manifest.ntotal ?? manifest.count ?? "?";
+  const count = manifest.count ?? "?";
   $("info").textContent = `${count} vectors · ${manifest.kind || ""} ${manifest.factory || ""} · ${backbone}`;
 }).catch(() => { $("info").textContent = ""; });

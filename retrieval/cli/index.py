@@ -35,7 +35,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("index", help="build, query, update and measure a FAISS index of a checkpoint")
     actions = parser.add_subparsers(dest="index_command", required=True, metavar="ACTION")
 
-    build = actions.add_parser("build", help="embed images with a checkpoint and write an index directory")
+    build = actions.add_parser(
+        "build",
+        help="embed images with a checkpoint and write an index directory",
+        description="Embed images with a checkpoint's model and eval transform and write INDEX_DIR (index.faiss, "
+        "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
+        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
+    )
     build.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
     _add_image_inputs(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")

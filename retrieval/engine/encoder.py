@@ -121,7 +121,7 @@ class ImageEncoder:
         loader = DataLoader(
             _ImageFiles(list(paths), self.preprocess),
             batch_size=batch_size,
-            num_workers=num_workers,
+            num_workers=num_workers if len(paths) > batch_size else 0,  # one batch: workers only add start-up
             collate_fn=_collate_readable,
         )
         chunks, positions, failures = [], [], []

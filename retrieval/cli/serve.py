@@ -7,8 +7,6 @@ import ipaddress
 import sys
 from pathlib import Path
 
-from retrieval.errors import UserError
-
 __all__ = ["add_parser", "run"]
 
 
@@ -32,16 +30,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import faiss
     import uvicorn  # the web stack loads only for this command
 
     from retrieval.serve import ServeLimits, create_app
 
-    if args.search_threads < 1:
-        raise UserError(f"--search-threads must be >= 1, got {args.search_threads}")
-    faiss.omp_set_num_threads(args.search_threads)
     limits = ServeLimits(max_upload_bytes=int(args.max_upload_mb * 2**20))
-    app = create_app(args.index, checkpoint=args.checkpoint, device=args.device, limits=limits)
+    app = create_app(
+        args.index, checkpoint=args.checkpoint, device=args.device, limits=limits, search_threads=args.search_threads
+    )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)
     uvicorn.run(app, host=args.host, port=args.port, log_level="info")

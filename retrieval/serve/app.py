@@ -22,6 +22,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import faiss
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -63,10 +64,13 @@ class _RequestError(Exception):
 class _Searcher:
     """The index, the model and their locks; every method is blocking and runs in the threadpool."""
 
-    def __init__(self, index: SearchIndex, encoder: ImageEncoder | None, limits: ServeLimits) -> None:
+    def __init__(
+        self, index: SearchIndex, encoder: ImageEncoder | None, limits: ServeLimits, search_threads: int
+    ) -> None:
         self.index = index
         self.encoder = encoder
         self.limits = limits
+        self.search_threads = search_threads
         self._model_lock = threading.Lock()
         self._index_lock = threading.Lock()
         self.thumbnail = lru_cache(maxsize=limits.thumb_cache)(self._thumbnail)
@@ -104,6 +108,8 @@ class _Searcher:
         return [result for result in results if result["id"] != item_id][:k]
 
     def _search(self, vectors: np.ndarray, k: int) -> list[dict[str, Any]]:
+        # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
+        faiss.omp_set_num_threads(self.search_threads)
         with self._index_lock:
             scores, ids = self.index.search(vectors, k=k)
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored
@@ -137,6 +143,7 @@ def create_app(
     checkpoint: str | Path | None = None,
     device: str = "auto",
     limits: ServeLimits | None = None,
+    search_threads: int = 1,
 ) -> FastAPI:
     """Load the index in `index_dir` and the model it records, and return the app serving them.
 
@@ -145,15 +152,20 @@ def create_app(
         checkpoint: the index's checkpoint if it moved (must be the same file, by sha256).
         device: where the model runs (`auto`, `cpu`, `cuda`).
         limits: request limits (`ServeLimits()` by default).
+        search_threads: FAISS (OpenMP) threads per search. One: concurrent requests already use the
+            cores, and fanning a single query out over threads mostly adds wake-up latency (on a
+            busy 2-core machine, 0.2 ms with one thread vs 70 ms with two for a 20k flat search).
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded.
     """
     limits = limits or ServeLimits()
+    if search_threads < 1:
+        raise UserError(f"search_threads must be >= 1, got {search_threads}")
     index = SearchIndex.load(index_dir)
     model_info = index.manifest.get("model") or {}
     encoder = encoder_for_index(model_info, checkpoint, device) if model_info.get("checkpoint_sha256") else None
-    searcher = _Searcher(index, encoder, limits)
+    searcher = _Searcher(index, encoder, limits, search_threads)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()
 

@@ -41,7 +41,7 @@ def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory) -> Gallery:
     args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(index_dir)]
     assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
     index = SearchIndex.load(index_dir)
-    ids = np.arange(index.ntotal, dtype=np.int64)
+    ids = index.ids
     paths = [Path(row["path"]) for row in index.metadata_for(ids)]
     embeddings = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu").embed_files(paths, progress=False)
     return Gallery(index_dir, tiny_checkpoint, paths, ids, embeddings.embeddings)

@@ -117,7 +117,10 @@ class _Searcher:
         return [{**_item(row), "score": float(score)} for score, row in zip(scores[0][found], rows, strict=True)]
 
     def _thumbnail(self, item_id: int) -> tuple[bytes, str]:
-        path = Path(self.item(item_id)["path"])
+        listed = self.item(item_id)["path"]  # the only way a file name reaches the disk: the index's metadata
+        if not listed:
+            raise _RequestError(404, f"item {item_id} has no image path in the index metadata")
+        path = Path(listed)
         try:
             size = path.stat().st_size
             if size > self.limits.max_file_bytes:

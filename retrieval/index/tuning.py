@@ -20,6 +20,7 @@ import numpy as np
 from retrieval.errors import UserError
 
 __all__ = [
+    "MIN_SELF_RECALL",
     "Measurement",
     "exact_neighbors",
     "measure",
@@ -28,6 +29,7 @@ __all__ = [
     "tune_search_parameters",
 ]
 
+MIN_SELF_RECALL = 0.999  # share of stored vectors that must find themselves first under tuned parameters
 _LATENCY_QUERIES = 1000  # single-query timings per measurement: enough for a stable p99
 
 
@@ -124,7 +126,12 @@ def search_parameter_ranges(index: faiss.Index) -> dict[str, list[int]]:
 
 
 def tune_search_parameters(
-    index: faiss.Index, queries: np.ndarray, true_labels: np.ndarray, target_recall: float, k: int = 10
+    index: faiss.Index,
+    queries: np.ndarray,
+    true_labels: np.ndarray,
+    target_recall: float,
+    k: int = 10,
+    stored: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[dict[str, int], float]:
     """The cheapest search parameters of `index` whose k-recall@k on `queries` reaches `target_recall`.
 
@@ -136,12 +143,17 @@ def tune_search_parameters(
     first parameter (nprobe or efSearch) is raised only until the target is met, for each value
     of the second (k_factor_rf), since recall grows with it.
 
+    With `stored`, a setting must also let stored vectors find themselves first (at least
+    `MIN_SELF_RECALL` of them): "more like this" on an item that cannot find itself is broken,
+    and a graph index tuned on held-out queries alone can fall short of it.
+
     Args:
         index: the searchable index (without `IDMap2`: labels must be comparable to `true_labels`).
         queries: `(Q, D)` held-out queries.
         true_labels: `(Q, k)` labels of their exact top-k in `index`'s label space.
         target_recall: in (0, 1].
         k: the k of k-recall@k.
+        stored: `(vectors (S, D), labels (S,))` of a sample of stored vectors and their labels.
 
     Returns:
         `(parameters, recall)`: e.g. `{"nprobe": 32}` (empty for exact indexes) and the recall they reach.
@@ -158,7 +170,7 @@ def tune_search_parameters(
     space = faiss.ParameterSpace()
     criterion = faiss.IntersectionCriterion(len(queries), k)
     criterion.set_groundtruth(None, np.ascontiguousarray(true_labels, dtype=np.int64))
-    points = faiss.OperatingPoints()
+    points, finds_itself = faiss.OperatingPoints(), {}
     (first, first_values), *rest = ranges.items()
     for second in rest[0][1] if rest else [None]:
         for value in first_values:
@@ -168,20 +180,28 @@ def tune_search_parameters(
             distances, labels = index.search(queries, k)
             recall = criterion.evaluate(faiss.swig_ptr(distances), faiss.swig_ptr(labels))
             points.add(recall, _bytes_read(index, setting, k), key)
-            if recall >= target_recall:
+            finds_itself[key] = stored is None or _self_recall(index, *stored, k) >= MIN_SELF_RECALL
+            if recall >= target_recall and finds_itself[key]:
                 break
-    optimal = [points.optimal_pts.at(i) for i in range(points.optimal_pts.size())]
-    reached = [point for point in optimal if point.perf >= target_recall]
+    explored = [points.all_pts.at(i) for i in range(points.all_pts.size())]
+    reached = [point for point in explored if point.perf >= target_recall and finds_itself[point.key]]
     if not reached:
-        best = max(optimal, key=lambda point: point.perf)
+        best = max(explored, key=lambda point: point.perf)
         raise UserError(
-            f"no search setting reaches recall@{k} {target_recall} (best {best.perf:.4f} with {best.key}); "
-            "lower --target-recall, or use a more exact kind (hnsw, ivf, flat), more nlist or larger pq_bytes"
+            f"no search setting reaches recall@{k} {target_recall} with {MIN_SELF_RECALL:.1%} of stored vectors "
+            f"finding themselves (best recall {best.perf:.4f} with {best.key}); lower --target-recall, "
+            "or use a more exact kind (hnsw, ivf, flat), more nlist or larger pq_bytes"
         )
     cheapest = min(reached, key=lambda point: point.t)
     space.set_index_parameters(index, cheapest.key)
     parameters = {name: int(value) for name, value in (item.split("=") for item in cheapest.key.split(","))}
     return parameters, float(cheapest.perf)
+
+
+def _self_recall(index: faiss.Index, vectors: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """Share of `vectors` whose own label comes first in a k-nearest search."""
+    _, found = index.search(vectors, k)
+    return float(np.mean(found[:, 0] == labels))
 
 
 def _bytes_read(index: faiss.Index, setting: dict[str, int], k: int) -> float:

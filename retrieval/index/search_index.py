@@ -40,7 +40,8 @@ _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none 
 _TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
 _NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
 _SEED = 0
-_MMAP_FLAGS = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_MMAP_IFC  # inverted lists and flat vector storage
+_TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
+_MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
 
 
 class SearchIndex:
@@ -115,7 +116,8 @@ class SearchIndex:
                 or a dict of columns; `None` stores ids only.
             kind: `auto`, `flat`, `hnsw`, `ivf` or `ivfpq` (see `retrieval.index.choice`).
             max_memory: budget in bytes (or `"4G"`) that `auto` must fit.
-            target_recall: tune search parameters to the cheapest ones reaching this 10-recall@10.
+            target_recall: tune search parameters to the cheapest ones reaching this 10-recall@10 on
+                the held-out queries while 99.9% of (a sample of) stored vectors find themselves first.
             tuning_queries: `(Q, D)` held-out queries to measure and tune on. When `None`, up to
                 1,000 random build vectors are held out: the index is built without them,
                 measured and tuned with them as queries, then they are added.
@@ -160,11 +162,15 @@ class SearchIndex:
 
         parameters, measured = dict(plan.search_parameters), None
         if len(queries):
-            true_ids = inserted[exact_neighbors(vectors[inserted], queries, 10)]
+            true_ids = inserted[exact_neighbors(vectors[inserted], queries, _TUNED_K)]
             if target_recall is not None:
-                parameters, _ = tune_search_parameters(searchable, queries, to_label(true_ids), target_recall)
+                sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
+                stored = (vectors[sample], to_label(sample))
+                parameters, _ = tune_search_parameters(
+                    searchable, queries, to_label(true_ids), target_recall, _TUNED_K, stored
+                )
             _set_search_parameters(index, parameters)
-            measured = measure(lambda q, k: index.search(q, k), queries, true_ids, 10)
+            measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
         _add(index, vectors[held_out], held_out, progress, "adding held-out queries")
 
         manifest = {
@@ -207,10 +213,11 @@ class SearchIndex:
         queries, _ = _unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
-        extra = len(self._tombstones)
-        width = min(int(k) + extra, max(int(self._index.ntotal), 1))
+        # Never a shorter list than the k the index was tuned for: re-ranking and graph search
+        # shortlists scale with it, and the top 1 of a k=1 search should be the top 1 of k=10.
+        width = min(max(int(k), _TUNED_K) + len(self._tombstones), max(int(self._index.ntotal), 1))
         scores, ids = self._index.search(queries, width)
-        if extra:
+        if len(self._tombstones):
             keep = (ids >= 0) & ~np.isin(ids, self._tombstones)
             order = np.argsort(~keep, axis=1, kind="stable")
             scores, ids, keep = (np.take_along_axis(a, order, axis=1) for a in (scores, ids, keep))
@@ -291,9 +298,9 @@ class SearchIndex:
 
         Returns:
             `recall_at_k`, `k`, `queries`, `p50_ms`, `p99_ms` (one query, one thread), `batch_qps`,
-            `batch_threads`, `bytes_per_vector`, `ntotal`, `kind`. For ivfpq the exact reference
-            is search over the decoded vectors, so this recall leaves out compression error;
-            `manifest["measured"]` holds the build-time recall against the original vectors.
+            `batch_threads`, `bytes_per_vector` (serialized index over ntotal), `ntotal`, `kind`.
+            Every kind keeps the full vectors (ivfpq for re-ranking), so the exact reference is
+            the same as at build time.
         """
         ids, vectors = self._stored()
         if len(ids) == 0:
@@ -340,9 +347,10 @@ class SearchIndex:
 
         Args:
             directory: what `save` wrote.
-            mmap: memory-map the FAISS file instead of reading it (flat vector storage, including
-                ivfpq's re-ranking vectors, and inverted lists): opens fast and shares pages
-                between processes, but the index is read-only (`add`/`remove` raise).
+            mmap: memory-map the flat vector storage of the FAISS file instead of reading it
+                (flat, HNSW and ivfpq's re-ranking vectors; inverted lists are still read): opens
+                fast and shares pages between processes, but the index is read-only
+                (`add`/`remove` raise).
             dim: the embedding dimension the caller's model produces; a different index
                 dimension is an error.
 

@@ -18,8 +18,9 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from retrieval.config import DataConfig
-from retrieval.data.transforms import image_transforms
+from retrieval.config import AugmentConfig, config_from_dict
+from retrieval.data import flatten_image
+from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.engine.checkpoint import load_checkpoint
 from retrieval.engine.device import resolve_device
 from retrieval.errors import UserError
@@ -51,6 +52,7 @@ class ImageEncoder:
         self,
         model: Embedder,
         image_size: int,
+        augment: AugmentConfig,
         device: torch.device,
         checkpoint_path: Path,
         checkpoint_sha256: str,
@@ -62,20 +64,29 @@ class ImageEncoder:
         self.checkpoint_path = checkpoint_path
         self.checkpoint_sha256 = checkpoint_sha256
         self.model_config = model_config
-        self._transform = image_transforms(image_size, model.data_config())[1]
-        self.transform = repr(self._transform)  # what `info()` records; the lead's presets will name themselves
+        # The run's own evaluation preprocessing (augment.eval_mode, channels), so queries match the gallery.
+        stats, in_chans = model.data_config(), int(model_config.get("in_chans", 3))
+        self._transform = build_eval_transform(augment, image_size, stats, in_chans)
+        self.transform = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto") -> ImageEncoder:
-        """Load a `retrieval train` checkpoint; the architecture and image size are the checkpoint's own."""
+        """Load a `retrieval train` checkpoint; architecture, image size and eval transform are the run's own."""
         path = Path(path)
         checkpoint = load_checkpoint(path)
         model_config = {**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}
         model = Embedder(**model_config)
         model.load_state_dict(checkpoint["model"])
-        data = checkpoint.get("config", {}).get("data", {})
-        image_size = int(data.get("image_size", DataConfig.image_size))
-        return cls(model, image_size, resolve_device(device), path.resolve(), file_sha256(path), model_config)
+        config = config_from_dict(checkpoint["config"])
+        return cls(
+            model,
+            config.data.image_size,
+            config.augment,
+            resolve_device(device),
+            path.resolve(),
+            file_sha256(path),
+            model_config,
+        )
 
     @property
     def dim(self) -> int:
@@ -95,7 +106,7 @@ class ImageEncoder:
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """A PIL image -> the model's `(C, H, W)` float input; the one place where that happens."""
-        return self._transform(image.convert("RGB"))
+        return self._transform(flatten_image(image))
 
     @torch.no_grad()
     def embed_tensors(self, batch: torch.Tensor) -> np.ndarray:

@@ -9,7 +9,9 @@ import pytest
 import torch
 from PIL import Image
 
-from retrieval.data.transforms import image_transforms
+from retrieval.config import config_from_dict
+from retrieval.data import load_image
+from retrieval.data.transforms import build_eval_transform
 from retrieval.engine.checkpoint import load_checkpoint
 from retrieval.engine.encoder import ImageEncoder, encoder_for_index
 from retrieval.errors import UserError
@@ -24,13 +26,14 @@ def images(tmp_path_factory, csv_dataset_factory):
 
 
 def _reference(checkpoint_path, paths) -> np.ndarray:
-    """One image at a time through a freshly built Embedder and the eval transform of the checkpoint's size."""
+    """One image at a time through a freshly built Embedder and the run's eval transform, as evaluation reads it."""
     checkpoint = load_checkpoint(checkpoint_path)
     model = Embedder(**{**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}).eval()
     model.load_state_dict(checkpoint["model"])
-    transform = image_transforms(checkpoint["config"]["data"]["image_size"], model.data_config())[1]
+    config = config_from_dict(checkpoint["config"])
+    transform = build_eval_transform(config.augment, config.data.image_size, model.data_config(), config.model.in_chans)
     with torch.no_grad():
-        return np.concatenate([model(transform(Image.open(p).convert("RGB"))[None]).numpy() for p in paths])
+        return np.concatenate([model(transform(load_image(p))[None]).numpy() for p in paths])
 
 
 def test_embed_files_matches_one_by_one_reference_and_skips_bad_files(tiny_checkpoint, images, tmp_path):
@@ -65,7 +68,9 @@ def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_chec
     info = encoder.info()
     assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
     assert info["model_config"]["backbone"] == "resnet10t" and info["embedding_dim"] == 16
-    assert info["image_size"] == 32 and "Normalize" in info["transform"]
+    assert (
+        info["image_size"] == 32 and info["transform"]["eval_mode"] == "resize" and info["transform"]["mode"] == "RGB"
+    )
     assert encoder_for_index(info, device="cpu").checkpoint_sha256 == info["checkpoint_sha256"]
 
     with pytest.raises(UserError, match="is not the one this index was built with"):

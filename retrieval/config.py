@@ -26,8 +26,8 @@ from retrieval.models.pooling import POOLINGS
 
 __all__ = [
     "DEMO_CONFIG",
-    "AugmentConfig",
     "SELECTION_METRICS",
+    "AugmentConfig",
     "Config",
     "DataConfig",
     "LossConfig",

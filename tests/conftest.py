@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -34,3 +35,39 @@ def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3,
 @pytest.fixture
 def csv_dataset(tmp_path: Path) -> Path:
     return write_csv_dataset(tmp_path / "data")
+
+
+def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32) -> Path:
+    """A `retrieval train`-style checkpoint of an untrained resnet10t embedder (16-d, 32 px): fast to embed with."""
+    import torch
+
+    from retrieval.config import Config, ModelConfig, config_to_dict
+    from retrieval.engine.checkpoint import save_checkpoint
+    from retrieval.models import Embedder
+
+    torch.manual_seed(seed)
+    model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False)
+    config = Config(model=model_config)
+    config.data.image_size = image_size
+    model = Embedder(**dataclasses.asdict(model_config))
+    save_checkpoint(
+        path, {"model": model.state_dict(), "config": config_to_dict(config)}, dataclasses.asdict(model_config)
+    )
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint(tmp_path_factory) -> Path:
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("checkpoint") / "best.pt")
+
+
+@pytest.fixture(scope="session")
+def other_checkpoint(tmp_path_factory) -> Path:
+    """Same architecture as `tiny_checkpoint`, other weights: a checkpoint an index must refuse."""
+    return write_tiny_checkpoint(tmp_path_factory.mktemp("checkpoint") / "other.pt", seed=1)
+
+
+@pytest.fixture(scope="session")
+def csv_dataset_factory():
+    """`write_csv_dataset` for fixtures of wider scope (conftest modules are not importable by name)."""
+    return write_csv_dataset

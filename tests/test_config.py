@@ -103,31 +103,6 @@ def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
     assert load_config(None, ["loss.name=anchor", "loss.gamma=8"]).loss.params["gamma"] == 8.0  # same name: kept
 
 
-@pytest.mark.parametrize(
-    ("override", "message"),
-    [
-        ("model.pooling=nope", "model.pooling must be one of avg, max, token, avgmax, gem, got 'nope'"),
-        ("train.eval_every=0", "train.eval_every must be an integer >= 1, got 0"),
-        ("data.batch_size=0", "data.batch_size must be an integer >= 2, got 0"),
-        ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
-        ("train.lr=0", "train.lr must be a number > 0"),
-        ("train.lr=nan", "train.lr must be a number > 0"),
-        ("train.select_on=recall@2", "train.select_on must be recall@1 or map@r"),
-        ("data.val_fraction=1.5", "data.val_fraction must be a fraction in [0, 1)"),
-        ("data.val_classes=2.5", "data.val_classes must be 0, a fraction < 1 or a count"),
-        ("train.threads=0", "train.threads must be null or an integer >= 1"),
-    ],
-)
-def test_values_out_of_range_name_the_key_and_the_range(override, message):
-    with pytest.raises(UserError, match=re.escape(message)):
-        load_config(None, [override])
-
-
-def test_both_validation_holdouts_at_once_are_refused():
-    with pytest.raises(UserError, match="data.val_classes and data.val_fraction are both set"):
-        load_config(None, ["data.val_classes=2", "data.val_fraction=0.1"])
-
-
 def test_augment_preset_auto_follows_the_dataset():
     assert config_from_dict({"data": {"name": "csv"}}).augment.preset == "light"
     assert config_from_dict({"data": {"name": "digits"}}).augment.preset == "light"
@@ -159,6 +134,31 @@ def test_a_preset_set_on_the_command_line_replaces_the_files_knobs(tmp_path):
     save_config(config_from_dict({"augment": {"preset": "natural"}}), path)
     augment = load_config(path, ["augment.preset=glyph", "augment.fill=black"]).augment
     assert augment.crop_scale is None and augment.hflip == 0.0 and augment.fill == "black"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.pooling=nope", "model.pooling must be one of avg, max, token, avgmax, gem, got 'nope'"),
+        ("train.eval_every=0", "train.eval_every must be an integer >= 1, got 0"),
+        ("data.batch_size=0", "data.batch_size must be an integer >= 2, got 0"),
+        ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
+        ("train.lr=0", "train.lr must be a number > 0"),
+        ("train.lr=nan", "train.lr must be a number > 0"),
+        ("train.select_on=recall@2", "train.select_on must be recall@1 or map@r"),
+        ("data.val_fraction=1.5", "data.val_fraction must be a fraction in [0, 1)"),
+        ("data.val_classes=2.5", "data.val_classes must be 0, a fraction < 1 or a count"),
+        ("train.threads=0", "train.threads must be null or an integer >= 1"),
+    ],
+)
+def test_values_out_of_range_name_the_key_and_the_range(override, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_both_validation_holdouts_at_once_are_refused():
+    with pytest.raises(UserError, match="data.val_classes and data.val_fraction are both set"):
+        load_config(None, ["data.val_classes=2", "data.val_fraction=0.1"])
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,13 @@
 """Datasets, transforms and samplers."""
 
-from retrieval.data.csv_dataset import CsvSplit, ImageDataset, load_image, read_csv_split, read_csv_splits
+from retrieval.data.csv_dataset import (
+    CsvSplit,
+    ImageDataset,
+    flatten_image,
+    load_image,
+    read_csv_split,
+    read_csv_splits,
+)
 from retrieval.data.datasets import DATASETS, EvalSplit, RetrievalData, build_data
 from retrieval.data.digits import DigitsDataset, load_digits_split
 from retrieval.data.pk_sampler import PKSampler
@@ -15,6 +22,7 @@ __all__ = [
     "PKSampler",
     "RetrievalData",
     "build_data",
+    "flatten_image",
     "holdout_classes",
     "holdout_images",
     "load_image",

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from retrieval.errors import UserError
 
-__all__ = ["CsvSplit", "ImageDataset", "load_image", "read_csv_split", "read_csv_splits"]
+__all__ = ["CsvSplit", "ImageDataset", "flatten_image", "load_image", "read_csv_split", "read_csv_splits"]
 
 _REQUIRED = ("path", "label", "split")
 _FLAGS = ("is_query", "is_gallery")
@@ -130,31 +130,37 @@ _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B")
 
 
 def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
-    """Read an image file as `RGB` or `L`, with transparent pixels composited onto white.
-
-    A black stroke on a transparent background (RGBA, LA, or a palette / grayscale / RGB PNG with a
-    transparent colour) stays a black stroke on white; a plain conversion would drop the alpha and
-    leave the stroke on black. 16-bit grayscale is scaled to 8 bits (Pillow would clip it).
-
-    Args:
-        path: the image file.
-        mode: `RGB` or `L`; None keeps grayscale files `L` and makes all others `RGB` (the
-            transforms then convert to the channels the model takes).
+    """Read an image file as `RGB` or `L`, with transparent pixels composited onto white (`flatten_image`).
 
     Raises:
         UserError: if the file cannot be read as an image.
     """
     try:
         with Image.open(path) as image:
-            target = mode or ("L" if image.mode in _GRAY_MODES else "RGB")
-            if image.mode in _SIXTEEN_BIT:
-                image = image.point(lambda value: value / 257)
-            if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
-                white = Image.new("RGBA", image.size, (255, 255, 255, 255))
-                image = Image.alpha_composite(white, image.convert("RGBA"))
-            return image.convert(target)
+            return flatten_image(image, mode)
     except (UnidentifiedImageError, OSError) as exc:
         raise UserError(f"cannot read image {path}: {exc.__class__.__name__}; replace or remove the file") from exc
+
+
+def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
+    """An opened image as `RGB` or `L`, with transparent pixels composited onto white.
+
+    A black stroke on a transparent background (RGBA, LA, or a palette / grayscale / RGB PNG with a
+    transparent colour) stays a black stroke on white; a plain conversion would drop the alpha and
+    leave the stroke on black. 16-bit grayscale is scaled to 8 bits (Pillow would clip it).
+
+    Args:
+        image: a decoded (or lazily opened) Pillow image.
+        mode: `RGB` or `L`; None keeps grayscale images `L` and makes all others `RGB` (the
+            transforms then convert to the channels the model takes).
+    """
+    target = mode or ("L" if image.mode in _GRAY_MODES else "RGB")
+    if image.mode in _SIXTEEN_BIT:
+        image = image.point(lambda value: value / 257)
+    if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
+        white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+        image = Image.alpha_composite(white, image.convert("RGBA"))
+    return image.convert(target)
 
 
 class ImageDataset(Dataset):

@@ -1,0 +1,233 @@
+"""`retrieval index build|query|add|remove|eval`: a FAISS index of a trained embedder's gallery.
+
+The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
+new images with the same model and transform without being told; a `--checkpoint` given to them
+must be that same file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from retrieval.cli._sources import SPLITS, ImageSource, image_files, read_source
+from retrieval.engine.encoder import ImageEncoder, encoder_for_index
+from retrieval.errors import UserError
+from retrieval.index import SearchIndex, parse_memory
+
+__all__ = ["add_parser", "run"]
+
+_KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+_SPLIT_HELP = (
+    "CSV rows to index: all (default: every row, whatever its split), train, val, test, or gallery "
+    "(test rows with is_gallery=1; every test row when the CSV has no is_gallery column)"
+)
+_MAX_SHOWN_FAILURES = 20
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser("index", help="build, query, update and measure a FAISS index of a checkpoint")
+    actions = parser.add_subparsers(dest="index_command", required=True, metavar="ACTION")
+
+    build = actions.add_parser(
+        "build",
+        help="embed images with a checkpoint and write an index directory",
+        description="Embed images with a checkpoint's model and eval transform and write INDEX_DIR (index.faiss, "
+        "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
+        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
+    )
+    build.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
+    _add_image_inputs(build)
+    build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
+    build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
+    build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
+    build.add_argument(
+        "--target-recall", type=float, metavar="R", help="tune search parameters to this 10-recall@10, e.g. 0.95"
+    )
+    _add_embedding_options(build)
+
+    query = actions.add_parser("query", help="search the index with images")
+    query.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    group = query.add_mutually_exclusive_group(required=True)
+    group.add_argument("--image", type=Path, nargs="+", metavar="PATH", help="query image file(s)")
+    group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR is a query")
+    query.add_argument("-k", type=int, default=10, help="results per query (default: 10)")
+    query.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_checkpoint_check(query)
+    _add_embedding_options(query)
+
+    add = actions.add_parser("add", help="embed more images into an index (atomic)")
+    add.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    _add_image_inputs(add)
+    _add_checkpoint_check(add)
+    _add_embedding_options(add)
+
+    remove = actions.add_parser("remove", help="remove vectors by id (atomic)")
+    remove.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    remove.add_argument("--ids", type=int, nargs="+", required=True, metavar="ID", help="ids from query results")
+
+    evaluate = actions.add_parser("eval", help="recall@k vs exact search, latency and bytes/vector")
+    evaluate.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    evaluate.add_argument("-k", type=int, default=10, help="recall@k and results per query (default: 10)")
+    evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+
+def _add_image_inputs(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--csv", type=Path, metavar="FILE", help="dataset CSV: path,label,split[,...] (see --split)")
+    group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR; label = its subfolder")
+    parser.add_argument("--split", default="all", choices=SPLITS, help=_SPLIT_HELP)
+
+
+def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--checkpoint", type=Path, metavar="CKPT", help="default: the one the index records (must be the same file)"
+    )
+
+
+def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: 64)")
+    parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1), help="image decoding processes")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return {"build": _build, "query": _query, "add": _add, "remove": _remove, "eval": _eval}[args.index_command](args)
+
+
+def _build(args: argparse.Namespace) -> int:
+    max_memory = parse_memory(args.max_memory) if args.max_memory else None
+    encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    source = read_source(args.csv, args.images, args.split)
+    embeddings, rows = _embed_source(encoder, source, args)
+    index = SearchIndex.build(
+        embeddings,
+        rows,
+        kind=args.type,
+        max_memory=max_memory,
+        target_recall=args.target_recall,
+        model_info=encoder.info(),
+    )
+    index.save(args.out)
+    # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
+    measured = index.manifest.get("measured") or index.evaluate(k=10)
+    skipped = len(source.paths) - index.ntotal
+    print(f"index: {args.out} ({index.kind}: {index.factory})")
+    print(
+        f"vectors: {index.ntotal} of {len(source.paths)} images"
+        + (f" ({skipped} unreadable, skipped)" if skipped else "")
+    )
+    print(_format_measurement(measured))
+    return 0
+
+
+def _query(args: argparse.Namespace) -> int:
+    if not 1 <= args.k <= 1000:
+        raise UserError(f"-k must be between 1 and 1000, got {args.k}")
+    index = SearchIndex.load(args.index)
+    encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
+    paths = list(args.image) if args.image else image_files(args.images)
+    if not paths:
+        raise UserError(f"no images in {args.images}; pass query images with --image or --images")
+    embedded = encoder.embed_files(paths, args.batch_size, args.num_workers, progress=False)
+    if embedded.failures:
+        path, reason = embedded.failures[0]
+        raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
+    scores, ids = index.search(embedded.embeddings, k=args.k)
+    answers = [
+        {"query": str(path), "results": _results(index, scores[row], ids[row])} for row, path in enumerate(paths)
+    ]
+    print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer) for answer in answers))
+    return 0
+
+
+def _add(args: argparse.Namespace) -> int:
+    index = SearchIndex.load(args.index)
+    encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
+    source = read_source(args.csv, args.images, args.split)
+    embeddings, rows = _embed_source(encoder, source, args)
+    ids = index.add(embeddings, rows)
+    index.save(args.index)
+    print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {index.ntotal}")
+    return 0
+
+
+def _remove(args: argparse.Namespace) -> int:
+    index = SearchIndex.load(args.index)
+    ids = np.unique(np.asarray(args.ids, dtype=np.int64))
+    index.metadata_for(ids)  # UserError naming unknown ids, before anything changes
+    removed = index.remove(ids)
+    index.save(args.index)
+    print(f"removed {removed} vectors; the index holds {index.ntotal}")
+    return 0
+
+
+def _eval(args: argparse.Namespace) -> int:
+    if args.k < 1:
+        raise UserError(f"-k must be >= 1, got {args.k}")
+    index = SearchIndex.load(args.index)
+    metrics = index.evaluate(k=args.k)
+    if args.json:
+        print(json.dumps(metrics, indent=2))
+    else:
+        print(f"index: {args.index} ({index.kind}: {index.factory}), {index.ntotal} vectors")
+        print(_format_measurement(metrics))
+    return 0
+
+
+def _embed_source(
+    encoder: ImageEncoder, source: ImageSource, args: argparse.Namespace
+) -> tuple[np.ndarray, dict[str, list[str]]]:
+    """Embed every file of `source`; unreadable ones are reported on stderr and left out."""
+    embedded = encoder.embed_files(source.paths, args.batch_size, args.num_workers)
+    if embedded.failures:
+        _report_failures(embedded.failures)
+    if not len(embedded.positions):
+        raise UserError(f"none of the {len(source.paths)} images could be read; check the files")
+    return embedded.embeddings, source.rows(embedded.positions)
+
+
+def _report_failures(failures: list[tuple[str, str]]) -> None:
+    print(f"skipped {len(failures)} unreadable image(s):", file=sys.stderr)
+    for path, reason in failures[:_MAX_SHOWN_FAILURES]:
+        print(f"  {path}: {reason}", file=sys.stderr)
+    if len(failures) > _MAX_SHOWN_FAILURES:
+        print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
+
+
+def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[dict[str, Any]]:
+    found = ids >= 0  # FAISS pads with -1 when fewer than k vectors are stored
+    rows = index.metadata_for(ids[found])
+    return [
+        {"rank": rank, "score": float(score), **row}
+        for rank, (score, row) in enumerate(zip(scores[found], rows, strict=True), start=1)
+    ]
+
+
+def _table(answer: dict[str, Any]) -> str:
+    lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path"]
+    for result in answer["results"]:
+        label = str(result.get("label") or "")
+        lines.append(
+            f"{result['rank']:>4}  {result['score']:>7.4f}  {result['id']:>8}  {label:<16}  {result.get('path', '')}"
+        )
+    return "\n".join(lines)
+
+
+def _format_measurement(measured: dict[str, Any]) -> str:
+    """Recall, latency, throughput and size lines of a `SearchIndex` measurement."""
+    k = measured["k"]
+    return "\n".join(
+        [
+            f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({measured['queries']} queries)",
+            f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
+            f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
+            f"bytes/vector: {measured['bytes_per_vector']:.1f}",
+        ]
+    )

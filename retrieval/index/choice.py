@@ -1,0 +1,210 @@
+"""Which FAISS index to build: kinds, their factory strings, and the `auto` choice from N, D and memory.
+
+Every kind searches by inner product on unit vectors and keeps stable int64 ids:
+
+- `flat`: exact search, `IDMap2,Flat`; 4·D bytes a vector.
+- `hnsw`: graph search, `IDMap2,HNSW{M},Flat`; 4·D + 8·M bytes a vector (the level-0 links).
+- `ivf`: inverted lists over about 4·sqrt(N) k-means cells, `IVF{nlist},Flat`; 4·D + 8 bytes a vector.
+- `ivfpq`: inverted lists of 4-bit product-quantizer codes (D/8 bytes) scanned with SIMD, then exact
+  re-ranking of the shortlist against the full vectors (`RFlat`), `IDMap2,IVF{nlist},PQ{2·pq_bytes}x4fsr,RFlat`.
+  Resident memory is pq_bytes + 16 bytes a vector (32 for 128-d) when the index is loaded with
+  `mmap=True`: the 4·D bytes of full vectors for re-ranking are then read from the memory-mapped file.
+
+`auto` takes the most accurate kind that fits the memory budget: flat while exact search is
+still fast (N <= 20,000), HNSW when it fits, IVF, then IVF-PQ.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from dataclasses import dataclass, field
+
+from retrieval.errors import UserError
+
+__all__ = [
+    "FLAT_MAX_VECTORS",
+    "TRAINING_VECTORS_PER_CENTROID",
+    "IndexKind",
+    "IndexPlan",
+    "choose_index",
+    "parse_memory",
+    "plan_index",
+]
+
+FLAT_MAX_VECTORS = 20_000  # exact search over 20k 128-d vectors takes well under a millisecond
+TRAINING_VECTORS_PER_CENTROID = 39  # below this FAISS's k-means warns that its centroids are unreliable
+_ID_BYTES = 8  # an int64 id per vector, in the IDMap2 table or the inverted list
+_HNSW_M = 32  # links per node: recall >= 0.95 at 1M with efSearch in the low hundreds
+
+
+class IndexKind(str, enum.Enum):
+    """The index kinds `SearchIndex.build` accepts (`auto` picks one of the others)."""
+
+    AUTO = "auto"
+    FLAT = "flat"
+    HNSW = "hnsw"
+    IVF = "ivf"
+    IVFPQ = "ivfpq"
+
+    @classmethod
+    def parse(cls, kind: str | IndexKind) -> IndexKind:
+        """The kind named `kind`; an unknown name raises `UserError` listing the valid ones."""
+        try:
+            return cls(kind)
+        except ValueError:
+            valid = ", ".join(member.value for member in cls)
+            raise UserError(f"unknown index kind {kind!r}; use one of: {valid}") from None
+
+
+@dataclass(frozen=True)
+class IndexPlan:
+    """A resolved index choice: what to build and what it will cost."""
+
+    kind: IndexKind  # never AUTO
+    factory: str  # the `faiss.index_factory` string, recorded in the manifest
+    parameters: dict[str, int] = field(default_factory=dict)  # nlist, hnsw_m, pq_bytes: what shaped `factory`
+    search_parameters: dict[str, int] = field(default_factory=dict)  # defaults before tuning (nprobe, efSearch)
+    min_training_vectors: int = 0  # trained kinds refuse fewer vectors than this
+    bytes_per_vector: float = 0.0  # estimate, to compare with a memory budget
+
+    @property
+    def trained(self) -> bool:
+        """Whether the index learns centroids (IVF, PQ) before vectors can be added."""
+        return self.min_training_vectors > 0
+
+
+def parse_memory(text: str | int | None) -> int | None:
+    """Bytes from `"4G"`, `"512M"`, `"1.5GiB"`, `"800k"` or a plain integer (powers of 1024).
+
+    `None` means no budget. Raises `UserError` on anything else or on a budget <= 0.
+    """
+    if text is None or isinstance(text, int):
+        if text is not None and text <= 0:
+            raise UserError(f"memory budget must be positive, got {text}")
+        return text
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(?:i?[bB])?\s*", text)
+    if match is None:
+        raise UserError(f"cannot read memory size {text!r}; write it like 4G, 512M or 2000000")
+    value = float(match.group(1)) * 1024 ** " KMGT".index(match.group(2).upper() or " ")
+    if value < 1:
+        raise UserError(f"memory budget must be positive, got {text!r}")
+    return int(value)
+
+
+def default_nlist(n: int) -> int:
+    """About 4·sqrt(N) inverted lists, capped so each centroid gets its 39 training vectors."""
+    return max(1, min(int(round(4 * math.sqrt(n))), n // TRAINING_VECTORS_PER_CENTROID))
+
+
+def plan_index(
+    n: int,
+    dim: int,
+    kind: str | IndexKind,
+    *,
+    nlist: int | None = None,
+    hnsw_m: int | None = None,
+    pq_bytes: int | None = None,
+) -> IndexPlan:
+    """The plan for an explicit `kind` (not `auto`), with its parameters defaulted from N and D.
+
+    Args:
+        n: number of vectors the index is built from.
+        dim: their dimension.
+        kind: `flat`, `hnsw`, `ivf` or `ivfpq`.
+        nlist: inverted lists for `ivf`/`ivfpq`; default about 4·sqrt(N).
+        hnsw_m: links per HNSW node; default 32.
+        pq_bytes: bytes of the 4-bit PQ code of `ivfpq` (2·pq_bytes sub-quantizers, which must
+            divide `dim`); default D/8, i.e. 4 dimensions a sub-quantizer.
+    """
+    kind = IndexKind.parse(kind)
+    if kind is IndexKind.FLAT:
+        return IndexPlan(kind, "IDMap2,Flat", bytes_per_vector=4.0 * dim + 2 * _ID_BYTES)
+    if kind is IndexKind.HNSW:
+        m = _positive("hnsw_m", hnsw_m, _HNSW_M)
+        return IndexPlan(
+            kind,
+            f"IDMap2,HNSW{m},Flat",
+            parameters={"hnsw_m": m},
+            search_parameters={"efSearch": 64},
+            bytes_per_vector=4.0 * dim + 8.0 * m + 2 * _ID_BYTES,
+        )
+    lists = _positive("nlist", nlist, default_nlist(n))
+    if kind is IndexKind.IVF:
+        return IndexPlan(
+            kind,
+            f"IVF{lists},Flat",
+            parameters={"nlist": lists},
+            search_parameters={"nprobe": min(lists, 16)},
+            min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
+            bytes_per_vector=4.0 * dim + _ID_BYTES,
+        )
+    if kind is IndexKind.IVFPQ:
+        code_bytes = _positive("pq_bytes", pq_bytes, _default_pq_bytes(dim))
+        quantizers = 2 * code_bytes  # 4-bit codes: two sub-quantizers a byte
+        if dim % quantizers:
+            raise UserError(f"pq_bytes={code_bytes} needs a dimension divisible by {quantizers}, got {dim}")
+        return IndexPlan(
+            kind,
+            f"IDMap2,IVF{lists},PQ{quantizers}x4fsr,RFlat",
+            parameters={"nlist": lists, "pq_bytes": code_bytes},
+            search_parameters={"nprobe": min(lists, 32), "k_factor_rf": 16},
+            min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
+            bytes_per_vector=code_bytes + 2 * _ID_BYTES,
+        )
+    raise UserError("kind 'auto' has no fixed plan; call choose_index")
+
+
+def choose_index(
+    n: int,
+    dim: int,
+    max_memory: int | None = None,
+    *,
+    nlist: int | None = None,
+    hnsw_m: int | None = None,
+    pq_bytes: int | None = None,
+) -> IndexPlan:
+    """The `auto` choice: the most accurate kind whose estimated size fits `max_memory`.
+
+    Flat while exact search stays fast (N <= `FLAT_MAX_VECTORS`), then HNSW, IVF and IVF-PQ,
+    the first whose `bytes_per_vector · N` fits `max_memory` (no budget: flat or HNSW). Kinds
+    that need more training vectors than N are skipped.
+
+    Raises:
+        UserError: nothing fits the budget, not even IVF-PQ.
+    """
+    options = {"nlist": nlist, "hnsw_m": hnsw_m}
+    candidates = [plan_index(n, dim, IndexKind.FLAT)] if n <= FLAT_MAX_VECTORS else []
+    candidates += [plan_index(n, dim, IndexKind.HNSW, **options), plan_index(n, dim, IndexKind.IVF, **options)]
+    if dim % 2 == 0:
+        candidates.append(plan_index(n, dim, IndexKind.IVFPQ, pq_bytes=pq_bytes, **options))
+    for plan in candidates:
+        fits = max_memory is None or plan.bytes_per_vector * n <= max_memory
+        if fits and n >= plan.min_training_vectors:
+            return plan
+    if n < FLAT_MAX_VECTORS:  # too few vectors to train the compact kinds: exact search is also the smallest
+        flat = plan_index(n, dim, IndexKind.FLAT)
+        if max_memory is None or flat.bytes_per_vector * n <= max_memory:
+            return flat
+    smallest = candidates[-1].bytes_per_vector * n
+    raise UserError(
+        f"no index of {n:,} vectors of dimension {dim} fits in {max_memory:,} bytes "
+        f"(the smallest, {candidates[-1].kind.value}, needs about {smallest:,.0f}); raise --max-memory"
+    )
+
+
+def _default_pq_bytes(dim: int) -> int:
+    """About D/8 bytes (4 dimensions a 4-bit sub-quantizer), rounded down to a size whose quantizers divide D."""
+    fitting = [size for size in range(1, max(dim // 8, 1) + 1) if dim % (2 * size) == 0]
+    if not fitting:
+        raise UserError(f"ivfpq needs an even dimension, got {dim}; use kind 'ivf' or 'hnsw'")
+    return fitting[-1]
+
+
+def _positive(name: str, value: int | None, default: int) -> int:
+    if value is None:
+        return default
+    if int(value) != value or value <= 0:
+        raise UserError(f"{name} must be a positive integer, got {value!r}")
+    return int(value)

@@ -1,0 +1,515 @@
+"""`SearchIndex`: a FAISS index of unit embeddings with stable ids, metadata and a verified manifest.
+
+Ids are int64 and never reused: a vector keeps its id through `add`, `remove`, `save` and `load`,
+and metadata rows are joined by id, never by position. Kinds whose FAISS index removes vectors
+in place (flat, ivf) do; for the others (hnsw, ivfpq) a removed id becomes a tombstone that
+search filters out, and that the manifest lists, until the index is rebuilt.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from retrieval import __version__
+from retrieval.errors import UserError
+from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.metadata import Metadata
+from retrieval.index.storage import (
+    FORMAT,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    METADATA_FILE,
+    read_verified_manifest,
+    write_index_directory,
+)
+from retrieval.index.tuning import Measurement, exact_neighbors, measure, tune_search_parameters
+
+__all__ = ["SearchIndex"]
+
+MetadataInput = pa.Table | Mapping[str, Sequence[Any]] | None
+_ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
+_TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
+_TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
+_NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
+_SEED = 0
+_TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
+_MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
+
+
+class SearchIndex:
+    """Nearest-neighbour search by inner product over L2-normalized embeddings.
+
+    Build one with `SearchIndex.build`, open a saved one with `SearchIndex.load`.
+
+    Attributes:
+        manifest: what `save` writes to `manifest.json` (kind, factory string, parameters,
+            measured recall and latency, model information, ...).
+    """
+
+    def __init__(
+        self, index: faiss.Index, metadata: Metadata, manifest: dict[str, Any], read_only: bool = False
+    ) -> None:
+        """Wrap a built FAISS index; use `build` or `load` rather than calling this directly."""
+        self._index = index
+        self._read_only = read_only  # memory-mapped: FAISS aborts the process on a write to mapped storage
+        self._metadata = metadata
+        self.manifest = manifest
+        self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
+        self._directory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ivf id -> (list, offset)
+        _set_search_parameters(index, manifest.get("search_parameters", {}))
+
+    # -- shape ---------------------------------------------------------------------------------
+    @property
+    def dim(self) -> int:
+        """Dimension D of the stored vectors."""
+        return int(self._index.d)
+
+    @property
+    def ntotal(self) -> int:
+        """Number of searchable (not removed) vectors."""
+        return len(self._metadata)
+
+    @property
+    def kind(self) -> str:
+        """`flat`, `hnsw`, `ivf` or `ivfpq` (what `auto` chose, for an auto build)."""
+        return str(self.manifest["kind"])
+
+    @property
+    def factory(self) -> str:
+        """The `faiss.index_factory` string the index was built from."""
+        return str(self.manifest["factory"])
+
+    def __repr__(self) -> str:
+        return f"SearchIndex(kind={self.kind!r}, factory={self.factory!r}, ntotal={self.ntotal}, dim={self.dim})"
+
+    # -- building ------------------------------------------------------------------------------
+    @classmethod
+    def build(
+        cls,
+        embeddings: np.ndarray,
+        metadata: MetadataInput = None,
+        *,
+        kind: str = "auto",
+        max_memory: int | str | None = None,
+        target_recall: float | None = None,
+        tuning_queries: np.ndarray | None = None,
+        model_info: dict[str, Any] | None = None,
+        progress: bool = True,
+        nlist: int | None = None,
+        hnsw_m: int | None = None,
+        pq_bytes: int | None = None,
+    ) -> SearchIndex:
+        """Build an index over `embeddings`, measure it against exact search, and tune it if asked.
+
+        Args:
+            embeddings: `(N, D)` float embeddings; rows are L2-normalized here (a zero row is an
+                error), and the manifest records whether they already were.
+            metadata: N rows of per-vector data (path, label, any extra columns) as an Arrow table
+                or a dict of columns; `None` stores ids only.
+            kind: `auto`, `flat`, `hnsw`, `ivf` or `ivfpq` (see `retrieval.index.choice`).
+            max_memory: budget in bytes (or `"4G"`) that `auto` must fit.
+            target_recall: tune search parameters to the cheapest ones reaching this 10-recall@10 on
+                the held-out queries while 99.9% of (a sample of) stored vectors find themselves first.
+            tuning_queries: `(Q, D)` held-out queries to measure and tune on. When `None`, up to
+                1,000 random build vectors are held out: the index is built without them,
+                measured and tuned with them as queries, then they are added.
+            model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
+            progress: show progress bars.
+            nlist: inverted lists (ivf, ivfpq); default about 4·sqrt(N).
+            hnsw_m: HNSW links per node; default 32.
+            pq_bytes: ivfpq re-ranking code bytes; default 32 (48 bytes a vector with ids and the fast-scan code).
+
+        Raises:
+            UserError: bad shapes or values, a trained kind with too few vectors to train, a
+                memory budget nothing fits, or a recall target no setting reaches.
+        """
+        vectors, were_unit = _unit_rows(embeddings, "embeddings")
+        n, dim = vectors.shape
+        options = {"nlist": nlist, "hnsw_m": hnsw_m}
+        budget = parse_memory(max_memory)
+        if IndexKind.parse(kind) is IndexKind.AUTO:
+            plan = choose_index(n, dim, budget, pq_bytes=pq_bytes, **options)
+        else:
+            plan = plan_index(n, dim, kind, pq_bytes=pq_bytes, **options)
+        if n < plan.min_training_vectors:
+            raise UserError(_too_few_message(plan, n))
+        ids = np.arange(n, dtype=np.int64)
+        table = Metadata.from_rows(ids, metadata)
+        rng = np.random.default_rng(_SEED)
+
+        if tuning_queries is not None:
+            queries, _ = _unit_rows(tuning_queries, "tuning_queries", dim)
+            held_out = np.zeros(0, dtype=np.int64)
+        else:
+            held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
+            queries = vectors[held_out]
+        inserted = np.setdiff1d(ids, held_out, assume_unique=True)
+
+        index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        if plan.trained:
+            sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
+            index.train(vectors[np.sort(sample)])
+        _add(index, vectors[inserted], inserted, progress, "indexing")
+        searchable, to_label = _label_space(index)
+
+        parameters, measured = dict(plan.search_parameters), None
+        if len(queries):
+            true_ids = inserted[exact_neighbors(vectors[inserted], queries, _TUNED_K)]
+            if target_recall is not None:
+                sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
+                stored = (vectors[sample], to_label(sample))
+                parameters, _ = tune_search_parameters(
+                    searchable, queries, to_label(true_ids), target_recall, _TUNED_K, stored
+                )
+            _set_search_parameters(index, parameters)
+            measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
+        _add(index, vectors[held_out], held_out, progress, "adding held-out queries")
+
+        manifest = {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "toolkit_version": __version__,
+            "faiss_version": faiss.__version__,
+            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "kind": plan.kind.value,
+            "requested_kind": IndexKind.parse(kind).value,
+            "factory": plan.factory,
+            "parameters": plan.parameters,
+            "max_memory": budget,
+            "dimension": dim,
+            "metric": "inner_product",
+            "normalized": True,
+            "inputs_were_normalized": were_unit,
+            "count": n,
+            "next_id": n,
+            "removed_ids": [],
+            "search_parameters": parameters,
+            "target_recall": target_recall,
+            "measured": _measured(measured, index, held_out, tuning_queries),
+            "model": dict(model_info or {}),
+        }
+        return cls(index, table, manifest)
+
+    # -- searching -----------------------------------------------------------------------------
+    def search(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+        """The k most similar stored vectors of each query.
+
+        Args:
+            vectors: `(Q, D)` or `(D,)` queries; normalized here.
+            k: results per query, >= 1.
+
+        Returns:
+            `(scores, ids)`: `(Q, k)` float32 inner products, best first, and `(Q, k)` int64 ids;
+            fewer than k matches are padded with id -1 and score -inf.
+        """
+        queries, _ = _unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+            raise UserError(f"k must be a positive integer, got {k!r}")
+        # Never a shorter list than the k the index was tuned for: re-ranking and graph search
+        # shortlists scale with it, and the top 1 of a k=1 search should be the top 1 of k=10.
+        width = min(max(int(k), _TUNED_K) + len(self._tombstones), max(int(self._index.ntotal), 1))
+        scores, ids = self._index.search(queries, width)
+        if len(self._tombstones):
+            keep = (ids >= 0) & ~np.isin(ids, self._tombstones)
+            order = np.argsort(~keep, axis=1, kind="stable")
+            scores, ids, keep = (np.take_along_axis(a, order, axis=1) for a in (scores, ids, keep))
+            ids[~keep] = -1
+        scores, ids = _padded(scores[:, :k], ids[:, :k], k)
+        scores[ids < 0] = -np.inf
+        return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
+
+    def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - the public name is the API
+        """The stored `(D,)` vector of `id` (decoded, hence approximate, for ivfpq); `UserError` if unknown."""
+        self._metadata.rows_of([id])
+        if isinstance(self._index, faiss.IndexIVF):
+            list_numbers, offsets, ids = self._ivf_directory()
+            position = np.searchsorted(ids, id)
+            vector = np.empty(self.dim, dtype=np.float32)
+            self._index.reconstruct_from_offset(
+                int(list_numbers[position]), int(offsets[position]), faiss.swig_ptr(vector)
+            )
+            return vector
+        return self._index.reconstruct(int(id))
+
+    def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
+        return self._metadata.rows_for(ids)
+
+    @property
+    def ids(self) -> np.ndarray:
+        """`(ntotal,)` ascending ids of the searchable vectors."""
+        return self._metadata.ids
+
+    # -- updating ------------------------------------------------------------------------------
+    def add(self, embeddings: np.ndarray, metadata: MetadataInput = None) -> np.ndarray:
+        """Add vectors (trained kinds keep their quantizer) and their metadata; returns their new `(N,)` ids.
+
+        Ids continue after the largest id ever assigned, so a removed id is never reused.
+        """
+        self._check_writable("add to")
+        vectors, _ = _unit_rows(embeddings, "embeddings", self.dim)
+        start = int(self.manifest["next_id"])
+        ids = np.arange(start, start + len(vectors), dtype=np.int64)
+        rows = Metadata.from_rows(ids, metadata)
+        try:
+            merged = self._metadata.appended(rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise UserError(f"new metadata columns do not match the index's: {exc}") from exc
+        _add(self._index, vectors, ids, progress=False, description="adding")
+        self._metadata = merged
+        self._directory = None
+        self.manifest.update(count=len(merged), next_id=start + len(vectors))
+        return ids
+
+    def remove(self, ids: Sequence[int] | np.ndarray) -> int:
+        """Remove `ids` from search results and metadata; returns how many were removed.
+
+        Raises:
+            UserError: an id is not stored (never assigned, or already removed).
+        """
+        self._check_writable("remove from")
+        unique = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
+        remaining = self._metadata.without(unique)  # raises on unknown ids before anything changes
+        if IndexKind(self.kind) in _NATIVE_REMOVE:
+            self._index.remove_ids(faiss.IDSelectorBatch(unique))
+        else:
+            self._tombstones = np.union1d(self._tombstones, unique)
+        self._metadata = remaining
+        self._directory = None
+        self.manifest.update(count=len(remaining), removed_ids=self._tombstones.tolist())
+        return len(unique)
+
+    # -- measuring -----------------------------------------------------------------------------
+    def evaluate(self, queries: np.ndarray | None = None, k: int = 10) -> dict[str, Any]:
+        """Recall@k against exact search over the stored vectors, latency, QPS and bytes per vector.
+
+        Args:
+            queries: `(Q, D)` queries. `None` takes up to 1,000 stored vectors as queries and
+                leaves each one's own id out of both result lists (leave-one-out).
+            k: the k of k-recall@k.
+
+        Returns:
+            `recall_at_k`, `k`, `queries`, `p50_ms`, `p99_ms` (one query, one thread), `batch_qps`,
+            `batch_threads`, `bytes_per_vector` (serialized index over ntotal), `ntotal`, `kind`.
+            Every kind keeps the full vectors (ivfpq for re-ranking), so the exact reference is
+            the same as at build time.
+        """
+        ids, vectors = self._stored()
+        if len(ids) == 0:
+            raise UserError("the index is empty; add vectors before evaluating it")
+        if queries is None:
+            rng = np.random.default_rng(_SEED)
+            chosen = np.sort(rng.choice(len(ids), size=min(_TUNING_QUERIES, len(ids)), replace=False))
+            query_vectors, own = vectors[chosen], ids[chosen]
+            truth = ids[exact_neighbors(vectors, query_vectors, k + 1)]
+            true_ids = _without_own(truth, own, k)
+
+            def search(q: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+                scores, found = self.search(q, width + 1)
+                return scores, (_without_own(found, own, width) if len(q) == len(own) else found)
+
+            measured = measure(search, query_vectors, true_ids, k)
+        else:
+            query_vectors, _ = _unit_rows(queries, "queries", self.dim)
+            true_ids = ids[exact_neighbors(vectors, query_vectors, k)]
+            measured = measure(self.search, query_vectors, true_ids, k)
+        return {
+            **measured.as_dict(),
+            "bytes_per_vector": round(_index_bytes(self._index) / max(self.ntotal, 1), 1),
+            "ntotal": self.ntotal,
+            "kind": self.kind,
+        }
+
+    # -- disk ----------------------------------------------------------------------------------
+    def save(self, directory: str | Path) -> None:
+        """Write `index.faiss`, `metadata.arrow` and `manifest.json` to `directory`, atomically.
+
+        An existing index there is replaced only once the new one is complete on disk.
+        """
+        manifest = {**self.manifest, "count": self.ntotal, "stored": int(self._index.ntotal)}
+        writers = {
+            INDEX_FILE: lambda path: faiss.write_index(self._index, str(path)),
+            METADATA_FILE: self._metadata.write,
+        }
+        self.manifest = write_index_directory(directory, writers, manifest)
+
+    @classmethod
+    def load(cls, directory: str | Path, mmap: bool = False, dim: int | None = None) -> SearchIndex:
+        """Open a saved index, after verifying every file against its manifest.
+
+        Args:
+            directory: what `save` wrote.
+            mmap: memory-map the flat vector storage of the FAISS file instead of reading it
+                (flat, HNSW and ivfpq's re-ranking vectors; inverted lists are still read): opens
+                fast and shares pages between processes, but the index is read-only
+                (`add`/`remove` raise).
+            dim: the embedding dimension the caller's model produces; a different index
+                dimension is an error.
+
+        Raises:
+            UserError: saying what is wrong: missing directory or file, unreadable manifest,
+                newer format version, truncated file, checksum mismatch, wrong dimension,
+                vector count mismatch.
+        """
+        manifest = read_verified_manifest(directory)  # before FAISS parses a byte
+        path = Path(directory) / INDEX_FILE
+        expected_dim = manifest["dimension"]
+        if dim is not None and dim != expected_dim:
+            raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
+        try:
+            index = faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
+        except RuntimeError as exc:
+            raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
+        if index.d != expected_dim:
+            raise UserError(f"{path} holds {index.d}-d vectors, the manifest says {expected_dim}: wrong dimension")
+        stored = manifest.get("stored", manifest["count"])
+        if index.ntotal != stored:
+            raise UserError(f"{path} holds {index.ntotal} vectors, the manifest says {stored}: count mismatch")
+        metadata = Metadata.read(Path(directory) / METADATA_FILE)
+        if len(metadata) != manifest["count"]:
+            raise UserError(
+                f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
+                f"{manifest['count']} vectors: count mismatch"
+            )
+        return cls(index, metadata, manifest, read_only=mmap)
+
+    # -- internals ---------------------------------------------------------------------------
+    def _check_writable(self, action: str) -> None:
+        if self._read_only:
+            raise UserError(f"cannot {action} an index loaded with mmap=True (read-only); load it without mmap")
+
+    def _stored(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""
+        if isinstance(self._index, faiss.IndexIDMap2):
+            inner = faiss.downcast_index(self._index.index)
+            ids = faiss.vector_to_array(self._index.id_map)
+            vectors = inner.reconstruct_n(0, inner.ntotal) if inner.ntotal else np.zeros((0, self.dim), np.float32)
+        else:  # IVF-Flat: the inverted lists hold the raw float32 vectors
+            invlists, parts, id_parts = self._index.invlists, [], []
+            for number in range(invlists.nlist):
+                size = invlists.list_size(number)
+                if size:
+                    codes = faiss.rev_swig_ptr(invlists.get_codes(number), size * invlists.code_size)
+                    parts.append(codes.view(np.float32).reshape(size, self.dim))
+                    id_parts.append(faiss.rev_swig_ptr(invlists.get_ids(number), size))
+            ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
+            vectors = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+        live = ~np.isin(ids, self._tombstones)
+        order = np.argsort(ids[live])
+        return ids[live][order], vectors[live][order]
+
+    def _ivf_directory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`(list numbers, offsets, ids)` of every vector of an IVF index, sorted by id; cached until changed."""
+        if self._directory is None:
+            invlists = self._index.invlists
+            parts = []
+            for number in range(invlists.nlist):
+                size = invlists.list_size(number)
+                if size:
+                    ids = faiss.rev_swig_ptr(invlists.get_ids(number), size).copy()
+                    parts.append((np.full(size, number), np.arange(size), ids))
+            if parts:
+                list_numbers, offsets, ids = (np.concatenate(column) for column in zip(*parts, strict=True))
+            else:
+                list_numbers = offsets = ids = np.zeros(0, dtype=np.int64)
+            order = np.argsort(ids)
+            self._directory = (list_numbers[order], offsets[order], ids[order])
+        return self._directory
+
+
+def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np.ndarray, bool]:
+    """`array` as C-contiguous float32 `(N, D)` unit rows, and whether the rows already were unit."""
+    matrix = np.asarray(array)
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise UserError(f"{name} must be a non-empty (N, D) array, got shape {matrix.shape}")
+    if dim is not None and matrix.shape[1] != dim:
+        raise UserError(f"{name} have dimension {matrix.shape[1]}, the index holds {dim}-d vectors")
+    if not np.issubdtype(matrix.dtype, np.number):
+        raise UserError(f"{name} must be numeric, got dtype {matrix.dtype}")
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    if not np.isfinite(matrix).all():
+        raise UserError(f"{name} contain NaN or infinite values")
+    norms = np.linalg.norm(matrix, axis=1)
+    if (norms == 0).any():
+        raise UserError(f"{name} row {int(np.argmin(norms))} is all zeros and has no direction")
+    were_unit = bool(np.all(np.abs(norms - 1.0) < 1e-3))
+    return (matrix if were_unit else matrix / norms[:, None]), were_unit
+
+
+def _add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, progress: bool, description: str) -> None:
+    bar = tqdm(total=len(vectors), desc=description, unit="vec", disable=not progress or len(vectors) < _ADD_CHUNK)
+    with bar:
+        for start in range(0, len(vectors), _ADD_CHUNK):
+            stop = min(start + _ADD_CHUNK, len(vectors))
+            index.add_with_ids(vectors[start:stop], ids[start:stop])
+            bar.update(stop - start)
+
+
+def _label_space(index: faiss.Index) -> tuple[faiss.Index, Any]:
+    """The index FAISS's `ParameterSpace` can tune, and a map from ids to its labels.
+
+    `ParameterSpace` does not look through `IndexIDMap2`, so tuning runs on the wrapped index,
+    whose labels are insertion positions.
+    """
+    if isinstance(index, faiss.IndexIDMap2):
+        id_map = faiss.vector_to_array(index.id_map)
+        order = np.argsort(id_map)
+        return faiss.downcast_index(index.index), lambda ids: order[np.searchsorted(id_map, ids, sorter=order)]
+    return index, lambda ids: ids
+
+
+def _set_search_parameters(index: faiss.Index, parameters: Mapping[str, int]) -> None:
+    if parameters:
+        target = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+        faiss.ParameterSpace().set_index_parameters(target, ",".join(f"{k}={v}" for k, v in parameters.items()))
+
+
+def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    missing = k - ids.shape[1]
+    if missing <= 0:
+        return scores.copy(), ids.copy()
+    rows = ids.shape[0]
+    return (
+        np.hstack([scores, np.full((rows, missing), -np.inf, dtype=np.float32)]),
+        np.hstack([ids, np.full((rows, missing), -1, dtype=np.int64)]),
+    )
+
+
+def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
+    """The first k ids of each row of `found` other than that row's `own` id."""
+    keep = found != own[:, None]
+    order = np.argsort(~keep, axis=1, kind="stable")
+    return np.take_along_axis(found, order, axis=1)[:, :k]
+
+
+def _index_bytes(index: faiss.Index) -> int:
+    return int(faiss.serialize_index(index).size)
+
+
+def _measured(measured: Measurement | None, index: faiss.Index, held_out: np.ndarray, given: Any) -> dict[str, Any]:
+    if measured is None:
+        return {}
+    source = "given tuning queries" if given is not None else f"{len(held_out)} build vectors held out while measuring"
+    return {
+        **measured.as_dict(),
+        "bytes_per_vector": round(_index_bytes(index) / max(int(index.ntotal), 1), 1),
+        "queries_from": source,
+        "reference": "exact inner-product search over the original vectors",
+    }
+
+
+def _too_few_message(plan: IndexPlan, n: int) -> str:
+    lists = plan.parameters.get("nlist")
+    return (
+        f"kind {plan.kind.value!r} ({plan.factory}) needs at least {plan.min_training_vectors:,} vectors to train "
+        f"its centroids (39 per centroid, {lists} lists), got {n:,}; use kind 'flat' or 'hnsw', "
+        "a smaller nlist, or more vectors"
+    )

@@ -1,0 +1,178 @@
+"""An index directory on disk: atomic writes, the manifest, and verification before FAISS reads a byte.
+
+Layout of `INDEX_DIR/`: `index.faiss` (the FAISS index), `metadata.arrow` (Arrow IPC, see
+`metadata.py`) and `manifest.json`, which records the format version, the index's shape and
+settings, the model that made the embeddings, and the size and sha256 of every other file.
+
+Saving writes a temporary directory beside the target, fsyncs every file and the directory, then
+swaps it in with one atomic `renameat2(RENAME_EXCHANGE)` (Linux) so that a process killed at any
+moment leaves either the previous index or the new one, both complete. Loading checks the
+manifest, then every file's size and checksum, and only then lets `faiss.read_index` parse the
+file: FAISS trusts its input and a damaged file can crash the process.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from retrieval.errors import UserError
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "INDEX_FILE",
+    "MANIFEST_FILE",
+    "METADATA_FILE",
+    "read_verified_manifest",
+    "write_index_directory",
+]
+
+FORMAT = "retrieval-index"
+FORMAT_VERSION = 1
+INDEX_FILE = "index.faiss"
+METADATA_FILE = "metadata.arrow"
+MANIFEST_FILE = "manifest.json"
+_REQUIRED_KEYS = ("format", "version", "dimension", "metric", "normalized", "factory", "count", "files")
+
+
+def write_index_directory(
+    directory: str | Path, writers: Mapping[str, Callable[[Path], None]], manifest: dict[str, Any]
+) -> dict[str, Any]:
+    """Write `directory` atomically: each `writers[name](path)` fills one file, then the manifest.
+
+    The manifest gets a `files` entry (size and sha256 of each written file). An existing
+    directory at `directory` is replaced as a whole; if anything fails, or the process dies,
+    it is left as it was.
+
+    Returns:
+        The manifest as written.
+    """
+    target = Path(directory).absolute()
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    try:
+        files = {}
+        for name, write in writers.items():
+            write(staging / name)
+            files[name] = _describe(staging / name)
+        manifest = {**manifest, "files": files}
+        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        for path in (*(staging / name for name in files), staging / MANIFEST_FILE, staging):
+            _fsync(path)
+        _swap_in(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)  # the new files on failure, the previous index on success
+    return manifest
+
+
+def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
+    """The manifest of `directory`, after checking it and the size and sha256 of every file it lists.
+
+    Raises:
+        UserError: saying exactly what is wrong: a missing directory or file, an unreadable or
+            incomplete manifest, a format newer than this toolkit, a truncated or grown file, a
+            checksum mismatch.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        raise UserError(f"index directory not found: {directory}; build one with `retrieval index build`")
+    manifest_path = directory / MANIFEST_FILE
+    if not manifest_path.is_file():
+        raise UserError(f"{manifest_path} is missing: {directory} is not a retrieval index (or its save was lost)")
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{manifest_path} is corrupt (not JSON: {exc}); rebuild the index") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise UserError(f"{manifest_path} is not a retrieval index manifest; rebuild the index")
+    missing = [key for key in _REQUIRED_KEYS if key not in manifest]
+    if missing:
+        raise UserError(f"{manifest_path} lacks {', '.join(missing)}; rebuild the index")
+    version = manifest["version"]
+    if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
+        raise UserError(
+            f"{directory} has index format version {version!r}; this toolkit reads versions 1 to {FORMAT_VERSION}: "
+            f"upgrade retrieval (written by {manifest.get('toolkit_version', 'an unknown version')})"
+        )
+    for name in (INDEX_FILE, METADATA_FILE):
+        if name not in manifest["files"]:
+            raise UserError(f"{manifest_path} does not list {name}; rebuild the index")
+    for name, expected in manifest["files"].items():
+        if Path(name).name != name or name in (".", "..", MANIFEST_FILE):
+            raise UserError(f"{manifest_path} lists a file outside the index directory ({name!r}); rebuild the index")
+        _verify(directory / name, expected)
+    return manifest
+
+
+def _verify(path: Path, expected: Mapping[str, Any]) -> None:
+    if not path.is_file():
+        raise UserError(f"{path} is missing; the index directory is incomplete: rebuild or restore it")
+    size = path.stat().st_size
+    if size < expected["size"]:
+        raise UserError(f"{path} is truncated: {size:,} bytes, the manifest says {expected['size']:,}")
+    if size > expected["size"]:
+        raise UserError(f"{path} has {size:,} bytes, the manifest says {expected['size']:,}: it was modified")
+    if _sha256(path) != expected["sha256"]:
+        raise UserError(f"{path} is corrupt: its sha256 does not match the manifest; rebuild or restore it")
+
+
+def _describe(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "sha256": _sha256(path)}
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 22):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _swap_in(staging: Path, target: Path) -> None:
+    """Put `staging` at `target`; a previous `target` ends at `staging` (removed by the caller)."""
+    if not target.exists():
+        os.rename(staging, target)
+    elif not _exchange(staging, target):
+        # No atomic exchange (not Linux): two renames; only the instant between them has no `target`.
+        aside = staging.with_suffix(".old")
+        os.rename(target, aside)
+        os.rename(staging, target)
+        os.rename(aside, staging)
+    _fsync(target.parent)
+
+
+def _exchange(first: Path, second: Path) -> bool:
+    """Atomically swap two paths with Linux `renameat2(RENAME_EXCHANGE)`; False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    renameat2 = getattr(libc, "renameat2", None)
+    if renameat2 is None:
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
+    if result == 0:
+        return True
+    code = ctypes.get_errno()
+    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # old kernel or a file system without it
+        return False
+    raise OSError(code, os.strerror(code), str(second))

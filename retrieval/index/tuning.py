@@ -1,0 +1,236 @@
+"""Measuring and tuning an index against exact search: recall, latency, and the cheapest parameters.
+
+Recall here is k-recall@k ("10-recall@10"): the fraction of a query's k exact nearest neighbours
+that the index returns in its top k, averaged over queries. Exact neighbours come from
+`faiss.IndexFlatIP` over the same vectors. Tuning explores the index's search parameters
+(`nprobe`, `efSearch`, `k_factor_rf`) with FAISS's own `ParameterSpace`, `IntersectionCriterion`
+and `OperatingPoints` (Pareto-optimal recall against cost) and takes the cheapest point that
+reaches the target.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faiss
+import numpy as np
+
+from retrieval.errors import UserError
+
+__all__ = [
+    "MIN_SELF_RECALL",
+    "Measurement",
+    "exact_neighbors",
+    "measure",
+    "recall_at_k",
+    "search_parameter_ranges",
+    "tune_search_parameters",
+]
+
+MIN_SELF_RECALL = 0.999  # share of stored vectors that must find themselves first under tuned parameters
+_LATENCY_QUERIES = 1000  # single-query timings per measurement: enough for a stable p99
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """How an index performs on a query set, with the settings that reproduce it."""
+
+    recall_at_k: float  # k-recall@k against exact search
+    k: int
+    queries: int
+    p50_ms: float  # single query, one thread
+    p99_ms: float
+    batch_qps: float  # all queries in one call, `batch_threads` threads
+    batch_threads: int
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "recall_at_k": round(self.recall_at_k, 4),
+            "k": self.k,
+            "queries": self.queries,
+            "p50_ms": round(self.p50_ms, 4),
+            "p99_ms": round(self.p99_ms, 4),
+            "batch_qps": round(self.batch_qps, 1),
+            "batch_threads": self.batch_threads,
+        }
+
+
+def exact_neighbors(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """`(Q, k)` row positions in `vectors` `(N, D)` of each query's exact top-k by inner product."""
+    flat = faiss.IndexFlatIP(vectors.shape[1])
+    flat.add(vectors)
+    _, positions = flat.search(queries, min(k, len(vectors)))
+    return positions
+
+
+def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
+    """k-recall@k: mean over rows of |found[:, :k] ∩ truth[:, :k]| / k (ids -1 never count)."""
+    found, truth = found[:, :k], truth[:, :k]
+    hits = (found[:, :, None] == truth[:, None, :]) & (found[:, :, None] >= 0)
+    return float(hits.any(axis=2).sum() / (truth.shape[0] * k))
+
+
+def measure(
+    search: Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]],
+    queries: np.ndarray,
+    true_ids: np.ndarray,
+    k: int,
+) -> Measurement:
+    """Recall of `search(queries, k)` against `true_ids` `(Q, k)`, then its single-query latency and batch QPS.
+
+    Latency is timed query by query on one FAISS thread (what one request of a server costs),
+    over up to 1,000 queries; batch QPS runs all queries in one call on every thread.
+    """
+    threads = faiss.omp_get_max_threads()
+    started = time.perf_counter()
+    _, found = search(queries, k)
+    batch_seconds = time.perf_counter() - started
+    faiss.omp_set_num_threads(1)
+    try:
+        timings = []
+        for row in range(min(len(queries), _LATENCY_QUERIES)):
+            started = time.perf_counter()
+            search(queries[row : row + 1], k)
+            timings.append(time.perf_counter() - started)
+    finally:
+        faiss.omp_set_num_threads(threads)
+    milliseconds = 1000.0 * np.asarray(timings)
+    return Measurement(
+        recall_at_k=recall_at_k(found, true_ids, k),
+        k=k,
+        queries=len(queries),
+        p50_ms=float(np.percentile(milliseconds, 50)),
+        p99_ms=float(np.percentile(milliseconds, 99)),
+        batch_qps=len(queries) / max(batch_seconds, 1e-9),
+        batch_threads=threads,
+    )
+
+
+def search_parameter_ranges(index: faiss.Index) -> dict[str, list[int]]:
+    """The values tuning explores for `index` (the index under any `IDMap2`): powers of two, bounded.
+
+    `nprobe` up to min(nlist, 1024), `efSearch` 16..2048, `k_factor_rf` 1..64; FAISS's default
+    ranges go up to nprobe = nlist, which on a large index costs minutes of exploring.
+    """
+    ranges: dict[str, list[int]] = {}
+    ivf = _find(index, faiss.IndexIVF)
+    if ivf is not None:
+        ranges["nprobe"] = [2**p for p in range(11) if 2**p <= ivf.nlist] or [1]
+    if _find(index, faiss.IndexHNSW) is not None:
+        ranges["efSearch"] = [2**p for p in range(4, 12)]
+    if _find(index, faiss.IndexRefine) is not None:
+        ranges["k_factor_rf"] = [2**p for p in range(7)]
+    return ranges
+
+
+def tune_search_parameters(
+    index: faiss.Index,
+    queries: np.ndarray,
+    true_labels: np.ndarray,
+    target_recall: float,
+    k: int = 10,
+    stored: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[dict[str, int], float]:
+    """The cheapest search parameters of `index` whose k-recall@k on `queries` reaches `target_recall`.
+
+    Each setting from `search_parameter_ranges` is applied with FAISS's `ParameterSpace`, scored
+    with its `IntersectionCriterion` (k-recall@k) and entered into its `OperatingPoints` (recall
+    against cost); the answer is the cheapest Pareto-optimal point at or above the target. The
+    cost is the bytes a query reads (`_bytes_read`), not a timing: timings of sub-millisecond
+    searches on a busy machine are noise, and reordering them would make "cheapest" random. The
+    first parameter (nprobe or efSearch) is raised only until the target is met, for each value
+    of the second (k_factor_rf), since recall grows with it.
+
+    With `stored`, a setting must also let stored vectors find themselves first (at least
+    `MIN_SELF_RECALL` of them): "more like this" on an item that cannot find itself is broken,
+    and a graph index tuned on held-out queries alone can fall short of it.
+
+    Args:
+        index: the searchable index (without `IDMap2`: labels must be comparable to `true_labels`).
+        queries: `(Q, D)` held-out queries.
+        true_labels: `(Q, k)` labels of their exact top-k in `index`'s label space.
+        target_recall: in (0, 1].
+        k: the k of k-recall@k.
+        stored: `(vectors (S, D), labels (S,))` of a sample of stored vectors and their labels.
+
+    Returns:
+        `(parameters, recall)`: e.g. `{"nprobe": 32}` (empty for exact indexes) and the recall they reach.
+        `index` is left set to these parameters.
+
+    Raises:
+        UserError: the target is out of (0, 1], or no explored setting reaches it.
+    """
+    if not 0.0 < target_recall <= 1.0:
+        raise UserError(f"target recall must be in (0, 1], got {target_recall}")
+    ranges = search_parameter_ranges(index)
+    if not ranges:
+        return {}, 1.0
+    space = faiss.ParameterSpace()
+    criterion = faiss.IntersectionCriterion(len(queries), k)
+    criterion.set_groundtruth(None, np.ascontiguousarray(true_labels, dtype=np.int64))
+    points, finds_itself = faiss.OperatingPoints(), {}
+    (first, first_values), *rest = ranges.items()
+    for second in rest[0][1] if rest else [None]:
+        for value in first_values:
+            setting = {first: value} if second is None else {first: value, rest[0][0]: second}
+            key = ",".join(f"{name}={number}" for name, number in setting.items())
+            space.set_index_parameters(index, key)
+            distances, labels = index.search(queries, k)
+            recall = criterion.evaluate(faiss.swig_ptr(distances), faiss.swig_ptr(labels))
+            points.add(recall, _bytes_read(index, setting, k), key)
+            finds_itself[key] = stored is None or _self_recall(index, *stored, k) >= MIN_SELF_RECALL
+            if recall >= target_recall and finds_itself[key]:
+                break
+    explored = [points.all_pts.at(i) for i in range(points.all_pts.size())]
+    reached = [point for point in explored if point.perf >= target_recall and finds_itself[point.key]]
+    if not reached:
+        best = max(explored, key=lambda point: point.perf)
+        raise UserError(
+            f"no search setting reaches recall@{k} {target_recall} with {MIN_SELF_RECALL:.1%} of stored vectors "
+            f"finding themselves (best recall {best.perf:.4f} with {best.key}); lower --target-recall, "
+            "or use a more exact kind (hnsw, ivf, flat), more nlist or larger pq_bytes"
+        )
+    cheapest = min(reached, key=lambda point: point.t)
+    space.set_index_parameters(index, cheapest.key)
+    parameters = {name: int(value) for name, value in (item.split("=") for item in cheapest.key.split(","))}
+    return parameters, float(cheapest.perf)
+
+
+def _self_recall(index: faiss.Index, vectors: np.ndarray, labels: np.ndarray, k: int) -> float:
+    """Share of `vectors` whose own label comes first in a k-nearest search."""
+    _, found = index.search(vectors, k)
+    return float(np.mean(found[:, 0] == labels))
+
+
+def _bytes_read(index: faiss.Index, setting: dict[str, int], k: int) -> float:
+    """Bytes one query reads under `setting`: the cost model that ranks operating points.
+
+    nprobe lists of ntotal/nlist codes each, plus k·k_factor_rf full vectors to re-rank; an HNSW
+    search visits about efSearch nodes (only its order matters: it is tuned alone).
+    """
+    cost = 0.0
+    if "nprobe" in setting:
+        ivf = _find(index, faiss.IndexIVF)
+        cost += setting["nprobe"] * ivf.ntotal / ivf.nlist * ivf.code_size
+    if "k_factor_rf" in setting:
+        cost += k * setting["k_factor_rf"] * 4 * index.d
+    if "efSearch" in setting:
+        cost += setting["efSearch"] * 4 * index.d
+    return cost
+
+
+def _find(index: faiss.Index, kind: type) -> faiss.Index | None:
+    """The first index of type `kind` in the chain under `index` (IDMap, pre-transform, refine)."""
+    index = faiss.downcast_index(index)
+    while index is not None:
+        if isinstance(index, kind):
+            return index
+        for attribute in ("index", "base_index"):
+            if hasattr(index, attribute):
+                index = faiss.downcast_index(getattr(index, attribute))
+                break
+        else:
+            return None
+    return None

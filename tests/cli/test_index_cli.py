@@ -1,0 +1,178 @@
+"""`retrieval index build|query|add|remove|eval` end to end on a tiny CSV dataset and checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from PIL import Image
+
+from retrieval.cli.main import main
+
+NO_WORKERS = ["--num-workers", "0"]
+
+
+def _error_line(capsys) -> str:
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("error: ")
+    return err[0]
+
+
+def _query(capsys, index: Path, *args: str) -> list[dict]:
+    assert main(["index", "query", "--index", str(index), "--json", *NO_WORKERS, *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_checkpoint, csv_dataset_factory):
+    """An index of every row of a 28-image CSV in which one image is corrupt; (csv, index dir, build output)."""
+    root = tmp_path_factory.mktemp("cli")
+    csv_path = csv_dataset_factory(root / "data")
+    (csv_path.parent / "images" / "test_100_1.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
+    index = root / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(index)]
+    return csv_path, index, _run_captured([*args, "--type", "flat", *NO_WORKERS])
+
+
+def _run_captured(argv: list[str]) -> tuple[int, str, str]:
+    """`main(argv)` with its stdout and stderr (capsys is function-scoped; this fixture is not)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(argv)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_build_skips_the_unreadable_image_and_prints_a_summary(built):
+    csv_path, index, (code, out, err) = built
+    assert code == 0, err
+    assert "skipped 1 unreadable image(s):" in err and "test_100_1.png" in err
+    assert "vectors: 27 of 28 images (1 unreadable, skipped)" in out and f"index: {index} (flat: " in out
+    for line in ("recall@10 vs exact: ", "latency p50 / p99: ", "bytes/vector: "):
+        assert line in out
+    assert (index / "manifest.json").is_file()
+
+
+def test_query_finds_each_image_first_as_json_and_as_a_table(built, capsys):
+    csv_path, index, _ = built
+    image = csv_path.parent / "images" / "train_2_3.png"
+    (answer,) = _query(capsys, index, "--image", str(image), "-k", "3")
+    first = answer["results"][0]
+    assert answer["query"] == str(image) and len(answer["results"]) == 3
+    assert first["rank"] == 1 and first["path"] == str(image.resolve()) and first["score"] == pytest.approx(1, abs=1e-4)
+    assert first["label"] == "2" and first["split"] == "train"
+
+    assert main(["index", "query", "--index", str(index), "--image", str(image), *NO_WORKERS]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"query: {image}" and lines[1].split() == ["rank", "score", "id", "label", "path"]
+    assert len(lines) == 2 + 10
+    rank, score, item_id, label, path = lines[2].split()
+    assert (rank, label, path, item_id) == ("1", "2", str(image.resolve()), str(first["id"]))
+
+
+def test_a_folder_of_queries(built, capsys, tmp_path):
+    csv_path, index, _ = built
+    for name in ("train_0_0.png", "test_101_2.png"):
+        shutil.copy(csv_path.parent / "images" / name, tmp_path / name)
+    answers = _query(capsys, index, "--images", str(tmp_path), "-k", "1")
+    assert [Path(a["results"][0]["path"]).name for a in answers] == ["test_101_2.png", "train_0_0.png"]
+
+
+def test_add_remove_and_eval_update_the_index_atomically(built, capsys, tmp_path):
+    csv_path, original, _ = built
+    index = tmp_path / "index"
+    shutil.copytree(original, index)
+    new = tmp_path / "new" / "zebra"
+    new.mkdir(parents=True)
+    for i, colour in enumerate([(250, 250, 250), (5, 5, 5)]):
+        Image.new("RGB", (40, 40), colour).save(new / f"{i}.png")
+    assert main(["index", "add", "--index", str(index), "--images", str(new.parent), *NO_WORKERS]) == 0
+    out = capsys.readouterr().out
+    assert "added 2 vectors" in out and "the index holds 29" in out
+
+    (answer,) = _query(capsys, index, "--image", str(new / "1.png"), "-k", "2")
+    top = answer["results"][0]
+    assert top["path"] == str((new / "1.png").resolve()) and top["label"] == "zebra"
+
+    assert main(["index", "remove", "--index", str(index), "--ids", str(top["id"])]) == 0
+    assert "removed 1 vectors; the index holds 28" in capsys.readouterr().out
+    (answer,) = _query(capsys, index, "--image", str(new / "1.png"), "-k", "28")
+    assert top["id"] not in [r["id"] for r in answer["results"]] and len(answer["results"]) == 28
+
+    assert main(["index", "eval", "--index", str(index), "--json"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["k"] == 10 and metrics["ntotal"] == 28 and 0 <= metrics["recall_at_k"] <= 1
+    assert main(["index", "eval", "--index", str(original), "-k", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "recall@5 vs exact: " in out and "27 vectors" in out
+
+
+def test_a_split_of_the_csv(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+    index = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset), "--out", str(index)]
+    assert main([*args, "--split", "test", *NO_WORKERS]) == 0
+    assert "vectors: 12 of 12 images" in capsys.readouterr().out
+    with csv_dataset.open(newline="") as handle:
+        test_paths = {
+            str((csv_dataset.parent / r["path"]).resolve()) for r in csv.DictReader(handle) if r["split"] == "test"
+        }
+    (answer,) = _query(capsys, index, "--image", str(next(iter(test_paths))), "-k", "12")
+    assert {r["path"] for r in answer["results"]} == test_paths
+
+
+def test_a_checkpoint_other_than_the_index_one_is_refused(built, other_checkpoint, capsys):
+    csv_path, index, _ = built
+    image = csv_path.parent / "images" / "train_0_0.png"
+    args = ["index", "query", "--index", str(index), "--image", str(image), "--checkpoint", str(other_checkpoint)]
+    assert main(args) == 2
+    assert "is not the one this index was built with" in _error_line(capsys)
+    assert (
+        main(
+            [
+                "index",
+                "add",
+                "--index",
+                str(index),
+                "--images",
+                str(image.parent),
+                "--checkpoint",
+                str(other_checkpoint),
+            ]
+        )
+        == 2
+    )
+    assert "is not the one this index was built with" in _error_line(capsys)
+
+
+def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
+    csv_path, index, _ = built
+    broken = tmp_path / "query.jpg"
+    broken.write_bytes(b"not a jpeg")
+    assert main(["index", "query", "--index", str(index), "--image", str(broken), *NO_WORKERS]) == 2
+    line = _error_line(capsys)
+    assert "cannot read query image" in line and "query.jpg" in line
+    assert main(["index", "query", "--index", str(index), "--image", str(tmp_path / "missing.png"), *NO_WORKERS]) == 2
+    assert "FileNotFoundError" in _error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["query", "--index", "{tmp}/none", "--image", "x.png"], "none"),
+        (["query", "--index", "{index}", "--image", "x.png", "-k", "0"], "-k must be between 1 and 1000"),
+        (["remove", "--index", "{index}", "--ids", "12345"], "12345"),
+        (["build", "--checkpoint", "{tmp}/none.pt", "--images", "{tmp}", "--out", "{tmp}/i"], "checkpoint not found"),
+        (["build", "--checkpoint", "{ckpt}", "--images", "{tmp}/empty", "--out", "{tmp}/i"], "image folder not found"),
+        (["build", "--checkpoint", "{ckpt}", "--csv", "{tmp}/none.csv", "--out", "{tmp}/i"], "CSV not found"),
+    ],
+)
+def test_user_errors_are_one_line_with_exit_code_2(args, message, built, tiny_checkpoint, tmp_path, capsys):
+    _, index, _ = built
+    values = {"tmp": str(tmp_path), "index": str(index), "ckpt": str(tiny_checkpoint)}
+    assert main(["index", *[arg.format(**values) for arg in args]]) == 2
+    assert message in _error_line(capsys)

@@ -1,0 +1,79 @@
+"""ImageEncoder: the checkpoint's model and eval transform, batched file embedding that skips bad files."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from retrieval.config import config_from_dict
+from retrieval.data import load_image
+from retrieval.data.transforms import build_eval_transform
+from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.encoder import ImageEncoder, encoder_for_index
+from retrieval.errors import UserError
+from retrieval.models import Embedder
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory, csv_dataset_factory):
+    root = tmp_path_factory.mktemp("data")
+    csv_dataset_factory(root, train_classes=2, test_classes=1, per_class=3)
+    return sorted((root / "images").glob("*.png"))
+
+
+def _reference(checkpoint_path, paths) -> np.ndarray:
+    """One image at a time through a freshly built Embedder and the run's eval transform, as evaluation reads it."""
+    checkpoint = load_checkpoint(checkpoint_path)
+    model = Embedder(**{**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}).eval()
+    model.load_state_dict(checkpoint["model"])
+    config = config_from_dict(checkpoint["config"])
+    transform = build_eval_transform(config.augment, config.data.image_size, model.data_config(), config.model.in_chans)
+    with torch.no_grad():
+        return np.concatenate([model(transform(load_image(p))[None]).numpy() for p in paths])
+
+
+def test_embed_files_matches_one_by_one_reference_and_skips_bad_files(tiny_checkpoint, images, tmp_path):
+    text, truncated, missing = tmp_path / "text.png", tmp_path / "truncated.png", tmp_path / "missing.png"
+    text.write_text("not an image")
+    truncated.write_bytes(images[0].read_bytes()[:200])
+    paths = [images[0], text, *images[1:3], truncated, missing, images[4]]
+    encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    result = encoder.embed_files(paths, batch_size=3, progress=False)
+    assert result.positions.tolist() == [0, 2, 3, 6]
+    assert [path for path, _ in result.failures] == [str(text), str(truncated), str(missing)]
+    reasons = [reason.split(":")[0] for _, reason in result.failures]
+    assert reasons == ["UnidentifiedImageError", "OSError", "FileNotFoundError"]
+    assert result.embeddings.dtype == np.float32 and result.embeddings.shape == (4, 16)
+    expected = _reference(tiny_checkpoint, [paths[i] for i in result.positions])
+    np.testing.assert_allclose(result.embeddings, expected, atol=1e-5)
+    np.testing.assert_allclose(np.linalg.norm(result.embeddings, axis=1), 1.0, atol=1e-5)
+
+
+def test_batch_size_workers_and_decoded_images_give_the_same_embeddings(tiny_checkpoint, images):
+    encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    one = encoder.embed_files(images, batch_size=1, progress=False).embeddings
+    many = encoder.embed_files(images, batch_size=4, num_workers=1, progress=False).embeddings
+    decoded = encoder.embed_images([Image.open(p) for p in images])
+    np.testing.assert_allclose(many, one, atol=1e-5)
+    np.testing.assert_allclose(decoded, one, atol=1e-5)
+    assert encoder.embed_images([]).shape == (0, 16)
+
+
+def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_checkpoint, other_checkpoint, tmp_path):
+    encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    info = encoder.info()
+    assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
+    assert info["model_config"]["backbone"] == "resnet10t" and info["embedding_dim"] == 16
+    assert (
+        info["image_size"] == 32 and info["transform"]["eval_mode"] == "resize" and info["transform"]["mode"] == "RGB"
+    )
+    assert encoder_for_index(info, device="cpu").checkpoint_sha256 == info["checkpoint_sha256"]
+
+    with pytest.raises(UserError, match="is not the one this index was built with"):
+        encoder_for_index(info, checkpoint=other_checkpoint, device="cpu")
+    with pytest.raises(UserError, match="checkpoint not found"):
+        encoder_for_index({**info, "checkpoint": str(tmp_path / "moved.pt")}, device="cpu")

@@ -189,6 +189,7 @@ class SearchIndex:
             "normalized": True,
             "inputs_were_normalized": were_unit,
             "count": n,
+            "stored": int(index.ntotal),
             "next_id": n,
             "removed_ids": [],
             "search_parameters": parameters,
@@ -266,7 +267,7 @@ class SearchIndex:
         _add(self._index, vectors, ids, progress=False, description="adding")
         self._metadata = merged
         self._directory = None
-        self.manifest.update(count=len(merged), next_id=start + len(vectors))
+        self.manifest.update(count=len(merged), stored=int(self._index.ntotal), next_id=start + len(vectors))
         return ids
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> int:
@@ -284,7 +285,9 @@ class SearchIndex:
             self._tombstones = np.union1d(self._tombstones, unique)
         self._metadata = remaining
         self._directory = None
-        self.manifest.update(count=len(remaining), removed_ids=self._tombstones.tolist())
+        self.manifest.update(
+            count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
+        )
         return len(unique)
 
     # -- measuring -----------------------------------------------------------------------------
@@ -334,7 +337,7 @@ class SearchIndex:
 
         An existing index there is replaced only once the new one is complete on disk.
         """
-        manifest = {**self.manifest, "count": self.ntotal, "stored": int(self._index.ntotal)}
+        manifest = dict(self.manifest)
         writers = {
             INDEX_FILE: lambda path: faiss.write_index(self._index, str(path)),
             METADATA_FILE: self._metadata.write,

@@ -154,6 +154,8 @@ class SearchIndex:
         inserted = np.setdiff1d(ids, held_out, assume_unique=True)
 
         index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        if "ef_construction" in plan.parameters:
+            faiss.downcast_index(index.index).hnsw.efConstruction = plan.parameters["ef_construction"]
         if plan.trained:
             sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
             index.train(vectors[np.sort(sample)])

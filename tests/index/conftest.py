@@ -1,15 +1,13 @@
-"""Small clustered unit vectors, held-out queries and a numpy brute-force oracle for the index tests."""
+"""Small clustered unit vectors and held-out queries for the index tests, on one FAISS thread."""
 
 from __future__ import annotations
 
 import faiss
 import numpy as np
 import pytest
+from index_oracle import DIM, QUERIES, N
 
 from retrieval.index import clustered_unit_vectors
-
-N, DIM, QUERIES = 4000, 32, 200
-KINDS = ("flat", "hnsw", "ivf", "ivfpq")
 
 
 @pytest.fixture(scope="session")
@@ -22,18 +20,6 @@ def data() -> tuple[np.ndarray, np.ndarray]:
 @pytest.fixture(scope="session")
 def metadata() -> dict[str, list]:
     return {"path": [f"images/{i:05d}.png" for i in range(N)], "label": [f"class{i % 40}" for i in range(N)]}
-
-
-def brute_force(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """`(Q, k)` ids of the k largest inner products, by a full numpy sort (the oracle)."""
-    scores = queries @ vectors.T
-    return ids[np.argsort(-scores, axis=1, kind="stable")[:, :k]]
-
-
-def overlap(found: np.ndarray, truth: np.ndarray) -> float:
-    """k-recall@k by a plain Python loop over rows (independent of `recall_at_k`)."""
-    k = truth.shape[1]
-    return sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, truth, strict=True)) / (k * len(truth))
 
 
 @pytest.fixture(autouse=True, scope="session")

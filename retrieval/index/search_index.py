@@ -154,6 +154,8 @@ class SearchIndex:
         inserted = np.setdiff1d(ids, held_out, assume_unique=True)
 
         index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        if "ef_construction" in plan.parameters:
+            faiss.downcast_index(index.index).hnsw.efConstruction = plan.parameters["ef_construction"]
         if plan.trained:
             sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
             index.train(vectors[np.sort(sample)])
@@ -189,6 +191,7 @@ class SearchIndex:
             "normalized": True,
             "inputs_were_normalized": were_unit,
             "count": n,
+            "stored": int(index.ntotal),
             "next_id": n,
             "removed_ids": [],
             "search_parameters": parameters,
@@ -266,7 +269,7 @@ class SearchIndex:
         _add(self._index, vectors, ids, progress=False, description="adding")
         self._metadata = merged
         self._directory = None
-        self.manifest.update(count=len(merged), next_id=start + len(vectors))
+        self.manifest.update(count=len(merged), stored=int(self._index.ntotal), next_id=start + len(vectors))
         return ids
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> int:
@@ -284,7 +287,9 @@ class SearchIndex:
             self._tombstones = np.union1d(self._tombstones, unique)
         self._metadata = remaining
         self._directory = None
-        self.manifest.update(count=len(remaining), removed_ids=self._tombstones.tolist())
+        self.manifest.update(
+            count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
+        )
         return len(unique)
 
     # -- measuring -----------------------------------------------------------------------------
@@ -334,7 +339,7 @@ class SearchIndex:
 
         An existing index there is replaced only once the new one is complete on disk.
         """
-        manifest = {**self.manifest, "count": self.ntotal, "stored": int(self._index.ntotal)}
+        manifest = dict(self.manifest)
         writers = {
             INDEX_FILE: lambda path: faiss.write_index(self._index, str(path)),
             METADATA_FILE: self._metadata.write,

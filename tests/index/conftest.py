@@ -1,4 +1,4 @@
-"""Small clustered unit vectors and held-out queries for the index tests; one FAISS thread."""
+"""Small clustered unit vectors and held-out queries for the index tests, on one FAISS thread."""
 
 from __future__ import annotations
 

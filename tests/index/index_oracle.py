@@ -1,4 +1,4 @@
-"""Sizes of the index tests' data and a numpy brute-force oracle, independent of FAISS."""
+"""The numpy brute-force oracle and the sizes the index tests share."""
 
 from __future__ import annotations
 

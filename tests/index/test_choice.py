@@ -31,6 +31,7 @@ def test_small_collections_are_searched_exactly() -> None:
 def test_large_collections_without_a_budget_get_hnsw() -> None:
     plan = choose_index(1_000_000, 128)
     assert plan.kind is IndexKind.HNSW and plan.factory == "IDMap2,HNSW32,Flat"
+    assert plan.parameters["ef_construction"] > 40  # FAISS's default links clustered data poorly
 
 
 def test_the_budget_walks_down_from_hnsw_to_ivf_to_ivfpq() -> None:

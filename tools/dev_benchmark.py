@@ -16,6 +16,9 @@ Model selection: with `--select last` (default) the toolkit evaluates only after
 epoch, like the script; with `--select val` it evaluates every epoch and its final lines are
 the test metrics of the checkpoint chosen on the CSV's `val` rows (never on test).
 
+Tuning: `--eval-split val` gives every pipeline a copy of the CSV whose val rows are its test
+rows (the test rows dropped), so settings are compared without looking at the test set.
+
 Each row's result is kept in OUT/rows/<row>.json (with its log and command) and reused on the
 next call unless `--force`; OUT/table.md and OUT/results.json collect them.
 
@@ -43,7 +46,7 @@ import pytorch_metric_learning
 import timm
 import torch
 
-__all__ = ["Row", "build_rows", "main", "parse_metrics", "strip_val_rows", "write_table"]
+__all__ = ["Row", "build_rows", "main", "parse_metrics", "strip_val_rows", "val_as_test", "write_table"]
 
 ROOT = Path(__file__).resolve().parent.parent
 PEER_LOSSES = ("proxy_nca", "proxy_anchor")
@@ -70,10 +73,23 @@ def parse_metrics(output: str) -> dict[str, float]:
 
 def strip_val_rows(csv_path: Path) -> Path:
     """A sibling CSV without `split=val` rows, for a toolkit that knows only train and test."""
-    out = csv_path.with_name(csv_path.stem + ".noval.csv")
+    return _rewrite_splits(csv_path, ".noval.csv", {"train": "train", "test": "test"})
+
+
+def val_as_test(csv_path: Path) -> Path:
+    """A sibling CSV whose `val` rows are its `test` rows (the real test rows dropped).
+
+    Every pipeline then reports validation metrics through its usual test path: settings are
+    compared on held-out training-side classes, and the test set is never looked at.
+    """
+    return _rewrite_splits(csv_path, ".valtest.csv", {"train": "train", "val": "test"})
+
+
+def _rewrite_splits(csv_path: Path, suffix: str, mapping: dict[str, str]) -> Path:
+    out = csv_path.with_name(csv_path.stem + suffix)
     with csv_path.open(newline="") as handle:
         reader = csv.DictReader(handle)
-        rows = [row for row in reader if row["split"] != "val"]
+        rows = [{**row, "split": mapping[row["split"]]} for row in reader if row["split"] in mapping]
         fields = reader.fieldnames or []
     handle = tempfile.NamedTemporaryFile("w", newline="", dir=out.parent, suffix=".tmp", delete=False)
     with handle:
@@ -84,13 +100,13 @@ def strip_val_rows(csv_path: Path) -> Path:
     return out
 
 
-def build_rows(args: argparse.Namespace, toolkit_csv: Path, out: Path) -> list[Row]:
+def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out: Path) -> list[Row]:
     """Every row the flags describe, in table order."""
     python = sys.executable
     peer = [
         python,
         str(ROOT / "tools" / "plain_pml_script.py"),
-        f"--csv={args.csv}",
+        f"--csv={peer_csv}",
         f"--backbone={args.backbone}",
         f"--image-size={args.image_size}",
         f"--batch-size={args.batch_size}",
@@ -170,13 +186,13 @@ def _cells(result: dict) -> str:
     return f"{result['recall@1']:.4f} | {result['map@r']:.4f} | {result['seconds']:.0f}"
 
 
-def _footer(args: argparse.Namespace, toolkit_csv: Path) -> str:
+def _footer(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path) -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
     return (
         f"{args.backbone} from scratch, {args.image_size} px, batch {args.batch_size}, {args.epochs} epochs, "
         f"lr {args.lr}, seed {args.seed}, selection: {args.select}; "
-        f"data {args.csv} (toolkit reads {toolkit_csv.name}); "
+        f"metrics on the {args.eval_split.upper()} split; data {peer_csv} (toolkit reads {toolkit_csv.name}); "
         f"{args.threads} CPU threads (OMP_NUM_THREADS / torch.set_num_threads), {args.workers} loader workers; "
         f"torch {torch.__version__}, timm {timm.__version__}, pytorch-metric-learning "
         f"{pytorch_metric_learning.__version__}; CPU: {cpu} ({os.cpu_count()} cores, shared: seconds are indicative)."
@@ -202,13 +218,18 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--toolkit-set", nargs="*", default=[], help="extra --set overrides for every toolkit row")
     parser.add_argument("--presets", nargs="*", default=["natural", "light", "glyph"], help="augmentation table rows")
     parser.add_argument("--strip-val", action="store_true", help="give the toolkit a copy of the CSV without val rows")
+    parser.add_argument(
+        "--eval-split", choices=("test", "val"), default="test", help="val: report metrics on the val rows (tuning)"
+    )
     parser.add_argument("--force", action="store_true", help="re-run rows that have a saved result")
     args = parser.parse_args(argv)
     args.csv = args.csv.resolve()
     (args.out / "rows").mkdir(parents=True, exist_ok=True)
-    toolkit_csv = strip_val_rows(args.csv) if args.strip_val else args.csv
-    results = [run_row(row, args.out, args.threads, args.force) for row in build_rows(args, toolkit_csv, args.out)]
-    table = write_table(results, _footer(args, toolkit_csv))
+    peer_csv = val_as_test(args.csv) if args.eval_split == "val" else args.csv
+    toolkit_csv = strip_val_rows(args.csv) if args.strip_val and args.eval_split == "test" else peer_csv
+    rows = build_rows(args, peer_csv, toolkit_csv, args.out)
+    results = [run_row(row, args.out, args.threads, args.force) for row in rows]
+    table = write_table(results, _footer(args, peer_csv, toolkit_csv))
     (args.out / "table.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))
     print(table)

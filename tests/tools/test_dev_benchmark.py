@@ -31,6 +31,14 @@ def test_strip_val_rows_keeps_everything_else(tmp_path: Path) -> None:
     assert [(r["path"], r["split"], r["is_gallery"]) for r in rows] == [("a.png", "train", "0"), ("c.png", "test", "1")]
 
 
+def test_val_as_test_never_keeps_test_rows(tmp_path: Path) -> None:
+    source = tmp_path / "d.csv"
+    source.write_text("path,label,split\na.png,1,train\nb.png,2,val\nc.png,3,test\nd.png,2,val\n")
+    with bench.val_as_test(source).open(newline="") as handle:
+        rows = [(r["path"], r["split"]) for r in csv.DictReader(handle)]
+    assert rows == [("a.png", "train"), ("b.png", "test"), ("d.png", "test")]
+
+
 def test_table_shows_failures() -> None:
     ok = {"pipeline": "peer", "recall@1": 0.5, "map@r": 0.25, "seconds": 12.3}
     failed = {"pipeline": "toolkit", "seconds": 1.0, "error": "error: unknown config key augment.preset"}

@@ -9,6 +9,7 @@ types are errors that list the valid keys: a typo is never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -19,9 +20,11 @@ import yaml
 
 from retrieval.errors import UserError
 from retrieval.losses.registry import loss_parameters
+from retrieval.models.pooling import POOLINGS
 
 __all__ = [
     "DEMO_CONFIG",
+    "SELECTION_METRICS",
     "Config",
     "DataConfig",
     "LossConfig",
@@ -60,6 +63,8 @@ class DataConfig:
     p: int = 32  # PK sampler: classes per batch
     k: int = 4  # PK sampler: images per class
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
+    val_classes: float = 0.0  # zero-shot validation: hold out whole training classes (a fraction < 1, or a count)
+    val_fraction: float = 0.0  # closed-set validation: hold out this fraction of every training class's images
 
 
 @dataclass
@@ -81,7 +86,12 @@ class TrainConfig:
     amp: str = "auto"  # none | bf16 | auto (bf16 on GPU, none on CPU)
     channels_last: bool = True  # NHWC memory format on GPU (ignored on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    eval_every: int = 1  # evaluate every N epochs (and always after the last)
+    eval_every: int = 1  # validate every N epochs (and always after the last)
+    select_on: str = "recall@1"  # recall@1 | map@r: the validation metric that picks checkpoints/best.pt
+    select_on_test: bool = False  # no validation split: pick best.pt on the TEST set (optimistic; labelled so)
+    log_test: bool = False  # also evaluate the test set every epoch (logged, never used for selection)
+    threads: int | None = None  # CPU threads for torch (None: torch's default); results depend on it
+    deterministic: bool = False  # torch's deterministic algorithms (slower; bit-exact reruns on one machine)
 
 
 @dataclass
@@ -102,9 +112,17 @@ def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] 
 
 
 def apply_overrides(raw: dict[str, Any], overrides: typing.Sequence[str]) -> dict[str, Any]:
-    """Set each `section.key=value` in nested dicts `raw` (in place, returned); values are typed later."""
-    for override in overrides:
-        section, key, value = _parse_override(override)
+    """Set each `section.key=value` in nested dicts `raw` (in place, returned); values are typed later.
+
+    Overriding `loss.name` with another loss starts from that loss's defaults: the parameters the
+    file gave the old loss are dropped, and only `loss.*` keys given on the command line apply.
+    """
+    parsed = [_parse_override(override) for override in overrides]
+    new_loss = next((value for section, key, value in reversed(parsed) if (section, key) == ("loss", "name")), None)
+    old_loss = (raw.get("loss") or {}).get("name", LossConfig.name) if isinstance(raw.get("loss"), dict) else None
+    if new_loss is not None and new_loss != old_loss:
+        raw["loss"] = {}
+    for section, key, value in parsed:
         raw.setdefault(section, {})[key] = value
     return raw
 
@@ -118,7 +136,9 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
     data = _build_section("data", raw.get("data") or {})
     train = _build_section("train", raw.get("train") or {})
     loss = _build_loss_section(raw.get("loss") or {})
-    return Config(model=model, data=data, loss=loss, train=train)
+    config = Config(model=model, data=data, loss=loss, train=train)
+    _check_ranges(config)
+    return config
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
@@ -132,6 +152,53 @@ def config_to_dict(config: Config) -> dict[str, Any]:
 def save_config(config: Config, path: Path) -> None:
     """Write the resolved config as YAML (every default filled in)."""
     path.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False))
+
+
+def _check_ranges(config: Config) -> None:
+    """Reject values of the right type but outside their range, naming the key and what it accepts."""
+    model, data, train = config.model, config.data, config.train
+    rules: list[tuple[str, Any, bool, str]] = [
+        ("model.embedding_dim", model.embedding_dim, model.embedding_dim >= 1, "an integer >= 1"),
+        ("model.pooling", model.pooling, model.pooling in POOLINGS, f"one of {', '.join(POOLINGS)}"),
+        ("model.in_chans", model.in_chans, model.in_chans >= 1, "an integer >= 1 (1 = grayscale, 3 = RGB)"),
+        ("data.image_size", data.image_size, data.image_size >= 8, "an integer >= 8 (pixels)"),
+        ("data.batch_size", data.batch_size, data.batch_size >= 2, "an integer >= 2"),
+        ("data.eval_batch_size", data.eval_batch_size, data.eval_batch_size >= 1, "an integer >= 1"),
+        ("data.sampler", data.sampler, data.sampler in _SAMPLERS, f"one of {', '.join(_SAMPLERS)}"),
+        ("data.p", data.p, data.p >= 2, "an integer >= 2 (classes per PK batch)"),
+        ("data.k", data.k, data.k >= 2, "an integer >= 2 (images per class in a PK batch)"),
+        ("data.num_workers", data.num_workers, data.num_workers >= 0, "an integer >= 0"),
+        ("data.val_classes", data.val_classes, _is_count_or_fraction(data.val_classes), "0, a fraction < 1 or a count"),
+        ("data.val_fraction", data.val_fraction, 0.0 <= data.val_fraction < 1.0, "a fraction in [0, 1)"),
+        ("train.epochs", train.epochs, train.epochs >= 1, "an integer >= 1"),
+        ("train.lr", train.lr, math.isfinite(train.lr) and train.lr > 0, "a number > 0"),
+        ("train.proxy_lr_mult", train.proxy_lr_mult, train.proxy_lr_mult > 0, "a number > 0"),
+        ("train.weight_decay", train.weight_decay, train.weight_decay >= 0, "a number >= 0"),
+        ("train.warmup_epochs", train.warmup_epochs, train.warmup_epochs >= 0, "a number >= 0"),
+        ("train.freeze_backbone_epochs", train.freeze_backbone_epochs, train.freeze_backbone_epochs >= 0, ">= 0"),
+        ("train.seed", train.seed, train.seed >= 0, "an integer >= 0"),
+        ("train.amp", train.amp, train.amp in _AMP, f"one of {', '.join(_AMP)}"),
+        ("train.eval_every", train.eval_every, train.eval_every >= 1, "an integer >= 1"),
+        ("train.select_on", train.select_on, train.select_on in SELECTION_METRICS, " or ".join(SELECTION_METRICS)),
+        ("train.threads", train.threads, train.threads is None or train.threads >= 1, "null or an integer >= 1"),
+    ]
+    for key, value, ok, expected in rules:
+        if not ok:
+            raise UserError(f"{key} must be {expected}, got {value!r}; fix it in the config or with --set {key}=...")
+    if data.val_classes and data.val_fraction:
+        raise UserError(
+            "data.val_classes and data.val_fraction are both set; hold out whole classes (zero-shot data) "
+            "or images of every class (closed-set data), not both"
+        )
+
+
+_SAMPLERS = ("auto", "random", "pk")
+_AMP = ("none", "bf16", "auto")
+SELECTION_METRICS = ("recall@1", "map@r")
+
+
+def _is_count_or_fraction(value: float) -> bool:
+    return value == 0 or 0 < value < 1 or (value >= 1 and float(value).is_integer())
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:

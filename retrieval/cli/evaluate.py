@@ -40,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
     data = build_data(config.data, model.data_config())
     metrics = evaluate_model(
         model,
-        data,
+        data.test,
         config.data.eval_batch_size,
         device,
         num_workers=config.data.num_workers,

@@ -1,17 +1,19 @@
-"""`retrieval train`: train an embedder and print its test Recall@K."""
+"""`retrieval train`: train an embedder and print the test Recall@K of the selected checkpoint."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import statistics
 import time
 from pathlib import Path
-from typing import Any
 
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import Config, apply_overrides, config_from_dict, load_config
 from retrieval.engine.checkpoint import load_checkpoint
-from retrieval.engine.evaluate import format_metrics
-from retrieval.engine.trainer import Trainer
+from retrieval.engine.evaluate import KS, format_metrics
+from retrieval.engine.trainer import Trainer, TrainResult
+from retrieval.errors import UserError
 
 __all__ = ["add_parser", "run"]
 
@@ -21,31 +23,83 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_config_arguments(parser)
     parser.add_argument("--output-dir", type=Path, help="run directory (default: runs/<data>-<loss>-<time>)")
     parser.add_argument(
-        "--resume", type=Path, metavar="CKPT", help="continue a run from its checkpoints/last.pt (same run directory)"
+        "--resume",
+        type=Path,
+        metavar="RUN_DIR|CKPT",
+        help="continue a run from its directory or its checkpoints/last.pt (same run directory)",
+    )
+    parser.add_argument(
+        "--seeds",
+        type=_seed_list,
+        metavar="0,1,2",
+        help="train once per seed (run directories seed-N inside --output-dir) and print mean ± sd",
     )
 
 
 def run(args: argparse.Namespace) -> int:
-    checkpoint = load_checkpoint(args.resume) if args.resume else None
-    config = _resume_config(args, checkpoint) if checkpoint else load_config(args.config, args.overrides)
-    run_dir = args.output_dir or _default_run_dir(config, args.resume)
-    trainer = Trainer(config, run_dir)
-    if checkpoint:
-        trainer.resume(checkpoint)
-    metrics = trainer.fit()
-    print(f"run directory: {run_dir}  (best Recall@1 at epoch {metrics['epoch']}: checkpoints/best.pt)")
-    print(format_metrics(metrics))
+    if args.seeds and args.resume:
+        raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
+    if args.resume:
+        return _resume(args)
+    config = load_config(args.config, args.overrides)
+    run_dir = args.output_dir or _default_run_dir(config)
+    if not args.seeds:
+        result = Trainer(config, run_dir).fit()
+        _print_result(config, run_dir, result)
+        return 0
+    results = []
+    for seed in args.seeds:
+        seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+        print(f"seed {seed}", flush=True)
+        results.append(Trainer(seeded, run_dir / f"seed-{seed}").fit())
+        _print_result(seeded, run_dir / f"seed-{seed}", results[-1])
+    print(_seed_summary(args.seeds, results))
     return 0
 
 
-def _resume_config(args: argparse.Namespace, checkpoint: dict[str, Any]) -> Config:
-    """A resumed run keeps its own config unless --config is given; --set still applies (e.g. more epochs)."""
+def _resume(args: argparse.Namespace) -> int:
+    """Continue an interrupted run; its own config applies unless --config is given, --set still applies."""
+    path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
+    checkpoint = load_checkpoint(path)
+    if "best_epoch" not in checkpoint:
+        raise UserError(f"{path} was written by an older version of retrieval and cannot be resumed; start a new run")
     if args.config:
-        return load_config(args.config, args.overrides)
-    return config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
+        config = load_config(args.config, args.overrides)
+    else:
+        config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
+    run_dir = args.output_dir or path.resolve().parent.parent
+    trainer = Trainer(config, run_dir, resuming=True)
+    trainer.resume(checkpoint)
+    _print_result(config, run_dir, trainer.fit())
+    return 0
 
 
-def _default_run_dir(config: Config, resume: Path | None) -> Path:
-    if resume is not None:
-        return resume.resolve().parent.parent
+def _print_result(config: Config, run_dir: Path, result: TrainResult) -> None:
+    print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
+    print(result.describe(config.train.select_on))
+    print(format_metrics(result.test, result.label))
+
+
+def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
+    """Mean ± sample standard deviation over seeds of each closing metric."""
+    label = results[0].label
+    lines = [f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"]
+    for key, name in [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]:
+        values = [r.test[key] for r in results]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        lines.append(f"{name}: {statistics.mean(values):.4f} ± {spread:.4f}" + (f"  ({label})" if label else ""))
+    return "\n".join(lines)
+
+
+def _seed_list(text: str) -> list[int]:
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers like 0,1,2, got {text!r}") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds takes distinct integers >= 0 like 0,1,2, got {text!r}")
+    return seeds
+
+
+def _default_run_dir(config: Config) -> Path:
     return Path("runs") / f"{config.data.name}-{config.loss.name}-{time.strftime('%Y%m%d-%H%M%S')}"

@@ -20,10 +20,11 @@ from torch.utils.data import Dataset
 
 from retrieval.errors import UserError
 
-__all__ = ["CsvSplit", "ImageDataset", "read_csv_split"]
+__all__ = ["CsvSplit", "ImageDataset", "read_csv_split", "read_csv_splits"]
 
 _REQUIRED = ("path", "label", "split")
 _FLAGS = ("is_query", "is_gallery")
+_SPLITS = ("train", "val", "test")
 _TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
 
 
@@ -39,19 +40,33 @@ class CsvSplit:
 
 
 def read_csv_split(csv_path: str | Path, split: str) -> CsvSplit:
-    """Read the rows of `split` (`train` or `test`) from a dataset CSV, checking every image exists."""
+    """Read the rows of `split` (`train`, `val` or `test`) from a dataset CSV, checking every image exists."""
+    splits = read_csv_splits(csv_path)
+    if split not in splits:
+        raise UserError(f"{csv_path} has no rows with split={split}; every dataset needs train and test rows")
+    return splits[split]
+
+
+def read_csv_splits(csv_path: str | Path) -> dict[str, CsvSplit]:
+    """Every split present in a dataset CSV (`train`, `val`, `test`), reading the file once."""
     csv_path = Path(csv_path)
     rows = _read_rows(csv_path)
-    chosen = [row for row in rows if row["split"] == split]
-    if not chosen:
-        raise UserError(f"{csv_path} has no rows with split={split}; every dataset needs train and test rows")
+    has_flags = _FLAGS[0] in rows[0]  # _read_rows checked that both flags or neither are columns
+    splits = {}
+    for split in _SPLITS:
+        chosen = [row for row in rows if row["split"] == split]
+        if chosen:
+            splits[split] = _split_of(csv_path, chosen, has_flags)
+    return splits
+
+
+def _split_of(csv_path: Path, chosen: list[dict[str, str]], has_flags: bool) -> CsvSplit:
     paths = [csv_path.parent / row["path"] for row in chosen]
     _check_images_exist(csv_path, paths)
     names = [row["label"] for row in chosen]
     class_names = sorted(set(names), key=_class_sort_key)
     index = {name: i for i, name in enumerate(class_names)}
     labels = np.array([index[name] for name in names], dtype=np.int64)
-    has_flags = all(flag in rows[0] for flag in _FLAGS)
     masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
     return CsvSplit(paths, labels, class_names, *masks)
 
@@ -67,12 +82,19 @@ def _read_rows(csv_path: Path) -> list[dict[str, str]]:
                 f"{csv_path} lacks column(s) {', '.join(missing)}; "
                 "the header must be path,label,split[,is_query,is_gallery]"
             )
+        flags = [flag for flag in _FLAGS if flag in (reader.fieldnames or [])]
+        if len(flags) == 1:
+            missing_flag = next(flag for flag in _FLAGS if flag not in flags)
+            raise UserError(
+                f"{csv_path} has column {flags[0]} but not {missing_flag}; give both (In-Shop style query/gallery) "
+                "or neither (every test image queries all others)"
+            )
         rows = [{key: (value or "").strip() for key, value in row.items() if key is not None} for row in reader]
     if not rows:
         raise UserError(f"{csv_path} has a header but no rows")
     for line, row in enumerate(rows, start=2):
-        if row["split"] not in ("train", "test"):
-            raise UserError(f"{csv_path}:{line}: split must be train or test, got {row['split']!r}")
+        if row["split"] not in _SPLITS:
+            raise UserError(f"{csv_path}:{line}: split must be train, val or test, got {row['split']!r}")
         if "|" in row["label"]:
             raise UserError(
                 f"{csv_path}:{line}: multi-label rows ({row['label']!r}) are not supported by the single-label losses"

@@ -1,4 +1,4 @@
-"""Build the train and test sets named by `data.name` (a registry of dataset builders)."""
+"""Build the train, validation and test sets named by `data.name` (a registry of dataset builders)."""
 
 from __future__ import annotations
 
@@ -10,48 +10,99 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from retrieval.config import DataConfig
-from retrieval.data.csv_dataset import ImageDataset, read_csv_split
-from retrieval.data.digits import DigitsDataset
+from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_splits
+from retrieval.data.digits import DigitsDataset, load_digits_split
 from retrieval.data.transforms import image_transforms, tensor_transforms
+from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
-__all__ = ["DATASETS", "RetrievalData", "build_data"]
+__all__ = ["DATASETS", "EvalSplit", "RetrievalData", "build_data"]
+
+# (indices into the training rows, their labels, transform) -> a dataset of those rows.
+_MakeSubset = Callable[[np.ndarray, np.ndarray, Callable], Dataset]
+
+
+@dataclass
+class EvalSplit:
+    """A split scored by retrieval: its dataset (eval transform), labels and query/gallery protocol."""
+
+    dataset: Dataset
+    labels: np.ndarray  # (N,)
+    query_mask: np.ndarray | None = None  # (N,) bool; None: every image is a query
+    gallery_mask: np.ndarray | None = None  # (N,) bool; None: every image is in the gallery
 
 
 @dataclass
 class RetrievalData:
-    """A training set (classes 0..num_classes-1) and a test set with its query/gallery protocol."""
+    """A training set (classes 0..num_classes-1), a test set, and an optional validation set for selection."""
 
     train: Dataset
-    test: Dataset
     train_labels: np.ndarray  # (N_train,)
-    test_labels: np.ndarray  # (N_test,)
     num_classes: int  # training classes, one proxy each
-    query_mask: np.ndarray | None = None  # (N_test,) bool; None: every test image is a query
-    gallery_mask: np.ndarray | None = None  # (N_test,) bool; None: every test image is in the gallery
+    test: EvalSplit
+    val: EvalSplit | None = None  # None: no validation split, the run's result is its last epoch
 
 
 def _digits(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
     train_tf, eval_tf = tensor_transforms(model_data_config)
-    train = DigitsDataset("train", cfg.image_size, train_tf)
-    test = DigitsDataset("test", cfg.image_size, eval_tf)
-    return RetrievalData(train, test, train.labels, test.labels, int(train.labels.max()) + 1)
+    images, labels = load_digits_split("train", cfg.image_size)
+    test_images, test_labels = load_digits_split("test", cfg.image_size)
+    test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels)
+
+    def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
+        return DigitsDataset(images[indices], subset_labels, transform)
+
+    return _with_validation(cfg, labels, subset, train_tf, eval_tf, test, val=None)
 
 
 def _csv(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
     if not cfg.path:
         raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
-    train_split, test_split = read_csv_split(cfg.path, "train"), read_csv_split(cfg.path, "test")
+    splits = read_csv_splits(cfg.path)
+    for required in ("train", "test"):
+        if required not in splits:
+            raise UserError(f"{cfg.path} has no rows with split={required}; every dataset needs train and test rows")
     train_tf, eval_tf = image_transforms(cfg.image_size, model_data_config)
-    return RetrievalData(
-        train=ImageDataset(train_split.paths, train_split.labels, train_tf),
-        test=ImageDataset(test_split.paths, test_split.labels, eval_tf),
-        train_labels=train_split.labels,
-        test_labels=test_split.labels,
-        num_classes=len(train_split.class_names),
-        query_mask=test_split.query_mask,
-        gallery_mask=test_split.gallery_mask,
+    train = splits["train"]
+
+    def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
+        return ImageDataset([train.paths[i] for i in indices], subset_labels, transform)
+
+    val = _eval_split(splits["val"], eval_tf) if "val" in splits else None
+    return _with_validation(cfg, train.labels, subset, train_tf, eval_tf, _eval_split(splits["test"], eval_tf), val)
+
+
+def _eval_split(split: CsvSplit, transform: Callable) -> EvalSplit:
+    return EvalSplit(
+        ImageDataset(split.paths, split.labels, transform), split.labels, split.query_mask, split.gallery_mask
     )
+
+
+def _with_validation(
+    cfg: DataConfig,
+    labels: np.ndarray,
+    subset: _MakeSubset,
+    train_tf: Callable,
+    eval_tf: Callable,
+    test: EvalSplit,
+    val: EvalSplit | None,
+) -> RetrievalData:
+    """The training set, less the validation images that `data.val_classes` / `data.val_fraction` hold out."""
+    everything = np.arange(len(labels))
+    train_idx, val_idx = everything, None
+    if cfg.val_classes or cfg.val_fraction:
+        if val is not None:
+            raise UserError(
+                f"{cfg.path} has split=val rows and data.val_classes/val_fraction is set too; use one validation split"
+            )
+        holdout = holdout_classes if cfg.val_classes else holdout_images
+        train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
+    # Classes renumbered 0..C-1 over what trains (holding out classes leaves gaps).
+    _, train_labels = np.unique(labels[train_idx], return_inverse=True)
+    if val_idx is not None:
+        val = EvalSplit(subset(val_idx, labels[val_idx], eval_tf), labels[val_idx])
+    train = subset(train_idx, train_labels, train_tf)
+    return RetrievalData(train, train_labels, int(train_labels.max()) + 1, test, val)
 
 
 DATASETS: dict[str, Callable[[DataConfig, dict[str, Any]], RetrievalData]] = {"digits": _digits, "csv": _csv}

@@ -37,16 +37,18 @@ def load_digits_split(split: str, image_size: int = 32) -> tuple[Tensor, np.ndar
 
 
 class DigitsDataset(Dataset):
-    """One split of the digits demo; items are `(image (3, S, S), label)`.
+    """In-memory digits images; items are `(image (3, S, S), label)`.
 
     Args:
-        split: `train` or `test`.
-        image_size: side in pixels after bilinear upsampling of the 8x8 originals.
+        images: `(N, 3, S, S)` float images in [0, 1] (from `load_digits_split`, or a subset of them).
+        labels: `(N,)` class indices.
         transform: applied to each `(3, S, S)` float tensor (augmentation and normalization).
     """
 
-    def __init__(self, split: str, image_size: int = 32, transform: Callable[[Tensor], Tensor] | None = None) -> None:
-        self.images, self.labels = load_digits_split(split, image_size)
+    def __init__(self, images: Tensor, labels: np.ndarray, transform: Callable[[Tensor], Tensor] | None = None) -> None:
+        if len(images) != len(labels):
+            raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        self.images, self.labels = images, labels
         self.transform = transform
 
     def __len__(self) -> int:

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 CHECKPOINT_FORMAT = "retrieval-checkpoint"
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> str:

@@ -10,7 +10,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from retrieval.data import RetrievalData
+from retrieval.data import EvalSplit
 from retrieval.metrics import retrieval_metrics
 
 __all__ = ["KS", "embed_dataset", "evaluate_model", "format_metrics"]
@@ -46,24 +46,28 @@ def embed_dataset(
 
 def evaluate_model(
     model: nn.Module,
-    data: RetrievalData,
+    split: EvalSplit,
     batch_size: int,
     device: torch.device,
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
 ) -> dict[str, float]:
-    """Recall@K, MAP@R and R-precision of `model` on the test set of `data`."""
-    embeddings = embed_dataset(model, data.test, batch_size, device, num_workers, amp_dtype, channels_last)
-    return retrieval_metrics(embeddings, data.test_labels, KS, data.query_mask, data.gallery_mask)
+    """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
+    embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
+    return retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
 
 
-def format_metrics(metrics: dict[str, float]) -> str:
-    """The closing lines of `train` and `evaluate`: `Recall@K: 0.xxxx` per K, then `MAP@R: 0.xxxx`."""
+def format_metrics(metrics: dict[str, float], label: str = "") -> str:
+    """The closing lines of `train` and `evaluate`: `Recall@K: 0.xxxx` per K, then `MAP@R: 0.xxxx`.
+
+    A `label` (e.g. "selected on test") is appended to every line, so no figure travels without it.
+    """
     lines = []
     skipped = int(metrics.get("num_queries_without_positive", 0))
     if skipped:
         lines.append(f"note: {skipped} queries have no same-class image in the gallery and are left out")
-    lines += [f"Recall@{k}: {metrics[f'recall@{k}']:.4f}" for k in KS]
-    lines.append(f"MAP@R: {metrics['map@r']:.4f}")
+    suffix = f"  ({label})" if label else ""
+    lines += [f"Recall@{k}: {metrics[f'recall@{k}']:.4f}{suffix}" for k in KS]
+    lines.append(f"MAP@R: {metrics['map@r']:.4f}{suffix}")
     return "\n".join(lines)

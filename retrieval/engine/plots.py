@@ -15,18 +15,20 @@ __all__ = ["plot_curves", "plot_histogram"]
 
 
 def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
-    """Loss, learning rate and Recall@K / MAP@R against the epoch, one panel each."""
+    """Loss, learning rate and validation (and logged test) Recall@1 / MAP@R against the epoch."""
     epochs = [r["epoch"] for r in records]
     fig, (ax_loss, ax_lr, ax_recall) = plt.subplots(1, 3, figsize=(15, 4))
     ax_loss.plot(epochs, [r["loss"] for r in records], marker="o")
     ax_loss.set(title="training loss", xlabel="epoch")
     ax_lr.plot(epochs, [r["lr"] for r in records], marker="o")
     ax_lr.set(title="learning rate (end of epoch)", xlabel="epoch")
-    evaluated = [r for r in records if "recall@1" in r]
-    for key in [k for k in evaluated[0] if k.startswith("recall@") or k == "map@r"] if evaluated else []:
-        ax_recall.plot([r["epoch"] for r in evaluated], [r[key] for r in evaluated], marker="o", label=key)
-    ax_recall.set(title="test retrieval", xlabel="epoch", ylim=(0, 1))
-    if evaluated:
+    for split, style in (("val", "-"), ("test", ":")):
+        evaluated = [r for r in records if f"{split}/recall@1" in r]
+        for metric in ("recall@1", "map@r") if evaluated else ():
+            values = [r[f"{split}/{metric}"] for r in evaluated]
+            ax_recall.plot([r["epoch"] for r in evaluated], values, style, marker="o", label=f"{split} {metric}")
+    ax_recall.set(title="retrieval (val selects; test only when asked)", xlabel="epoch", ylim=(0, 1))
+    if ax_recall.lines:
         ax_recall.legend(loc="lower right")
     for ax in (ax_loss, ax_lr, ax_recall):
         ax.grid(alpha=0.3)

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import sys
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,9 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
     assert FINAL_LINES.search(out), out
     for name in (
         "config.yaml",
+        "environment.json",
         "metrics.jsonl",
+        "result.json",
         "checkpoints/last.pt",
         "checkpoints/best.pt",
         "plots/curves.png",
@@ -56,19 +59,25 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
         assert (run / name).is_file(), name
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["epoch"] for r in records] == [1, 2]
-    for key in ("loss", "lr", "seconds", "recall@1", "recall@8", "map@r", "r_precision"):
+    for key in ("loss", "lr", "seconds", "val/recall@1", "val/recall@8", "val/map@r", "val/r_precision"):
         assert key in records[-1]
+    assert not any(key.startswith("test/") for record in records for key in record)  # test is scored once, at the end
     assert set(records[-1]["c"]) == {"min", "median", "p90", "max", "mean"}
     assert 1.0 <= records[-1]["c"]["min"] <= records[-1]["c"]["max"] <= 2.0
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backbone"] == "resnet10t"
+    environment = json.loads((run / "environment.json").read_text())
+    assert environment["torch_threads"] == 2 and environment["versions"]["torch"] == version("torch")
 
-    result = tmp_path / "metrics.json"
-    assert main(["evaluate", "--checkpoint", str(run / "checkpoints/best.pt"), "--json", str(result)]) == 0
+    result = json.loads((run / "result.json").read_text())
+    best = max(records, key=lambda r: r["val/recall@1"])
+    assert result["selected_on"] == "val" and result["epoch"] == best["epoch"]
+    assert f"result: epoch {best['epoch']}, best recall@1 {best['val/recall@1']:.4f} on the validation set" in out
+    evaluated_json = tmp_path / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(run / "checkpoints/best.pt"), "--json", str(evaluated_json)]) == 0
     evaluated = capsys.readouterr().out
     assert FINAL_LINES.search(evaluated)
     assert evaluated.splitlines()[-5:] == out.splitlines()[-5:]
-    best = max(records, key=lambda r: r["recall@1"])
-    assert json.loads(result.read_text())["recall@1"] == pytest.approx(best["recall@1"], abs=1e-12)
+    assert json.loads(evaluated_json.read_text())["recall@1"] == pytest.approx(result["test"]["recall@1"], abs=1e-12)
 
 
 def test_resume_continues_exactly(tmp_path, monkeypatch, capsys):

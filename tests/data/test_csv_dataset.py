@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval.data import ImageDataset, read_csv_split
+from retrieval.data import ImageDataset, read_csv_split, read_csv_splits
 from retrieval.errors import UserError
 
 
@@ -66,9 +66,9 @@ def test_missing_image_is_named_with_the_count(csv_dataset):
 
 def test_bad_split_value_names_the_line(csv_dataset):
     rows = _rows(csv_dataset)
-    rows[3]["split"] = "val"
+    rows[3]["split"] = "valid"
     _rewrite(csv_dataset, rows, ["path", "label", "split"])
-    with pytest.raises(UserError, match=r"dataset.csv:5: split must be train or test, got 'val'"):
+    with pytest.raises(UserError, match=r"dataset.csv:5: split must be train, val or test, got 'valid'"):
         read_csv_split(csv_dataset, "train")
 
 
@@ -79,3 +79,25 @@ def test_corrupt_image_raises_a_user_error_naming_it(csv_dataset):
     assert dataset[1][1] == int(split.labels[1])
     with pytest.raises(UserError, match="cannot read image .*train_0_0.png"):
         dataset[0]
+
+
+def test_val_rows_form_their_own_split(csv_dataset):
+    rows = _rows(csv_dataset)
+    for row in rows:
+        if row["label"] == "class3":
+            row["split"] = "val"
+    _rewrite(csv_dataset, rows, ["path", "label", "split"])
+    splits = read_csv_splits(csv_dataset)
+    assert sorted(splits) == ["test", "train", "val"]
+    assert splits["val"].class_names == ["class3"] and len(splits["val"].paths) == 4
+    assert "class3" not in splits["train"].class_names
+
+
+@pytest.mark.parametrize("flag", ["is_query", "is_gallery"])
+def test_only_one_query_gallery_column_is_an_error(csv_dataset, flag):
+    rows = _rows(csv_dataset)
+    for row in rows:
+        row[flag] = "1"
+    _rewrite(csv_dataset, rows, ["path", "label", "split", flag])
+    with pytest.raises(UserError, match=f"has column {flag} but not is_"):
+        read_csv_split(csv_dataset, "test")

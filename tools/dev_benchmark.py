@@ -51,7 +51,7 @@ __all__ = ["Row", "build_rows", "main", "parse_metrics", "strip_val_rows", "val_
 ROOT = Path(__file__).resolve().parent.parent
 PEER_LOSSES = ("proxy_nca", "proxy_anchor")
 TOOLKIT_LOSSES = ("proxy_nca", "anchor")
-_METRIC = re.compile(r"^(Recall@1|MAP@R): ([0-9.]+)\s*$", re.MULTILINE)
+_METRIC = re.compile(r"^(Recall@1|MAP@R): ([0-9.]+)(?:\s+\((.+)\))?\s*$", re.MULTILINE)  # (label) optional
 
 
 @dataclass(frozen=True)
@@ -64,10 +64,15 @@ class Row:
 
 
 def parse_metrics(output: str) -> dict[str, float]:
-    """The last `Recall@1: x` and `MAP@R: x` lines of a run's output; missing ones are absent."""
-    found = {}
-    for name, value in _METRIC.findall(output):
+    """The last `Recall@1: x` and `MAP@R: x` lines of a run's output; missing ones are absent.
+
+    A label the toolkit appends to its figures (`Recall@1: 0.9 (selected on test)`) is kept as `label`.
+    """
+    found: dict = {}
+    for name, value, label in _METRIC.findall(output):
         found[{"Recall@1": "recall@1", "MAP@R": "map@r"}[name]] = float(value)
+        if label:
+            found["label"] = label
     return found
 
 
@@ -130,6 +135,7 @@ def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out:
         "train.freeze_bn=false",  # BatchNorm statistics must be learned from scratch
         "train.device=cpu",
         "train.amp=none",
+        f"train.threads={args.threads}",
     ]
     if args.select == "last":
         shared.append(f"train.eval_every={args.epochs}")  # one evaluation, after the last epoch
@@ -183,7 +189,8 @@ def write_table(results: Sequence[dict], footer: str) -> str:
 def _cells(result: dict) -> str:
     if "error" in result:
         return f"failed: {result['error'][:120]} | | {result['seconds']:.0f}"
-    return f"{result['recall@1']:.4f} | {result['map@r']:.4f} | {result['seconds']:.0f}"
+    label = f" ({result['label']})" if result.get("label") else ""
+    return f"{result['recall@1']:.4f}{label} | {result['map@r']:.4f}{label} | {result['seconds']:.0f}"
 
 
 def _footer(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path) -> str:

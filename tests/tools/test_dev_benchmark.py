@@ -19,6 +19,8 @@ def test_parse_metrics_takes_the_final_lines() -> None:
     output = "epoch 1 Recall@1: 0.1000\nRecall@1: 0.1234\nRecall@2: 0.5\nMAP@R: 0.0567\n"
     assert bench.parse_metrics(output) == {"recall@1": 0.1234, "map@r": 0.0567}
     assert bench.parse_metrics("error: data.path not found\n") == {}
+    labelled = "Recall@1: 0.9000  (selected on test)\nMAP@R: 0.8000  (selected on test)\n"
+    assert bench.parse_metrics(labelled) == {"recall@1": 0.9, "map@r": 0.8, "label": "selected on test"}
 
 
 def test_strip_val_rows_keeps_everything_else(tmp_path: Path) -> None:

@@ -135,7 +135,6 @@ def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out:
         "train.freeze_bn=false",  # BatchNorm statistics must be learned from scratch
         "train.device=cpu",
         "train.amp=none",
-        f"train.threads={args.threads}",
     ]
     if args.select == "last":
         shared.append(f"train.eval_every={args.epochs}")  # one evaluation, after the last epoch
@@ -144,7 +143,7 @@ def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out:
     def toolkit(name: str, loss: str, extra: Sequence[str]) -> list[str]:
         config = getattr(args, f"config_{loss}")
         sets = [item for override in [*shared, *extra] for item in ("--set", override)]
-        command = [python, "-m", "retrieval.cli.main", "train", "--config", str(config), *sets]
+        command = [python, "-m", "retrieval.cli.main", "train", "--config", str(args.toolkit_root / config), *sets]
         return [*command, "--output-dir", str(out / "runs" / name)]
 
     rows = [Row(f"peer-{loss}", f"plain timm + PML script, {loss}", [*peer, f"--loss={loss}"]) for loss in PEER_LOSSES]
@@ -158,20 +157,24 @@ def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out:
     return [row for row in rows if chosen is None or row.name in chosen]
 
 
-def run_row(row: Row, out: Path, threads: int, force: bool) -> dict:
-    """Run one row (or reuse its saved result); returns its result dict."""
+def run_row(row: Row, out: Path, threads: int, toolkit_root: Path, force: bool) -> dict:
+    """Run one row (or reuse its saved result when its command was the same); returns its result dict."""
     result_path, log_path = out / "rows" / f"{row.name}.json", out / "rows" / f"{row.name}.log"
     if result_path.is_file() and not force:
-        return json.loads(result_path.read_text())
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads), "PYTHONPATH": str(ROOT)}
+        saved = json.loads(result_path.read_text())
+        if saved.get("command") == row.command:  # toolkit rows name their config by its path in the root
+            return saved
+    # torch takes its CPU thread count from OMP_NUM_THREADS; the script also calls set_num_threads.
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    env["PYTHONPATH"] = str(toolkit_root)  # the `retrieval` package the toolkit rows run
     print(f"[{row.name}] {' '.join(row.command)}", flush=True)
     start = time.perf_counter()
     with log_path.open("w") as log:
-        code = subprocess.run(row.command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        code = subprocess.run(row.command, cwd=toolkit_root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - start
     output = log_path.read_text()
     result = {"row": row.name, "pipeline": row.pipeline, "seconds": seconds, "exit_code": code, **parse_metrics(output)}
-    result["command"] = row.command
+    result |= {"command": row.command, "toolkit_root": str(toolkit_root)}
     if code != 0 or "recall@1" not in result:
         result["error"] = (output.strip().splitlines() or ["no output"])[-1]
     result_path.write_text(json.dumps(result, indent=2))
@@ -201,6 +204,7 @@ def _footer(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path) -> str:
         f"lr {args.lr}, seed {args.seed}, selection: {args.select}; "
         f"metrics on the {args.eval_split.upper()} split; data {peer_csv} (toolkit reads {toolkit_csv.name}); "
         f"{args.threads} CPU threads (OMP_NUM_THREADS / torch.set_num_threads), {args.workers} loader workers; "
+        f"toolkit from {args.toolkit_root}; "
         f"torch {torch.__version__}, timm {timm.__version__}, pytorch-metric-learning "
         f"{pytorch_metric_learning.__version__}; CPU: {cpu} ({os.cpu_count()} cores, shared: seconds are indicative)."
     )
@@ -220,8 +224,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="CPU threads for every row")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for every row")
     parser.add_argument("--select", choices=("last", "val"), default="last", help="toolkit: last epoch or val-chosen")
-    parser.add_argument("--config-proxy_nca", type=Path, default=ROOT / "configs" / "csv_proxy_nca.yaml")
-    parser.add_argument("--config-anchor", type=Path, default=ROOT / "configs" / "csv_anchor.yaml")
+    parser.add_argument(
+        "--toolkit-root",
+        type=Path,
+        default=ROOT,
+        help="checkout whose `retrieval` the toolkit rows run (default: this)",
+    )
+    parser.add_argument("--config-proxy_nca", type=Path, default=Path("configs/csv_proxy_nca.yaml"), help="in root")
+    parser.add_argument("--config-anchor", type=Path, default=Path("configs/csv_anchor.yaml"), help="in toolkit root")
     parser.add_argument("--toolkit-set", nargs="*", default=[], help="extra --set overrides for every toolkit row")
     parser.add_argument("--presets", nargs="*", default=["natural", "light", "glyph"], help="augmentation table rows")
     parser.add_argument("--strip-val", action="store_true", help="give the toolkit a copy of the CSV without val rows")
@@ -230,12 +240,12 @@ def main(argv: Sequence[str] | None = None) -> None:
     )
     parser.add_argument("--force", action="store_true", help="re-run rows that have a saved result")
     args = parser.parse_args(argv)
-    args.csv = args.csv.resolve()
+    args.csv, args.toolkit_root, args.out = args.csv.resolve(), args.toolkit_root.resolve(), args.out.resolve()
     (args.out / "rows").mkdir(parents=True, exist_ok=True)
     peer_csv = val_as_test(args.csv) if args.eval_split == "val" else args.csv
     toolkit_csv = strip_val_rows(args.csv) if args.strip_val and args.eval_split == "test" else peer_csv
     rows = build_rows(args, peer_csv, toolkit_csv, args.out)
-    results = [run_row(row, args.out, args.threads, args.force) for row in rows]
+    results = [run_row(row, args.out, args.threads, args.toolkit_root, args.force) for row in rows]
     table = write_table(results, _footer(args, peer_csv, toolkit_csv))
     (args.out / "table.md").write_text(table)
     (args.out / "results.json").write_text(json.dumps(results, indent=2))

@@ -9,6 +9,7 @@ types are errors that list the valid keys: a typo is never silently dropped.
 from __future__ import annotations
 
 import dataclasses
+import importlib.resources
 import math
 import types
 import typing
@@ -18,6 +19,7 @@ from typing import Any
 
 import yaml
 
+from retrieval.augment_presets import AUTO_PRESET, EVAL_MODES, FILLS, PRESETS, preset_for_dataset
 from retrieval.errors import UserError
 from retrieval.losses.registry import loss_parameters
 from retrieval.models.pooling import POOLINGS
@@ -25,6 +27,7 @@ from retrieval.models.pooling import POOLINGS
 __all__ = [
     "DEMO_CONFIG",
     "SELECTION_METRICS",
+    "AugmentConfig",
     "Config",
     "DataConfig",
     "LossConfig",
@@ -34,18 +37,19 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "load_config",
+    "resolve_augment",
     "save_config",
 ]
 
-# `retrieval train` without --config: the embedded digits demo.
-DEMO_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "digits_demo.yaml"
+# `retrieval train` without --config: the embedded digits demo, shipped as package data.
+DEMO_CONFIG = Path(str(importlib.resources.files("retrieval.resources") / "digits_demo.yaml"))
 
 
 @dataclass
 class ModelConfig:
     backbone: str = "resnet50"  # any timm model name
     embedding_dim: int = 128  # size of the L2-normalized embedding
-    pooling: str = "avgmax"  # avg | max | avgmax (sum of both) | gem
+    pooling: str = "avgmax"  # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
     in_chans: int = 3  # input channels
@@ -65,6 +69,33 @@ class DataConfig:
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
     val_classes: float = 0.0  # zero-shot validation: hold out whole training classes (a fraction < 1, or a count)
     val_fraction: float = 0.0  # closed-set validation: hold out this fraction of every training class's images
+
+
+@dataclass
+class AugmentConfig:
+    """Training augmentation and evaluation resizing, built by `retrieval.data.transforms` (timm + torchvision).
+
+    `preset` sets every knob at once (the table in `retrieval/augment_presets.py`); a knob given in
+    the config file or with `--set augment.KEY=VALUE` overrides the preset's value. A knob left out
+    comes from the preset; `null` is a value (no random crop, no auto-augment). `--set
+    augment.preset=NAME` starts from that preset: only the augment keys also given with --set apply.
+    The saved config holds every resolved value. Build one with `resolve_augment`.
+    """
+
+    preset: str  # natural | glyph | document | sketch | light (auto: natural for photo benchmarks, else light)
+    crop_scale: tuple[float, float] | None  # RandomResizedCrop area range; null: no crop, train on the eval geometry
+    crop_ratio: tuple[float, float]  # RandomResizedCrop aspect-ratio range (used only with crop_scale)
+    hflip: float  # probability of a horizontal flip
+    affine_degrees: float  # random rotation in [-degrees, degrees] (0: none)
+    affine_translate: float  # random shift up to this fraction of the width and height (0: none)
+    affine_scale: tuple[float, float]  # random zoom range (1,1: none)
+    affine_shear: float  # random horizontal shear in [-degrees, degrees], e.g. italic vs upright (0: none)
+    color_jitter: float  # brightness/contrast/saturation jitter strength (0: none)
+    auto_augment: str | None  # timm policy, e.g. rand-m9-mstd0.5 (RandAugment) or original; null: none
+    random_erasing: float  # probability of erasing a random rectangle after normalization (timm)
+    eval_mode: str  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
+    crop_pct: float  # center_crop: the crop's share of the resized image's side
+    fill: str  # white | black | mean: background of affine borders and letterbox padding
 
 
 @dataclass
@@ -98,11 +129,18 @@ class TrainConfig:
 class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
+    augment: AugmentConfig = field(default_factory=lambda: resolve_augment({}, DataConfig.name))
     loss: LossConfig = field(default_factory=LossConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
 
 
-_SECTIONS: dict[str, type] = {"model": ModelConfig, "data": DataConfig, "loss": LossConfig, "train": TrainConfig}
+_SECTIONS: dict[str, type] = {
+    "model": ModelConfig,
+    "data": DataConfig,
+    "augment": AugmentConfig,
+    "loss": LossConfig,
+    "train": TrainConfig,
+}
 
 
 def load_config(path: str | Path | None = None, overrides: typing.Sequence[str] = ()) -> Config:
@@ -134,9 +172,10 @@ def config_from_dict(raw: dict[str, Any]) -> Config:
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = _build_section("model", raw.get("model") or {})
     data = _build_section("data", raw.get("data") or {})
+    augment = resolve_augment(raw.get("augment") or {}, data.name)
     train = _build_section("train", raw.get("train") or {})
     loss = _build_loss_section(raw.get("loss") or {})
-    config = Config(model=model, data=data, loss=loss, train=train)
+    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
     _check_ranges(config)
     return config
 
@@ -146,6 +185,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     out = dataclasses.asdict(config)
     loss = out.pop("loss")
     out["loss"] = {"name": loss["name"], **loss["params"]}
+    out["augment"] = {key: list(value) if isinstance(value, tuple) else value for key, value in out["augment"].items()}
     return {key: out[key] for key in _SECTIONS}
 
 
@@ -258,6 +298,83 @@ def _build_loss_section(values: dict[str, Any]) -> LossConfig:
     return LossConfig(name=name, params=params)
 
 
+def resolve_augment(values: dict[str, Any], data_name: str) -> AugmentConfig:
+    """The augment section `values` (file keys and `--set` strings) resolved against its preset.
+
+    `preset: auto` (or no preset) picks `natural` for the natural-photo benchmarks and `light` for
+    every other `data_name`. Every knob not in `values` takes the preset's value.
+
+    Raises:
+        UserError: unknown preset or key, a value of the wrong type or out of its range.
+    """
+    if not isinstance(values, dict):
+        raise UserError("config section 'augment' must be a mapping of keys to values (e.g. preset: glyph)")
+    requested = str(values.get("preset", AUTO_PRESET))
+    preset = preset_for_dataset(data_name) if requested == AUTO_PRESET else requested
+    if preset not in PRESETS:
+        raise UserError(f"unknown augment.preset {requested!r}; valid presets: {AUTO_PRESET}, {', '.join(PRESETS)}")
+    knobs = {key: value for key, value in values.items() if key != "preset"}
+    if isinstance(values.get("preset"), _OverrideString):
+        # A preset chosen on the command line replaces the file's augment section, knobs included.
+        knobs = {key: value for key, value in knobs.items() if isinstance(value, _OverrideString)}
+    hints = typing.get_type_hints(AugmentConfig)
+    for key in knobs:
+        if key not in hints:
+            valid = ", ".join(f.name for f in dataclasses.fields(AugmentConfig))
+            raise UserError(f"unknown config key augment.{key}; valid keys in augment: {valid}")
+    merged = {**PRESETS[preset], **knobs}
+    augment = AugmentConfig(
+        preset=preset, **{key: _coerce(f"augment.{key}", value, hints[key]) for key, value in merged.items()}
+    )
+    _check_augment(augment)
+    return augment
+
+
+def _check_augment(augment: AugmentConfig) -> None:
+    """Reject knob values of the right type but outside their range, naming the key and what it accepts."""
+    rules: list[tuple[str, Any, bool, str]] = [
+        (
+            "crop_scale",
+            augment.crop_scale,
+            augment.crop_scale is None or _ordered(augment.crop_scale, upper=1.0),
+            "null or two area fractions 0 < low <= high <= 1, e.g. 0.08,1.0",
+        ),
+        ("crop_ratio", augment.crop_ratio, _ordered(augment.crop_ratio), "two aspect ratios 0 < low <= high"),
+        ("hflip", augment.hflip, 0.0 <= augment.hflip <= 1.0, "a probability in [0, 1]"),
+        ("affine_degrees", augment.affine_degrees, 0.0 <= augment.affine_degrees <= 180.0, "degrees in [0, 180]"),
+        ("affine_translate", augment.affine_translate, 0.0 <= augment.affine_translate <= 1.0, "a fraction in [0, 1]"),
+        ("affine_scale", augment.affine_scale, _ordered(augment.affine_scale), "two zoom factors 0 < low <= high"),
+        ("affine_shear", augment.affine_shear, 0.0 <= augment.affine_shear < 90.0, "degrees in [0, 90)"),
+        ("color_jitter", augment.color_jitter, augment.color_jitter >= 0.0, "a strength >= 0"),
+        ("random_erasing", augment.random_erasing, 0.0 <= augment.random_erasing <= 1.0, "a probability in [0, 1]"),
+        ("eval_mode", augment.eval_mode, augment.eval_mode in EVAL_MODES, f"one of {', '.join(EVAL_MODES)}"),
+        ("crop_pct", augment.crop_pct, 0.0 < augment.crop_pct <= 1.0, "a fraction in (0, 1]"),
+        ("fill", augment.fill, augment.fill in FILLS, f"one of {', '.join(FILLS)}"),
+    ]
+    for key, value, ok, expected in rules:
+        if not ok:
+            raise UserError(f"augment.{key} must be {expected}, got {value!r}; fix it in the config or with --set")
+    if augment.auto_augment is not None:
+        _check_auto_augment(augment.auto_augment)
+
+
+def _ordered(pair: tuple[float, float], upper: float = math.inf) -> bool:
+    return 0.0 < pair[0] <= pair[1] <= upper
+
+
+def _check_auto_augment(policy: str) -> None:
+    """Let timm parse the policy string now, so a typo fails before any data is read."""
+    from timm.data import create_transform  # slow to import; only needed here
+
+    try:
+        create_transform(32, is_training=True, auto_augment=policy)
+    except (AssertionError, KeyError, ValueError, IndexError) as exc:
+        raise UserError(
+            f"augment.auto_augment {policy!r} is not a timm policy ({exc.__class__.__name__}: {exc}); "
+            "use e.g. rand-m9-mstd0.5 (RandAugment), augmix-m5-w3, original, or null"
+        ) from exc
+
+
 def _coerce(where: str, value: Any, annotation: Any) -> Any:
     """Return `value` as type `annotation` (int, float, bool, str, or `X | None`), else raise UserError."""
     options = typing.get_args(annotation) if isinstance(annotation, types.UnionType) else (annotation,)
@@ -271,8 +388,16 @@ def _coerce(where: str, value: Any, annotation: Any) -> Any:
         converted = _convert(value, option)
         if converted is not _FAIL:
             return converted
-    names = " or ".join("null" if opt is type(None) else getattr(opt, "__name__", str(opt)) for opt in options)
+    names = " or ".join(_type_name(option) for option in options)
     raise UserError(f"{where} must be {names}, got {value!r}")
+
+
+def _type_name(annotation: Any) -> str:
+    if annotation is type(None):
+        return "null"
+    if typing.get_origin(annotation) is tuple:
+        return "a pair of numbers (e.g. 0.5,1.0)"
+    return getattr(annotation, "__name__", str(annotation))
 
 
 _FAIL = object()
@@ -280,6 +405,8 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 
 def _convert(value: Any, target: Any) -> Any:
+    if typing.get_origin(target) is tuple:
+        return _convert_pair(value, typing.get_args(target))
     if target is bool:
         if isinstance(value, bool):
             return value
@@ -300,3 +427,13 @@ def _convert(value: Any, target: Any) -> Any:
     if target is str:
         return str(value) if isinstance(value, str) else _FAIL
     return value if isinstance(value, target) else _FAIL
+
+
+def _convert_pair(value: Any, targets: tuple[Any, ...]) -> Any:
+    """A YAML list `[0.5, 1.0]` or a --set string `0.5,1.0` (brackets optional) as a tuple of `targets`."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.strip().strip("[]()").split(",")]
+    if not isinstance(value, (list, tuple)) or len(value) != len(targets):
+        return _FAIL
+    items = tuple(_convert(item, target) for item, target in zip(value, targets, strict=True))
+    return _FAIL if any(item is _FAIL for item in items) else items

@@ -1,11 +1,14 @@
 """Config loading: every shipped config builds, typos and wrong types fail with the valid keys."""
 
+import dataclasses
+import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from retrieval.config import DEMO_CONFIG, config_from_dict, config_to_dict, load_config, save_config
+from retrieval.augment_presets import PRESETS
+from retrieval.config import DEMO_CONFIG, AugmentConfig, config_from_dict, config_to_dict, load_config, save_config
 from retrieval.errors import UserError
 from retrieval.losses import LOSSES, build_loss
 
@@ -51,7 +54,7 @@ def test_overrides_are_typed_by_the_field_they_set():
     ("raw", "message"),
     [
         ({"model": {"backbon": "resnet18"}}, "unknown config key model.backbon; valid keys in model: backbone, "),
-        ({"trian": {}}, r"unknown config section\(s\) \['trian'\]; valid sections: model, data, loss, train"),
+        ({"trian": {}}, r"unknown config section\(s\) \['trian'\]; valid sections: model, data, augment, loss, train"),
         ({"train": {"epochs": "ten"}}, "train.epochs must be int, got 'ten'"),
         ({"train": {"epochs": 2.5}}, "train.epochs must be int, got 2.5"),
         ({"model": {"pretrained": "maybe"}}, "model.pretrained must be bool"),
@@ -90,3 +93,102 @@ def test_missing_or_invalid_yaml_is_a_user_error(tmp_path):
     (tmp_path / "bad.yaml").write_text("model: [unclosed")
     with pytest.raises(UserError, match="not valid YAML"):
         load_config(tmp_path / "bad.yaml")
+
+
+def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
+    assert load_config(None, ["loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 256.0}
+    assert load_config(None, ["loss.gamma=80", "loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 80.0}
+    proxy_nca = Path(__file__).resolve().parent.parent / "configs" / "csv_proxy_nca.yaml"
+    assert load_config(proxy_nca, ["loss.name=anchor"]).loss.params == {"gamma": 16.0, "detach_scale": True}
+    assert load_config(None, ["loss.name=anchor", "loss.gamma=8"]).loss.params["gamma"] == 8.0  # same name: kept
+
+
+def test_augment_preset_auto_follows_the_dataset():
+    assert config_from_dict({"data": {"name": "csv"}}).augment.preset == "light"
+    assert config_from_dict({"data": {"name": "digits"}}).augment.preset == "light"
+    assert config_from_dict({"data": {"name": "cub200"}}).augment.preset == "natural"
+    assert config_from_dict({"data": {"name": "cub200"}, "augment": {"preset": "auto"}}).augment.preset == "natural"
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_every_preset_resolves_every_knob(preset):
+    augment = config_from_dict({"augment": {"preset": preset}}).augment
+    for key, value in PRESETS[preset].items():
+        assert getattr(augment, key) == value, key
+
+
+def test_augment_knobs_override_the_preset_from_the_file_and_the_command_line(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"augment": {"preset": "glyph", "crop_scale": [0.5, 1.0], "fill": "black"}}))
+    augment = load_config(path, ["augment.hflip=0.25", "augment.affine_scale=0.8,1.2"]).augment
+    assert augment.crop_scale == (0.5, 1.0) and augment.fill == "black"  # from the file
+    assert augment.hflip == 0.25 and augment.affine_scale == (0.8, 1.2)  # from --set
+    assert augment.eval_mode == PRESETS["glyph"]["eval_mode"]  # from the preset
+    assert load_config(path, ["augment.crop_scale=null"]).augment.crop_scale is None
+    assert load_config(path, ["augment.crop_scale=[0.2, 0.9]"]).augment.crop_scale == (0.2, 0.9)
+
+
+def test_a_preset_set_on_the_command_line_replaces_the_files_knobs(tmp_path):
+    """A saved run config holds every knob; --set augment.preset must still switch to that preset."""
+    path = tmp_path / "config.yaml"
+    save_config(config_from_dict({"augment": {"preset": "natural"}}), path)
+    augment = load_config(path, ["augment.preset=glyph", "augment.fill=black"]).augment
+    assert augment.crop_scale is None and augment.hflip == 0.0 and augment.fill == "black"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("model.pooling=nope", "model.pooling must be one of avg, max, token, avgmax, gem, got 'nope'"),
+        ("train.eval_every=0", "train.eval_every must be an integer >= 1, got 0"),
+        ("data.batch_size=0", "data.batch_size must be an integer >= 2, got 0"),
+        ("data.num_workers=-1", "data.num_workers must be an integer >= 0, got -1"),
+        ("train.lr=0", "train.lr must be a number > 0"),
+        ("train.lr=nan", "train.lr must be a number > 0"),
+        ("train.select_on=recall@2", "train.select_on must be recall@1 or map@r"),
+        ("data.val_fraction=1.5", "data.val_fraction must be a fraction in [0, 1)"),
+        ("data.val_classes=2.5", "data.val_classes must be 0, a fraction < 1 or a count"),
+        ("train.threads=0", "train.threads must be null or an integer >= 1"),
+    ],
+)
+def test_values_out_of_range_name_the_key_and_the_range(override, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_both_validation_holdouts_at_once_are_refused():
+    with pytest.raises(UserError, match="data.val_classes and data.val_fraction are both set"):
+        load_config(None, ["data.val_classes=2", "data.val_fraction=0.1"])
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("augment.preset=glyf", "unknown augment.preset 'glyf'; valid presets: auto, natural, glyph, document, sketch"),
+        ("augment.crop_scale=0.5", r"augment.crop_scale must be a pair of numbers \(e.g. 0.5,1.0\) or null"),
+        ("augment.crop_scale=a,b", "augment.crop_scale must be a pair of numbers"),
+        ("augment.crop_scale=1.0,0.5", "augment.crop_scale must be null or two area fractions 0 < low <= high <= 1"),
+        ("augment.crop_scale=0,1", "augment.crop_scale must be null or two area fractions"),
+        ("augment.affine_scale=1.2,0.8", "augment.affine_scale must be two zoom factors 0 < low <= high"),
+        ("augment.hflip=1.5", r"augment.hflip must be a probability in \[0, 1\], got 1.5"),
+        ("augment.random_erasing=-0.1", r"augment.random_erasing must be a probability in \[0, 1\]"),
+        ("augment.eval_mode=crop", "augment.eval_mode must be one of center_crop, resize, pad_square, got 'crop'"),
+        ("augment.fill=grey", "augment.fill must be one of white, black, mean, got 'grey'"),
+        ("augment.crop_pct=0", r"augment.crop_pct must be a fraction in \(0, 1\]"),
+        ("augment.auto_augment=nonsense", "augment.auto_augment 'nonsense' is not a timm policy"),
+        ("augment.flip=0.5", "unknown config key augment.flip; valid keys in augment: preset, crop_scale, "),
+    ],
+)
+def test_bad_augment_values_are_one_line_user_errors(override, message):
+    with pytest.raises(UserError, match=message) as caught:
+        load_config(None, [override])
+    assert "\n" not in str(caught.value)
+
+
+def test_resolved_augment_round_trips_through_yaml(tmp_path):
+    config = config_from_dict({"augment": {"preset": "document", "crop_scale": [0.5, 1.0], "auto_augment": "rand-m5"}})
+    save_config(config, tmp_path / "config.yaml")
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["augment"]["crop_scale"] == [0.5, 1.0] and saved["augment"]["preset"] == "document"
+    assert set(saved["augment"]) == {f.name for f in dataclasses.fields(AugmentConfig)}
+    assert config_from_dict(saved) == config

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(config.train.device)
     channels_last = uses_channels_last(config.train.channels_last, device)
     model = place_model(model, device, channels_last)
-    data = build_data(config.data, model.data_config())
+    data = build_data(config.data, model.data_config(), config.augment, model_config["in_chans"])
     metrics = evaluate_model(
         model,
         data.test,

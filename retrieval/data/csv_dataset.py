@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from retrieval.errors import UserError
 
-__all__ = ["CsvSplit", "ImageDataset", "read_csv_split", "read_csv_splits"]
+__all__ = ["CsvSplit", "ImageDataset", "load_image", "read_csv_split", "read_csv_splits"]
 
 _REQUIRED = ("path", "label", "split")
 _FLAGS = ("is_query", "is_gallery")
@@ -124,13 +124,46 @@ def _class_sort_key(name: str) -> tuple[int, int, str]:
     return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
 
 
+# Modes that `load_image` keeps grayscale; every other mode becomes RGB.
+_GRAY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "F")
+_SIXTEEN_BIT = ("I;16", "I;16L", "I;16B")
+
+
+def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
+    """Read an image file as `RGB` or `L`, with transparent pixels composited onto white.
+
+    A black stroke on a transparent background (RGBA, LA, or a palette / grayscale / RGB PNG with a
+    transparent colour) stays a black stroke on white; a plain conversion would drop the alpha and
+    leave the stroke on black. 16-bit grayscale is scaled to 8 bits (Pillow would clip it).
+
+    Args:
+        path: the image file.
+        mode: `RGB` or `L`; None keeps grayscale files `L` and makes all others `RGB` (the
+            transforms then convert to the channels the model takes).
+
+    Raises:
+        UserError: if the file cannot be read as an image.
+    """
+    try:
+        with Image.open(path) as image:
+            target = mode or ("L" if image.mode in _GRAY_MODES else "RGB")
+            if image.mode in _SIXTEEN_BIT:
+                image = image.point(lambda value: value / 257)
+            if image.mode in ("RGBA", "LA", "PA", "RGBa", "La") or "transparency" in image.info:
+                white = Image.new("RGBA", image.size, (255, 255, 255, 255))
+                image = Image.alpha_composite(white, image.convert("RGBA"))
+            return image.convert(target)
+    except (UnidentifiedImageError, OSError) as exc:
+        raise UserError(f"cannot read image {path}: {exc.__class__.__name__}; replace or remove the file") from exc
+
+
 class ImageDataset(Dataset):
-    """Images read from files with Pillow (as RGB); items are `(image, label)`.
+    """Images read from files with `load_image` (RGB or grayscale, transparency on white); items are `(image, label)`.
 
     Args:
         paths: image files.
         labels: `(N,)` class indices.
-        transform: applied to each PIL image (timm train or eval transform).
+        transform: applied to each PIL image (`retrieval.data.transforms`; it converts to the model's channels).
     """
 
     def __init__(self, paths: list[Path], labels: np.ndarray, transform: Callable[[Image.Image], Tensor]) -> None:
@@ -144,10 +177,4 @@ class ImageDataset(Dataset):
         return len(self.paths)
 
     def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        path = self.paths[index]
-        try:
-            with Image.open(path) as image:
-                rgb = image.convert("RGB")
-        except (UnidentifiedImageError, OSError) as exc:
-            raise UserError(f"cannot read image {path}: {exc.__class__.__name__}; replace or remove the file") from exc
-        return self.transform(rgb), int(self.labels[index])
+        return self.transform(load_image(self.paths[index])), int(self.labels[index])

@@ -9,10 +9,10 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
-from retrieval.config import DataConfig
+from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_splits
 from retrieval.data.digits import DigitsDataset, load_digits_split
-from retrieval.data.transforms import image_transforms, tensor_transforms
+from retrieval.data.transforms import build_eval_transform, build_train_transform
 from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
@@ -43,8 +43,7 @@ class RetrievalData:
     val: EvalSplit | None = None  # None: no validation split, the run's result is its last epoch
 
 
-def _digits(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
-    train_tf, eval_tf = tensor_transforms(model_data_config)
+def _digits(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     images, labels = load_digits_split("train", cfg.image_size)
     test_images, test_labels = load_digits_split("test", cfg.image_size)
     test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels)
@@ -55,14 +54,13 @@ def _digits(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData
     return _with_validation(cfg, labels, subset, train_tf, eval_tf, test, val=None)
 
 
-def _csv(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
+def _csv(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     if not cfg.path:
         raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
     splits = read_csv_splits(cfg.path)
     for required in ("train", "test"):
         if required not in splits:
             raise UserError(f"{cfg.path} has no rows with split={required}; every dataset needs train and test rows")
-    train_tf, eval_tf = image_transforms(cfg.image_size, model_data_config)
     train = splits["train"]
 
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
@@ -105,11 +103,23 @@ def _with_validation(
     return RetrievalData(train, train_labels, int(train_labels.max()) + 1, test, val)
 
 
-DATASETS: dict[str, Callable[[DataConfig, dict[str, Any]], RetrievalData]] = {"digits": _digits, "csv": _csv}
+# (data config, train transform, eval transform) -> the datasets.
+DATASETS: dict[str, Callable[[DataConfig, Callable, Callable], RetrievalData]] = {"digits": _digits, "csv": _csv}
 
 
-def build_data(cfg: DataConfig, model_data_config: dict[str, Any]) -> RetrievalData:
-    """Datasets for `cfg.name`, with transforms from the backbone's preprocessing config."""
+def build_data(
+    cfg: DataConfig, model_data_config: dict[str, Any], augment: AugmentConfig, in_chans: int = 3
+) -> RetrievalData:
+    """Datasets for `cfg.name`, with `augment`'s transforms at `cfg.image_size`.
+
+    Args:
+        cfg: the data section.
+        model_data_config: the backbone's timm preprocessing (`Embedder.data_config()`): mean, std, interpolation.
+        augment: the resolved augment section.
+        in_chans: the backbone's input channels: 1 gives grayscale tensors, 3 RGB.
+    """
     if cfg.name not in DATASETS:
         raise UserError(f"unknown data.name {cfg.name!r}; valid names: {', '.join(DATASETS)}")
-    return DATASETS[cfg.name](cfg, model_data_config)
+    train_tf = build_train_transform(augment, cfg.image_size, model_data_config, in_chans)
+    eval_tf = build_eval_transform(augment, cfg.image_size, model_data_config, in_chans)
+    return DATASETS[cfg.name](cfg, train_tf, eval_tf)

@@ -1,42 +1,167 @@
-"""Train and eval transforms, built by timm from the backbone's preprocessing config."""
+"""Training augmentation and evaluation resizing from an `AugmentConfig`, built with timm and torchvision v2.
+
+Both pipelines take a PIL image (what `load_image` returns) or a `(C, H, W)` tensor (float in
+[0, 1] or uint8, as the in-memory digits are) and give a normalized float tensor
+`(in_chans, image_size, image_size)`. Stages, in order:
+
+1. to a PIL image in mode `L` (in_chans 1) or `RGB` (in_chans 3);
+2. geometry: timm's RandomResizedCrop when `crop_scale` is set, else the eval geometry
+   (`center_crop`: Resize(size / crop_pct) + CenterCrop(size); `resize`: the whole image squashed
+   to size x size; `pad_square`: the whole image letterboxed onto a `fill` square);
+3. train only: RandomAffine (borders filled with `fill`), horizontal flip, then timm's
+   auto-augment / colour jitter;
+4. to tensor, normalize with the backbone's mean/std (averaged to one value for grayscale);
+   train only: timm's random erasing.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
 from timm.data import create_transform
-from torchvision.transforms import v2
+from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_mode
+from torchvision.transforms import InterpolationMode, v2
 
-__all__ = ["EVAL_CROP_PCT", "image_transforms", "tensor_transforms"]
+from retrieval.config import AugmentConfig
+from retrieval.errors import UserError
 
-# Resize(256) + CenterCrop(224): the evaluation protocol of the metric-learning benchmarks.
-EVAL_CROP_PCT = 224 / 256
+__all__ = ["build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
+
+Fill = int | tuple[int, ...]
 
 
-def image_transforms(image_size: int, data_config: dict[str, Any]) -> tuple[Callable, Callable]:
-    """(train, eval) transforms for PIL images.
+def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per input channel: timm's values, averaged over RGB for grayscale (`in_chans` 1).
 
-    Train: RandomResizedCrop + horizontal flip, no colour jitter (the benchmark recipe).
-    Eval: resize to `image_size / 0.875`, center crop `image_size`.
+    Raises:
+        UserError: for `in_chans` other than 1 or 3 (image files are read as grayscale or RGB).
+
+    Example:
+        >>> channel_stats({"mean": (0.25, 0.5, 0.75), "std": (0.25, 0.25, 0.25)}, 1)
+        ((0.5,), (0.25,))
     """
-    common = {
-        "input_size": image_size,
-        "mean": data_config["mean"],
-        "std": data_config["std"],
-        "interpolation": data_config.get("interpolation", "bilinear"),
-    }
-    train = create_transform(is_training=True, hflip=0.5, color_jitter=None, **common)
-    evaluation = create_transform(is_training=False, crop_pct=EVAL_CROP_PCT, **common)
-    return train, evaluation
+    if in_chans not in (1, 3):
+        raise UserError(f"model.in_chans={in_chans}: images are read as grayscale or RGB; set model.in_chans to 1 or 3")
+    mean, std = tuple(float(m) for m in data_config["mean"]), tuple(float(s) for s in data_config["std"])
+    if len(mean) != in_chans:
+        mean, std = (sum(mean) / len(mean),) * in_chans, (sum(std) / len(std),) * in_chans
+    return mean, std
 
 
-def tensor_transforms(data_config: dict[str, Any]) -> tuple[Callable, Callable]:
-    """(train, eval) transforms for image tensors already at size, as the digits demo has.
+def build_train_transform(
+    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+) -> Callable[[Any], Any]:
+    """The training pipeline: geometry, affine, flip, auto-augment / colour jitter, normalize, erasing.
 
-    Train adds a small random affine jitter (handwriting varies in position, slant and size;
-    flips would turn some digits into others).
+    Args:
+        augment: the resolved augmentation knobs.
+        image_size: side of the square output in pixels.
+        data_config: the backbone's timm preprocessing (`mean`, `std`, `interpolation`).
+        in_chans: 1 (grayscale) or 3 (RGB).
+
+    Returns:
+        A callable mapping a PIL image or `(C, H, W)` tensor to a float tensor `(in_chans, S, S)`.
     """
-    normalize = v2.Normalize(mean=list(data_config["mean"]), std=list(data_config["std"]))
-    train = v2.Compose([v2.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1)), normalize])
-    return train, normalize
+    mean, std = channel_stats(data_config, in_chans)
+    interpolation = data_config.get("interpolation", "bilinear")
+    # timm builds the crop, auto-augment, colour jitter, normalization and erasing; flip is ours
+    # (after the affine), so timm's hflip is off.
+    crop, photometric, to_tensor = create_transform(
+        image_size,
+        is_training=True,
+        separate=True,
+        scale=augment.crop_scale,
+        ratio=augment.crop_ratio,
+        hflip=0.0,
+        color_jitter=augment.color_jitter or None,
+        auto_augment=augment.auto_augment,
+        interpolation=interpolation,
+        mean=mean,
+        std=std,
+        re_prob=augment.random_erasing,
+    )
+    fill = _fill_value(augment.fill, mean)
+    geometry = [crop] if augment.crop_scale is not None else _eval_geometry(augment, image_size, interpolation, fill)
+    steps: list[Callable] = [*_to_image(in_chans), *geometry]
+    if augment.affine_degrees or augment.affine_translate or augment.affine_scale != (1.0, 1.0) or augment.affine_shear:
+        steps.append(
+            v2.RandomAffine(
+                degrees=augment.affine_degrees,
+                translate=(augment.affine_translate,) * 2 if augment.affine_translate else None,
+                scale=augment.affine_scale,
+                shear=augment.affine_shear or None,
+                interpolation=InterpolationMode.BILINEAR,
+                fill=fill,
+            )
+        )
+    if augment.hflip > 0:
+        steps.append(v2.RandomHorizontalFlip(p=augment.hflip))
+    return v2.Compose([*steps, photometric, to_tensor])
+
+
+def build_eval_transform(
+    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+) -> Callable[[Any], Any]:
+    """The evaluation pipeline: `augment.eval_mode` geometry, then normalize (deterministic).
+
+    Arguments and result as `build_train_transform`.
+    """
+    mean, std = channel_stats(data_config, in_chans)
+    interpolation = data_config.get("interpolation", "bilinear")
+    geometry = _eval_geometry(augment, image_size, interpolation, _fill_value(augment.fill, mean))
+    return v2.Compose([*_to_image(in_chans), *geometry, MaybeToTensor(), v2.Normalize(mean=list(mean), std=list(std))])
+
+
+def describe_eval_transform(
+    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+) -> dict[str, Any]:
+    """What `build_eval_transform` does, as plain data for a manifest (an index must embed queries the same way).
+
+    Example:
+        >>> from retrieval.config import resolve_augment
+        >>> info = describe_eval_transform(resolve_augment({"preset": "glyph"}, "csv"), 64,
+        ...                                {"mean": (0.5,) * 3, "std": (0.5,) * 3}, 1)
+        >>> info["eval_mode"], info["image_size"], info["mode"], info["mean"]
+        ('resize', 64, 'L', [0.5])
+    """
+    mean, std = channel_stats(data_config, in_chans)
+    info: dict[str, Any] = {"eval_mode": augment.eval_mode, "image_size": image_size}
+    if augment.eval_mode == "center_crop":
+        info["crop_pct"] = augment.crop_pct
+    if augment.eval_mode == "pad_square":
+        info["fill"] = augment.fill
+    info.update(
+        interpolation=data_config.get("interpolation", "bilinear"),
+        mode="L" if in_chans == 1 else "RGB",
+        mean=list(mean),
+        std=list(std),
+    )
+    return info
+
+
+def _to_image(in_chans: int) -> list[Callable]:
+    """Tensors become PIL images (PIL images pass through), then grayscale or RGB as the model expects."""
+    return [v2.ToPILImage(), v2.Grayscale(num_output_channels=1) if in_chans == 1 else v2.RGB()]
+
+
+def _eval_geometry(augment: AugmentConfig, image_size: int, interpolation: str, fill: Fill) -> list[Callable]:
+    mode = str_to_interp_mode(interpolation)
+    if augment.eval_mode == "center_crop":
+        # timm's eval: the shorter side to size / crop_pct, then the central size x size.
+        return [v2.Resize(math.floor(image_size / augment.crop_pct), interpolation=mode), v2.CenterCrop(image_size)]
+    if augment.eval_mode == "resize":
+        return [v2.Resize((image_size, image_size), interpolation=mode)]
+    # pad_square: the longer side to size, the shorter one padded evenly with the fill colour.
+    return [v2.Resize(None, max_size=image_size, interpolation=mode), CenterCropOrPad(image_size, fill=fill)]
+
+
+def _fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
+    """The background as 8-bit pixel values (the pipeline fills PIL images, before normalization)."""
+    if fill == "white":
+        return 255
+    if fill == "black":
+        return 0
+    values = tuple(round(255 * m) for m in mean)
+    return values[0] if len(values) == 1 else values

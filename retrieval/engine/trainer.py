@@ -114,7 +114,7 @@ class Trainer:
                 stacklevel=2,
             )
         self.model = place_model(Embedder(**model_config), self.device, self.channels_last)
-        self.data = build_data(config.data, self.model.data_config())
+        self.data = build_data(config.data, self.model.data_config(), config.augment, config.model.in_chans)
         for split in (self.data.test, self.data.val):
             if split is not None:
                 check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from retrieval.errors import UserError
-from retrieval.models.pooling import GlobalPool
+from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
 
 __all__ = ["Embedder", "create_backbone"]
 
@@ -19,13 +19,17 @@ __all__ = ["Embedder", "create_backbone"]
 class Embedder(nn.Module):
     """Maps images `(B, C, H, W)` to L2-normalized embeddings `(B, embedding_dim)`.
 
-    Any timm model works as backbone: it is built without classifier and pooling
-    (`num_classes=0, global_pool=""`) and its `forward_features` output is pooled here.
+    Any timm model works as backbone, built without classifier (`num_classes=0`). With timm's
+    poolings (`avg`, `max`, `token`) the backbone pools itself: `forward_head(pre_logits=True)`, so a
+    ViT's `avg` leaves out its class token and `token` is the class token. Our poolings (`avgmax`,
+    `gem`) need feature maps: the backbone is built without pooling and its `forward_features`
+    `(B, C, H, W)` (or NHWC) output is pooled here.
 
     Args:
         backbone: a timm model name, e.g. `resnet50`, `resnet18`, `vit_small_patch16_224`.
         embedding_dim: size of the output embedding.
-        pooling: `avg`, `max`, `avgmax` (sum of both) or `gem`.
+        pooling: timm's `avg`, `max` or `token` (class token), or ours for feature maps: `avgmax`
+            (the *sum* of average and max pooling; timm's `avgmax` is their mean) or `gem` (GeM, p = 3).
         pretrained: load timm's pretrained weights (downloads, or uses timm's cache).
         weights: path to a local `.safetensors` / `.pth` state dict of the backbone (offline use);
             a classifier head in it is dropped. Implies pretrained weights.
@@ -44,19 +48,35 @@ class Embedder(nn.Module):
         super().__init__()
         if embedding_dim < 1:
             raise UserError(f"model.embedding_dim must be >= 1, got {embedding_dim}")
-        self.backbone = create_backbone(backbone, pretrained=pretrained, weights=weights, in_chans=in_chans)
+        if pooling not in POOLINGS:
+            raise UserError(f"unknown model.pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
+        self.backbone_name = backbone
+        global_pool = pooling if pooling in TIMM_POOLINGS else ""
+        self.backbone = create_backbone(
+            backbone, pretrained=pretrained, weights=weights, in_chans=in_chans, global_pool=global_pool
+        )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
-        self.pool = GlobalPool(pooling)
+        self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
         self.head = nn.Linear(self.backbone.num_features, embedding_dim)
         self.embedding_dim = embedding_dim
 
     def forward(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` unit vectors (float32 even under autocast)."""
-        features = self.backbone.forward_features(images)
-        if self.channels_last_features and features.ndim == 4:
-            features = features.permute(0, 3, 1, 2)
-        embeddings = self.head(self.pool(features))
+        embeddings = self.head(self.pool_features(self.backbone.forward_features(images)))
         return F.normalize(embeddings.float(), dim=1)
+
+    def pool_features(self, features: Tensor) -> Tensor:
+        """The backbone's `forward_features` output -> `(B, num_features)`, before the Linear head."""
+        if self.pool is None:
+            return self.backbone.forward_head(features, pre_logits=True)
+        if features.ndim != 4:
+            raise UserError(
+                f"model.pooling={self.pool.kind} pools CNN feature maps, but {self.backbone_name} gives "
+                f"{features.ndim}-d token features; use model.pooling={' or '.join(TIMM_POOLINGS)}"
+            )
+        if self.channels_last_features:
+            features = features.permute(0, 3, 1, 2)
+        return self.pool(features)
 
     def data_config(self) -> dict[str, Any]:
         """timm's preprocessing for this backbone (mean, std, interpolation, crop_pct)."""
@@ -64,9 +84,13 @@ class Embedder(nn.Module):
 
 
 def create_backbone(
-    name: str, pretrained: bool = False, weights: str | Path | None = None, in_chans: int = 3
+    name: str, pretrained: bool = False, weights: str | Path | None = None, in_chans: int = 3, global_pool: str = ""
 ) -> nn.Module:
-    """A timm model without classifier or pooling; raises `UserError` for unknown names or missing weights."""
+    """A timm model without classifier, pooling with `global_pool` ("" for none).
+
+    Raises:
+        UserError: for unknown names, missing weights, or a pooling the model does not offer.
+    """
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
@@ -84,9 +108,13 @@ def create_backbone(
             pretrained=pretrained,
             pretrained_cfg_overlay=overlay or None,
             num_classes=0,
-            global_pool="",
+            global_pool=global_pool,
             in_chans=in_chans,
         )
+    except AssertionError as exc:  # timm checks its arguments with asserts
+        raise UserError(
+            f"timm cannot build {name} with pooling {global_pool!r} ({exc}); choose another model.pooling"
+        ) from exc
     except (OSError, RuntimeError) as exc:
         if not pretrained:
             raise

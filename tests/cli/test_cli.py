@@ -11,6 +11,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+import timm
 import torch
 import yaml
 
@@ -80,21 +81,22 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
     assert json.loads(evaluated_json.read_text())["recall@1"] == pytest.approx(result["test"]["recall@1"], abs=1e-12)
 
 
-def test_resume_continues_exactly(tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize("kind", ["demo", "pk_with_workers"])
+def test_resume_continues_exactly(kind, tmp_path, csv_dataset, monkeypatch, capsys):
+    if kind == "demo":
+        args = TINY
+    else:  # the PK sampler's plan and a worker process must replay the same batches too
+        config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
+        args = ["--config", str(config), "--set", "data.p=2", "--set", "data.k=4", "--set", "data.num_workers=1"]
+        args += ["--set", "train.epochs=2"]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert main(["train", *TINY, "--output-dir", str(straight)]) == 0
+    assert main(["train", *args, "--output-dir", str(straight)]) == 0
 
     original = Trainer._train_epoch
-
-    def stop_at_second_epoch(self, epoch):
-        if epoch == 1:
-            raise KeyboardInterrupt
-        return original(self, epoch)
-
-    monkeypatch.setattr(Trainer, "_train_epoch", stop_at_second_epoch)
-    assert main(["train", *TINY, "--output-dir", str(interrupted)]) == 130
+    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
+    assert main(["train", *args, "--output-dir", str(interrupted)]) == 130
     monkeypatch.undo()
-    assert main(["train", "--resume", str(interrupted / "checkpoints/last.pt")]) == 0
+    assert main(["train", "--resume", str(interrupted)]) == 0  # the run directory is enough
     capsys.readouterr()
 
     a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
@@ -102,9 +104,31 @@ def test_resume_continues_exactly(tmp_path, monkeypatch, capsys):
     assert a["epoch"] == b["epoch"] == 1
     for name, tensor in a["model"].items():
         torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)
-    torch.testing.assert_close(b["loss"]["proxies"], a["loss"]["proxies"], rtol=0, atol=0)
+    for name, tensor in a["loss"].items():  # proxies, for proxy losses
+        torch.testing.assert_close(b["loss"][name], tensor, rtol=0, atol=0, msg=name)
     lines = (interrupted / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
+    assert (interrupted / "result.json").read_text() == (straight / "result.json").read_text()
+
+
+def test_resume_takes_the_weights_from_the_checkpoint_not_from_the_weights_file(tmp_path, monkeypatch, capsys):
+    weights = tmp_path / "backbone.pth"
+    torch.save(timm.create_model("resnet10t", num_classes=0).state_dict(), weights)
+    run = tmp_path / "run"
+    args = [*TINY, "--set", f"model.weights={weights}", "--set", "train.freeze_backbone_epochs=0"]
+    original = Trainer._train_epoch
+    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
+    assert main(["train", *args, "--output-dir", str(run)]) == 130
+    monkeypatch.undo()
+    weights.unlink()  # offline and without the file: resuming must not need it
+    assert main(["train", "--resume", str(run / "checkpoints" / "last.pt")]) == 0
+    assert FINAL_LINES.search(capsys.readouterr().out)
+
+
+def _interrupt_at(stop: int, original, trainer, epoch: int):
+    if epoch == stop:
+        raise KeyboardInterrupt
+    return original(trainer, epoch)
 
 
 def test_csv_dataset_trains_with_a_pair_loss_on_pk_batches(tmp_path, csv_dataset, capsys):

@@ -7,6 +7,7 @@ import sys
 import pytest
 import timm
 import torch
+import torch.nn.functional as F
 from safetensors.torch import save_file
 
 from retrieval.errors import UserError
@@ -26,10 +27,67 @@ def test_forward_gives_unit_vectors_and_every_parameter_a_gradient(backbone, poo
     assert not missing
 
 
-def test_a_token_backbone_works_too():
-    model = Embedder("vit_tiny_patch16_224", embedding_dim=8, pooling="avg", in_chans=1)
-    out = model(torch.randn(2, 1, 224, 224))
-    assert out.shape == (2, 8) and torch.isfinite(out).all()
+@pytest.fixture(scope="module")
+def vit_inputs():
+    torch.manual_seed(0)
+    return torch.randn(2, 1, 160, 160)
+
+
+def _vit(pooling: str) -> Embedder:
+    torch.manual_seed(0)
+    return Embedder("test_vit", embedding_dim=8, pooling=pooling, in_chans=1).eval()
+
+
+@torch.no_grad()
+def test_vit_avg_pools_the_patch_tokens_only(vit_inputs, monkeypatch):
+    """timm's `avg` for a ViT: the mean of the patch tokens, then its fc_norm; the class token is left out."""
+    model = _vit("avg")
+    tokens = model.backbone.forward_features(vit_inputs)  # (B, 1 + N, C), class token first
+    assert model.backbone.num_prefix_tokens == 1
+    reference = F.normalize(model.head(model.backbone.fc_norm(tokens[:, 1:].mean(dim=1))), dim=1)
+    embeddings = model(vit_inputs)
+    torch.testing.assert_close(embeddings, reference)
+
+    # Another class token and shuffled patch tokens (same mean): the same embedding.
+    changed = torch.cat([torch.randn_like(tokens[:, :1]) * 10, tokens[:, 1:].flip(1)], dim=1)
+    monkeypatch.setattr(model.backbone, "forward_features", lambda images: changed)
+    torch.testing.assert_close(model(vit_inputs), embeddings)
+
+
+@torch.no_grad()
+def test_vit_token_pooling_is_the_class_token(vit_inputs, monkeypatch):
+    model = _vit("token")
+    tokens = model.backbone.forward_features(vit_inputs)
+    embeddings = model(vit_inputs)
+    torch.testing.assert_close(embeddings, F.normalize(model.head(tokens[:, 0]), dim=1))
+    # Patch tokens do not matter, the class token does.
+    monkeypatch.setattr(
+        model.backbone, "forward_features", lambda images: torch.cat([tokens[:, :1], -tokens[:, 1:]], 1)
+    )
+    torch.testing.assert_close(model(vit_inputs), embeddings)
+
+
+@torch.no_grad()
+@pytest.mark.parametrize(("pooling", "reduce"), [("avg", torch.mean), ("max", torch.amax)])
+def test_cnn_timm_poolings_reduce_the_feature_map(pooling, reduce):
+    torch.manual_seed(0)
+    model = Embedder("resnet10t", embedding_dim=8, pooling=pooling).eval()
+    images = torch.randn(2, 3, 32, 32)
+    features = model.backbone.forward_features(images)  # (B, C, H, W)
+    reference = F.normalize(model.head(reduce(features, dim=(2, 3))), dim=1)
+    torch.testing.assert_close(model(images), reference)
+
+
+@pytest.mark.parametrize("pooling", ["avgmax", "gem"])
+def test_feature_map_poolings_on_a_token_backbone_say_what_to_use(pooling):
+    tokens = torch.randn(2, 101, 64)  # what test_vit's forward_features gives
+    with pytest.raises(UserError, match=f"model.pooling={pooling} pools CNN feature maps.*use model.pooling=avg"):
+        _vit(pooling).pool_features(tokens)
+
+
+def test_token_pooling_on_a_cnn_is_a_user_error():
+    with pytest.raises(UserError, match="timm cannot build resnet10t with pooling 'token'"):
+        Embedder("resnet10t", pooling="token")
 
 
 def test_avgmax_is_the_sum_of_average_and_max_pooling():

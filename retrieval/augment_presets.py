@@ -1,0 +1,121 @@
+"""Named augmentation presets: every `augment.*` knob at once, for one kind of image.
+
+A plain table (no imports from the rest of the package), so that `retrieval.config` can resolve
+presets without importing `retrieval.data`. `retrieval.data.transforms` turns the resolved
+values into timm / torchvision transforms; `retrieval.config.AugmentConfig` documents each knob.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AUTO_PRESET", "EVAL_MODES", "FILLS", "PRESETS", "preset_for_dataset"]
+
+EVAL_MODES = ("center_crop", "resize", "pad_square")
+FILLS = ("white", "black", "mean")
+
+# ImageNet's RandomResizedCrop range and aspect ratios; only used when `crop_scale` is set.
+_RRC_RATIO = (3 / 4, 4 / 3)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # Natural photos (CUB, Cars, SOP, In-Shop): the benchmark recipe, RandomResizedCrop + flip,
+    # eval Resize(size / 0.875) + CenterCrop(size).
+    "natural": {
+        "crop_scale": (0.08, 1.0),
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.5,
+        "affine_degrees": 0.0,
+        "affine_translate": 0.0,
+        "affine_scale": (1.0, 1.0),
+        "affine_shear": 0.0,
+        "color_jitter": 0.0,
+        "auto_augment": None,
+        "random_erasing": 0.0,
+        "eval_mode": "center_crop",
+        "crop_pct": 0.875,
+        "fill": "mean",
+    },
+    # Characters and symbols on a light background: no flip (mirrored glyphs are other glyphs), no
+    # crop (a cut stroke changes the class), light affine, the whole image at eval, white fill.
+    "glyph": {
+        "crop_scale": None,
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.0,
+        "affine_degrees": 10.0,
+        "affine_translate": 0.1,
+        "affine_scale": (0.9, 1.1),
+        "affine_shear": 0.0,
+        "color_jitter": 0.0,
+        "auto_augment": None,
+        "random_erasing": 0.0,
+        "eval_mode": "resize",
+        "crop_pct": 1.0,
+        "fill": "white",
+    },
+    # Pages and portrait documents: no flip, no crop, very light affine, letterboxed (pad_square)
+    # in training and eval so the whole page keeps its aspect ratio, white fill.
+    "document": {
+        "crop_scale": None,
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.0,
+        "affine_degrees": 3.0,
+        "affine_translate": 0.05,
+        "affine_scale": (0.95, 1.05),
+        "affine_shear": 0.0,
+        "color_jitter": 0.0,
+        "auto_augment": None,
+        "random_erasing": 0.0,
+        "eval_mode": "pad_square",
+        "crop_pct": 1.0,
+        "fill": "white",
+    },
+    # Line drawings and sketches on white: no crop, mirror images are the same object (flip ok),
+    # light affine, the whole image at eval, white fill.
+    "sketch": {
+        "crop_scale": None,
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.5,
+        "affine_degrees": 10.0,
+        "affine_translate": 0.1,
+        "affine_scale": (0.9, 1.1),
+        "affine_shear": 0.0,
+        "color_jitter": 0.0,
+        "auto_augment": None,
+        "random_erasing": 0.0,
+        "eval_mode": "resize",
+        "crop_pct": 1.0,
+        "fill": "white",
+    },
+    # Images of unknown kind: nothing that can change a class (no crop, no flip), light affine,
+    # the whole image at eval, borders filled with the mean colour.
+    "light": {
+        "crop_scale": None,
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.0,
+        "affine_degrees": 10.0,
+        "affine_translate": 0.1,
+        "affine_scale": (0.9, 1.1),
+        "affine_shear": 0.0,
+        "color_jitter": 0.0,
+        "auto_augment": None,
+        "random_erasing": 0.0,
+        "eval_mode": "resize",
+        "crop_pct": 1.0,
+        "fill": "mean",
+    },
+}
+
+# `augment.preset: auto` picks by `data.name`: the natural-photo benchmarks get their recipe,
+# every other source (csv, folder, digits) the safe `light` preset.
+AUTO_PRESET = "auto"
+_NATURAL_DATASETS = ("cub200", "cars196", "sop", "inshop")
+
+
+def preset_for_dataset(data_name: str) -> str:
+    """The preset `auto` stands for with dataset `data_name`: `natural` for photo benchmarks, else `light`.
+
+    Example:
+        >>> preset_for_dataset("cub200"), preset_for_dataset("csv")
+        ('natural', 'light')
+    """
+    return "natural" if data_name in _NATURAL_DATASETS else "light"

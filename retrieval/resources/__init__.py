@@ -1,0 +1,1 @@
+"""Files shipped with the package: the embedded demo config."""

@@ -1,0 +1,128 @@
+"""Trainer behaviour that no metric shows: optimizer groups, frozen parts, the lr schedule, selection, resume."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import torch
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from retrieval.cli.main import main
+from retrieval.config import load_config
+from retrieval.data import PKSampler
+from retrieval.engine.trainer import Trainer
+
+TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+
+
+def _trainer(tmp_path, *overrides: str, **kwargs) -> Trainer:
+    config = load_config(None, [*TINY, *overrides])
+    return Trainer(config, tmp_path / "run", **kwargs)
+
+
+def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: value.detach().clone() for name, value in module.state_dict().items()}
+
+
+def test_proxies_learn_faster_without_decay_and_norms_and_biases_are_not_decayed(tmp_path):
+    trainer = _trainer(tmp_path, "train.lr=0.002", "train.proxy_lr_mult=50", "train.weight_decay=0.01")
+    *model_groups, proxies = trainer.optimizer.param_groups
+    assert proxies["lr"] == pytest.approx(0.1) and proxies["weight_decay"] == 0.0
+    assert [p for p in proxies["params"]] == list(trainer.loss_fn.parameters())
+    decay = {id(p) for g in model_groups if g["weight_decay"] > 0 for p in g["params"]}
+    for name, param in trainer.model.named_parameters():
+        assert (id(param) in decay) == (param.ndim > 1), name
+    assert all(g["lr"] == pytest.approx(0.002) for g in model_groups)
+
+
+def test_a_frozen_epoch_leaves_the_backbone_and_its_batchnorm_unchanged(tmp_path):
+    trainer = _trainer(tmp_path, "train.freeze_backbone_epochs=1", "train.epochs=2")
+    backbone, head = _snapshot(trainer.model.backbone), _snapshot(trainer.model.head)
+    trainer._train_epoch(0)
+    for name, value in trainer.model.backbone.state_dict().items():
+        torch.testing.assert_close(value, backbone[name], rtol=0, atol=0, msg=name)
+    assert not torch.equal(trainer.model.head.weight, head["weight"])
+
+
+def test_warm_up_starts_when_the_backbone_thaws(tmp_path):
+    trainer = _trainer(tmp_path, "train.freeze_backbone_epochs=1", "train.warmup_epochs=1", "train.epochs=3")
+    steps, base = len(trainer.loader), trainer.base_lrs[0]
+    trainer._set_lr(steps - 1)  # last step of the frozen epoch: head and proxies at the full rate
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base)
+    trainer._set_lr(steps)  # first step with the backbone training: the warm-up begins
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base / steps)
+    trainer._set_lr(2 * steps)  # warm-up done: full rate, then cosine decay
+    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base)
+
+
+def test_freeze_bn_keeps_statistics_and_affine_parameters_and_warns_without_pretrained_weights(tmp_path):
+    with pytest.warns(UserWarning, match="freeze_bn is set but the backbone starts from scratch"):
+        trainer = _trainer(tmp_path, "train.freeze_bn=true", "train.freeze_backbone_epochs=0")
+    norms = {n: _snapshot(m) for n, m in trainer.model.named_modules() if isinstance(m, _BatchNorm)}
+    conv = trainer.model.backbone.conv1[0].weight.detach().clone()
+    trainer._train_epoch(0)
+    for name, module in trainer.model.named_modules():
+        if isinstance(module, _BatchNorm):
+            for key, value in module.state_dict().items():
+                torch.testing.assert_close(value, norms[name][key], rtol=0, atol=0, msg=f"{name}.{key}")
+    assert not torch.equal(trainer.model.backbone.conv1[0].weight, conv)
+
+
+def test_the_pk_sampler_is_told_every_epoch(tmp_path, monkeypatch):
+    seen = []
+    original = PKSampler.set_epoch
+    monkeypatch.setattr(PKSampler, "set_epoch", lambda self, epoch: (seen.append(epoch), original(self, epoch)))
+    trainer = _trainer(tmp_path, "loss.name=circle", "data.p=4", "data.k=4", "train.epochs=2")
+    trainer.fit()
+    assert seen == [0, 1]
+
+
+def test_without_validation_the_last_epoch_is_the_result(tmp_path, capsys):
+    args = [f"--set={o}" for o in [*TINY, "data.val_fraction=0", "train.epochs=2"]]
+    assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 0
+    out = capsys.readouterr().out
+    assert "result: last epoch (2); no validation split, so nothing was selected" in out
+    assert json.loads((tmp_path / "run" / "result.json").read_text())["selected_on"] == "last"
+    best = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
+    assert best["epoch"] == 1  # 0-based: the final epoch
+
+
+def test_selecting_on_test_is_labelled_on_every_figure(tmp_path, capsys):
+    args = [f"--set={o}" for o in [*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true"]]
+    assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "on the TEST set (train.select_on_test; optimistic)" in lines[-6]
+    assert all(line.endswith("(selected on test)") for line in lines[-5:])
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert all("test/recall@1" in record for record in records)
+
+
+def test_a_non_finite_loss_is_one_line_and_overwrites_nothing(tmp_path, capsys, monkeypatch):
+    run = tmp_path / "run"
+    args = ["train", *[f"--set={o}" for o in [*TINY, "train.epochs=2"]], "--output-dir", str(run)]
+    original = Trainer._train_epoch
+    monkeypatch.setattr(
+        Trainer, "_train_epoch", lambda self, epoch: original(self, epoch) if epoch == 0 else self._poisoned(epoch)
+    )
+
+    def poisoned(self, epoch):
+        self.loss_fn.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
+        return original(self, epoch)
+
+    monkeypatch.setattr(Trainer, "_poisoned", poisoned, raising=False)
+    assert main(args) == 2
+    line = capsys.readouterr().err.strip()
+    assert re.fullmatch(r"error: the loss became nan at epoch 2, step 1; nothing saved was overwritten .*", line)
+    assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["epoch"] == 0
+
+
+def test_seeds_print_mean_and_spread(tmp_path, capsys):
+    args = [f"--set={o}" for o in [*TINY, "train.epochs=1"]]
+    assert main(["train", *args, "--seeds", "0,1", "--output-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert "over 2 seeds (0, 1), mean ± sd of the test metrics:" in out
+    assert re.search(r"^MAP@R: \d\.\d{4} ± \d\.\d{4}$", out, re.M)
+    results = [json.loads((tmp_path / "runs" / f"seed-{s}" / "result.json").read_text()) for s in (0, 1)]
+    assert results[0]["test"] != results[1]["test"]

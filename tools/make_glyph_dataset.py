@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import os
 import sys
 import tempfile
@@ -101,7 +102,13 @@ def glyph_classes(fonts: Sequence[Font], cell: int) -> list[str]:
     Two candidates are the same class (homoglyphs) when their renders (fixed size, centred, no
     jitter) differ by an RMS below `_DUPLICATE_RMS` in at least `_DUPLICATE_SHARE` of the
     families (one font each): the URW fonts, for one, draw Greek capitals unlike their Latin ones.
+    Cached per (fonts, cell): the answer takes seconds and depends on nothing else.
     """
+    return list(_glyph_classes(tuple(fonts), cell))
+
+
+@functools.lru_cache(maxsize=4)
+def _glyph_classes(fonts: tuple[Font, ...], cell: int) -> tuple[str, ...]:
     cover = set.intersection(*(_cmap(font.path) for font in fonts))
     candidates = [
         chr(code)
@@ -121,7 +128,7 @@ def glyph_classes(fonts: Sequence[Font], cell: int) -> list[str]:
     for i in range(len(candidates)):
         if not any(same[i, j] for j in kept) and renders[i].max() > 0:
             kept.append(i)
-    return [candidates[i] for i in kept]
+    return tuple(candidates[i] for i in kept)
 
 
 def render(char: str, font: Font, cell: int, rng: np.random.Generator) -> Image.Image:

@@ -1,9 +1,17 @@
 """Search index: a FAISS index of a trained embedder's vectors, with ids, metadata and a manifest.
 
->>> index = SearchIndex.build(embeddings, {"path": paths, "label": labels}, target_recall=0.95)
->>> scores, ids = index.search(query_embeddings, k=10)
->>> index.metadata_for(ids[0])          # [{"id": 17, "path": ..., "label": ...}, ...]
->>> index.save("gallery.index"); index = SearchIndex.load("gallery.index")
+Example (a runnable doctest; real use passes a model's gallery embeddings):
+    >>> import tempfile
+    >>> vectors, labels = clustered_unit_vectors(2_100, dim=32, n_clusters=20, seed=0)
+    >>> gallery, queries = vectors[:2_000], vectors[2_000:]
+    >>> index = SearchIndex.build(gallery, {"label": labels[:2_000].tolist()}, kind="flat", progress=False)
+    >>> scores, ids = index.search(queries, k=10)
+    >>> ids.shape, bool(index.metadata_for(ids[0])[0]["label"] == labels[2_000])
+    ((100, 10), True)
+    >>> with tempfile.TemporaryDirectory() as folder:
+    ...     index.save(f"{folder}/gallery.index")
+    ...     SearchIndex.load(f"{folder}/gallery.index").ntotal
+    2000
 """
 
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index

@@ -70,9 +70,10 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
     assert environment["torch_threads"] == 2 and environment["versions"]["torch"] == version("torch")
 
     result = json.loads((run / "result.json").read_text())
-    best = max(records, key=lambda r: r["val/recall@1"])
+    metric = yaml.safe_load((run / "config.yaml").read_text())["train"]["select_on"]  # the demo's: map@r
+    best = max(records, key=lambda r: r[f"val/{metric}"])
     assert result["selected_on"] == "val" and result["epoch"] == best["epoch"]
-    assert f"result: epoch {best['epoch']}, best recall@1 {best['val/recall@1']:.4f} on the validation set" in out
+    assert f"result: epoch {best['epoch']}, best {metric} {best[f'val/{metric}']:.4f} on the validation set" in out
     evaluated_json = tmp_path / "metrics.json"
     assert main(["evaluate", "--checkpoint", str(run / "checkpoints/best.pt"), "--json", str(evaluated_json)]) == 0
     evaluated = capsys.readouterr().out

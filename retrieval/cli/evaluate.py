@@ -9,10 +9,9 @@ from pathlib import Path
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import apply_overrides, config_from_dict, load_config
 from retrieval.data import build_data
-from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.evaluate import evaluate_model, format_metrics
-from retrieval.models import Embedder
 
 __all__ = ["add_parser", "run"]
 
@@ -30,14 +29,13 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config, args.overrides)
     else:
         config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
-    # The architecture is the checkpoint's; the weights come from it, not from timm or a file.
-    model_config = {**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}
-    model = Embedder(**model_config)
-    model.load_state_dict(checkpoint["model"])
+    model = restore_embedder(checkpoint)
     device = resolve_device(config.train.device)
     channels_last = uses_channels_last(config.train.channels_last, device)
     model = place_model(model, device, channels_last)
-    data = build_data(config.data, model.data_config(), config.augment, model_config["in_chans"])
+    data = build_data(
+        config.data, model.data_config(), config.augment, checkpoint["manifest"]["model_config"]["in_chans"]
+    )
     metrics = evaluate_model(
         model,
         data.test,

@@ -14,12 +14,14 @@ import torch
 
 from retrieval import __version__
 from retrieval.errors import UserError
+from retrieval.models import Embedder
 
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
     "copy_checkpoint",
     "load_checkpoint",
+    "restore_embedder",
     "save_checkpoint",
     "state_checksum",
 ]
@@ -94,3 +96,10 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     if state_checksum(checkpoint["model"]) != manifest["checksum"]:
         raise UserError(f"{path} is corrupt: model weights do not match the manifest checksum")
     return checkpoint
+
+
+def restore_embedder(checkpoint: dict[str, Any]) -> Embedder:
+    """The checkpoint's `Embedder` with its trained weights; nothing is downloaded or read from model.weights."""
+    model = Embedder(**{**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None})
+    model.load_state_dict(checkpoint["model"])
+    return model

@@ -21,7 +21,7 @@ from tqdm import tqdm
 from retrieval.config import AugmentConfig, config_from_dict
 from retrieval.data import flatten_image
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
-from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
 from retrieval.engine.device import resolve_device
 from retrieval.errors import UserError
 from retrieval.models import Embedder
@@ -74,9 +74,8 @@ class ImageEncoder:
         """Load a `retrieval train` checkpoint; architecture, image size and eval transform are the run's own."""
         path = Path(path)
         checkpoint = load_checkpoint(path)
+        model = restore_embedder(checkpoint)
         model_config = {**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}
-        model = Embedder(**model_config)
-        model.load_state_dict(checkpoint["model"])
         config = config_from_dict(checkpoint["config"])
         return cls(
             model,

@@ -11,7 +11,7 @@ from pathlib import Path
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import Config, apply_overrides, config_from_dict, load_config
 from retrieval.engine.checkpoint import load_checkpoint
-from retrieval.engine.evaluate import KS, format_metrics
+from retrieval.engine.evaluate import KS, closing_lines, format_metrics
 from retrieval.engine.trainer import Trainer, TrainResult
 from retrieval.errors import UserError
 
@@ -82,13 +82,13 @@ def _print_result(config: Config, run_dir: Path, result: TrainResult) -> None:
 
 def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
     """Mean ± sample standard deviation over seeds of each closing metric."""
-    label = results[0].label
-    lines = [f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"]
-    for key, name in [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]:
-        values = [r.test[key] for r in results]
-        spread = statistics.stdev(values) if len(values) > 1 else 0.0
-        lines.append(f"{name}: {statistics.mean(values):.4f} ± {spread:.4f}" + (f"  ({label})" if label else ""))
-    return "\n".join(lines)
+    values = {}
+    for key in [*(f"recall@{k}" for k in KS), "map@r"]:
+        scores = [r.test[key] for r in results]
+        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+        values[key] = f"{statistics.mean(scores):.4f} ± {spread:.4f}"
+    header = f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"
+    return header + "\n" + closing_lines(values, results[0].label)
 
 
 def _seed_list(text: str) -> list[int]:

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from retrieval.data import EvalSplit
 from retrieval.metrics import retrieval_metrics
 
-__all__ = ["KS", "embed_dataset", "evaluate_model", "format_metrics"]
+__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
 
 KS = (1, 2, 4, 8)
 
@@ -67,7 +67,12 @@ def format_metrics(metrics: dict[str, float], label: str = "") -> str:
     skipped = int(metrics.get("num_queries_without_positive", 0))
     if skipped:
         lines.append(f"note: {skipped} queries have no same-class image in the gallery and are left out")
-    suffix = f"  ({label})" if label else ""
-    lines += [f"Recall@{k}: {metrics[f'recall@{k}']:.4f}{suffix}" for k in KS]
-    lines.append(f"MAP@R: {metrics['map@r']:.4f}{suffix}")
+    lines.append(closing_lines({key: f"{value:.4f}" for key, value in metrics.items()}, label))
     return "\n".join(lines)
+
+
+def closing_lines(values: dict[str, str], label: str = "") -> str:
+    """`Recall@K: <text>` per K, then `MAP@R: <text>`, from already formatted `values` keyed `recall@K`, `map@r`."""
+    suffix = f"  ({label})" if label else ""
+    names = [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]
+    return "\n".join(f"{name}: {values[key]}{suffix}" for key, name in names)

@@ -25,7 +25,9 @@ from retrieval.losses.registry import loss_parameters
 from retrieval.models.pooling import POOLINGS
 
 __all__ = [
+    "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
+    "ROOT_DATASETS",
     "SELECTION_METRICS",
     "AugmentConfig",
     "Config",
@@ -57,9 +59,9 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "csv"  # digits | csv
+    name: str = "csv"  # digits | csv | folder | cub200 | cars196 | sop | inshop
     path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
-    root: str | None = None  # dataset root folder (official layouts)
+    root: str | None = None  # dataset folder (folder and the official layouts: retrieval/data/official.py)
     image_size: int = 224  # training crop / evaluation crop in pixels
     batch_size: int = 128  # images per training step with the random sampler (the PK sampler takes p x k)
     eval_batch_size: int = 256  # images per step when embedding the test set
@@ -69,6 +71,7 @@ class DataConfig:
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
     val_classes: float = 0.0  # zero-shot validation: hold out whole training classes (a fraction < 1, or a count)
     val_fraction: float = 0.0  # closed-set validation: hold out this fraction of every training class's images
+    on_bad_image: str = "fail"  # fail (stop, naming the file) | skip (leave it out, log it, count per epoch)
 
 
 @dataclass
@@ -210,6 +213,12 @@ def _check_ranges(config: Config) -> None:
         ("data.num_workers", data.num_workers, data.num_workers >= 0, "an integer >= 0"),
         ("data.val_classes", data.val_classes, _is_count_or_fraction(data.val_classes), "0, a fraction < 1 or a count"),
         ("data.val_fraction", data.val_fraction, 0.0 <= data.val_fraction < 1.0, "a fraction in [0, 1)"),
+        (
+            "data.on_bad_image",
+            data.on_bad_image,
+            data.on_bad_image in BAD_IMAGE_POLICIES,
+            " or ".join(BAD_IMAGE_POLICIES),
+        ),
         ("train.epochs", train.epochs, train.epochs >= 1, "an integer >= 1"),
         ("train.lr", train.lr, math.isfinite(train.lr) and train.lr > 0, "a number > 0"),
         ("train.proxy_lr_mult", train.proxy_lr_mult, train.proxy_lr_mult > 0, "a number > 0"),
@@ -225,6 +234,11 @@ def _check_ranges(config: Config) -> None:
     for key, value, ok, expected in rules:
         if not ok:
             raise UserError(f"{key} must be {expected}, got {value!r}; fix it in the config or with --set {key}=...")
+    if data.name in ROOT_DATASETS and not data.root:
+        raise UserError(
+            f"data.name {data.name} reads a dataset folder but data.root is not set; "
+            "use --set data.root=/path/to/the/extracted/dataset"
+        )
     if data.val_classes and data.val_fraction:
         raise UserError(
             "data.val_classes and data.val_fraction are both set; hold out whole classes (zero-shot data) "
@@ -233,6 +247,10 @@ def _check_ranges(config: Config) -> None:
 
 
 _SAMPLERS = ("auto", "random", "pk")
+# What an unreadable image does (retrieval.data.loader).
+BAD_IMAGE_POLICIES = ("fail", "skip")
+# Datasets read from `data.root` (retrieval.data.folder, retrieval.data.official).
+ROOT_DATASETS = ("folder", "cub200", "cars196", "sop", "inshop")
 _AMP = ("none", "bf16", "auto")
 SELECTION_METRICS = ("recall@1", "map@r")
 

@@ -106,8 +106,13 @@ def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
 def test_augment_preset_auto_follows_the_dataset():
     assert config_from_dict({"data": {"name": "csv"}}).augment.preset == "light"
     assert config_from_dict({"data": {"name": "digits"}}).augment.preset == "light"
-    assert config_from_dict({"data": {"name": "cub200"}}).augment.preset == "natural"
-    assert config_from_dict({"data": {"name": "cub200"}, "augment": {"preset": "auto"}}).augment.preset == "natural"
+    assert config_from_dict({"data": {"name": "cub200", "root": "CUB_200_2011"}}).augment.preset == "natural"
+    assert (
+        config_from_dict(
+            {"data": {"name": "cub200", "root": "CUB_200_2011"}, "augment": {"preset": "auto"}}
+        ).augment.preset
+        == "natural"
+    )
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))

@@ -4,29 +4,45 @@ from retrieval.data.csv_dataset import (
     CsvSplit,
     ImageDataset,
     flatten_image,
+    labeled_split,
     load_image,
     read_csv_split,
     read_csv_splits,
 )
-from retrieval.data.datasets import DATASETS, EvalSplit, RetrievalData, build_data
+from retrieval.data.datasets import DATASETS, EvalSplit, RetrievalData, build_data, read_splits
 from retrieval.data.digits import DigitsDataset, load_digits_split
+from retrieval.data.folder import list_images, read_folder
+from retrieval.data.loader import BAD_IMAGE_POLICIES, BadImage, ImageLoader
+from retrieval.data.official import OFFICIAL_READERS, read_cars196, read_cub200, read_inshop, read_sop
 from retrieval.data.pk_sampler import PKSampler
 from retrieval.data.validation import holdout_classes, holdout_images
 
 __all__ = [
+    "BAD_IMAGE_POLICIES",
     "DATASETS",
+    "OFFICIAL_READERS",
+    "BadImage",
     "CsvSplit",
     "DigitsDataset",
     "EvalSplit",
     "ImageDataset",
+    "ImageLoader",
     "PKSampler",
     "RetrievalData",
     "build_data",
     "flatten_image",
     "holdout_classes",
     "holdout_images",
-    "load_image",
+    "labeled_split",
+    "list_images",
     "load_digits_split",
+    "load_image",
+    "read_cars196",
     "read_csv_split",
     "read_csv_splits",
+    "read_cub200",
+    "read_folder",
+    "read_inshop",
+    "read_sop",
+    "read_splits",
 ]

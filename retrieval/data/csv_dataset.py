@@ -16,16 +16,26 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
+from retrieval.data.loader import BadImage, BadImageLog
 from retrieval.errors import UserError
 
-__all__ = ["CsvSplit", "ImageDataset", "flatten_image", "load_image", "read_csv_split", "read_csv_splits"]
+__all__ = [
+    "CsvSplit",
+    "ImageDataset",
+    "flatten_image",
+    "labeled_split",
+    "load_image",
+    "read_csv_split",
+    "read_csv_splits",
+]
 
 _REQUIRED = ("path", "label", "split")
 _FLAGS = ("is_query", "is_gallery")
 _SPLITS = ("train", "val", "test")
 _TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
+_CSV_PATHS_HINT = "paths are relative to the CSV's folder"
 
 
 @dataclass(frozen=True)
@@ -47,8 +57,11 @@ def read_csv_split(csv_path: str | Path, split: str) -> CsvSplit:
     return splits[split]
 
 
-def read_csv_splits(csv_path: str | Path) -> dict[str, CsvSplit]:
-    """Every split present in a dataset CSV (`train`, `val`, `test`), reading the file once."""
+def read_csv_splits(csv_path: str | Path, check_images: bool = True) -> dict[str, CsvSplit]:
+    """Every split present in a dataset CSV (`train`, `val`, `test`), reading the file once.
+
+    `check_images=False` skips the check that every listed image exists (`data.on_bad_image: skip`).
+    """
     csv_path = Path(csv_path)
     rows = _read_rows(csv_path)
     has_flags = _FLAGS[0] in rows[0]  # _read_rows checked that both flags or neither are columns
@@ -56,19 +69,50 @@ def read_csv_splits(csv_path: str | Path) -> dict[str, CsvSplit]:
     for split in _SPLITS:
         chosen = [row for row in rows if row["split"] == split]
         if chosen:
-            splits[split] = _split_of(csv_path, chosen, has_flags)
+            splits[split] = _split_of(csv_path, chosen, has_flags, check_images)
     return splits
 
 
-def _split_of(csv_path: Path, chosen: list[dict[str, str]], has_flags: bool) -> CsvSplit:
+def _split_of(csv_path: Path, chosen: list[dict[str, str]], has_flags: bool, check_images: bool) -> CsvSplit:
     paths = [csv_path.parent / row["path"] for row in chosen]
-    _check_images_exist(csv_path, paths)
+    masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
     names = [row["label"] for row in chosen]
+    return labeled_split(paths, names, csv_path, *masks, check_images=check_images, hint=_CSV_PATHS_HINT)
+
+
+def labeled_split(
+    paths: list[Path],
+    names: list[str],
+    source: Path,
+    query_mask: np.ndarray | None = None,
+    gallery_mask: np.ndarray | None = None,
+    check_images: bool = True,
+    hint: str = "is data.root the extracted dataset folder?",
+) -> CsvSplit:
+    """A split of image files and class names, classes numbered 0..C-1 in sorted order (numeric ids numerically).
+
+    Args:
+        paths: image files.
+        names: the class id of each file (any string).
+        source: the file that lists them, named in errors.
+        query_mask, gallery_mask: `(N,)` bool In-Shop-style protocol, or None (every image queries the others).
+        check_images: raise if a listed image does not exist (off with `data.on_bad_image: skip`).
+        hint: how to fix missing images, appended to the error.
+
+    Raises:
+        UserError: if `check_images` and some listed images do not exist (the first is named).
+    """
+    if check_images:
+        missing = [path for path in paths if not path.is_file()]
+        if missing:
+            raise UserError(
+                f"{len(missing)} image(s) listed in {source} do not exist, first: {missing[0]}; {hint} "
+                "(data.on_bad_image=skip leaves missing images out)"
+            )
     class_names = sorted(set(names), key=_class_sort_key)
     index = {name: i for i, name in enumerate(class_names)}
     labels = np.array([index[name] for name in names], dtype=np.int64)
-    masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
-    return CsvSplit(paths, labels, class_names, *masks)
+    return CsvSplit(paths, labels, class_names, query_mask, gallery_mask)
 
 
 def _read_rows(csv_path: Path) -> list[dict[str, str]]:
@@ -102,15 +146,6 @@ def _read_rows(csv_path: Path) -> list[dict[str, str]]:
     return rows
 
 
-def _check_images_exist(csv_path: Path, paths: list[Path]) -> None:
-    missing = [path for path in paths if not path.is_file()]
-    if missing:
-        raise UserError(
-            f"{len(missing)} image(s) listed in {csv_path} do not exist, first: {missing[0]}; "
-            "paths are relative to the CSV's folder"
-        )
-
-
 def _flag_mask(csv_path: Path, rows: list[dict[str, str]], flag: str) -> np.ndarray:
     values = [row.get(flag, "").lower() for row in rows]
     bad = next((v for v in values if v not in _TRUE | _FALSE), None)
@@ -127,6 +162,8 @@ def _class_sort_key(name: str) -> tuple[int, int, str]:
 # Modes that `load_image` keeps grayscale; every other mode becomes RGB.
 _GRAY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "F")
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B")
+# What Pillow raises for a missing file, a file that is not an image, a truncated one, or a decompression bomb.
+_IMAGE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
 
 
 def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
@@ -138,8 +175,9 @@ def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
     try:
         with Image.open(path) as image:
             return flatten_image(image, mode)
-    except (UnidentifiedImageError, OSError) as exc:
-        raise UserError(f"cannot read image {path}: {exc.__class__.__name__}; replace or remove the file") from exc
+    except _IMAGE_ERRORS as exc:
+        reason = f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else exc.__class__.__name__
+        raise UserError(f"cannot read image {path}: {reason}; replace or remove the file") from exc
 
 
 def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
@@ -166,21 +204,39 @@ def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
 class ImageDataset(Dataset):
     """Images read from files with `load_image` (RGB or grayscale, transparency on white); items are `(image, label)`.
 
+    An unreadable image raises `UserError` in the main process; in a DataLoader worker (or with
+    `on_bad_image="skip"`) the item is a `BadImage` instead, which `ImageLoader` raises as one line
+    in the main process or leaves out (see `retrieval.data.loader`).
+
     Args:
         paths: image files.
         labels: `(N,)` class indices.
         transform: applied to each PIL image (`retrieval.data.transforms`; it converts to the model's channels).
+        on_bad_image: `fail` or `skip` (`data.on_bad_image`).
     """
 
-    def __init__(self, paths: list[Path], labels: np.ndarray, transform: Callable[[Image.Image], Tensor]) -> None:
+    def __init__(
+        self,
+        paths: list[Path],
+        labels: np.ndarray,
+        transform: Callable[[Image.Image], Tensor],
+        on_bad_image: str = "fail",
+    ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.paths = paths
         self.labels = labels
         self.transform = transform
+        self.bad_images = BadImageLog(on_bad_image)
 
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int]:
-        return self.transform(load_image(self.paths[index])), int(self.labels[index])
+    def __getitem__(self, index: int) -> tuple[Tensor, int] | BadImage:
+        try:
+            image = load_image(self.paths[index])
+        except UserError as exc:
+            if self.bad_images.policy == "fail" and get_worker_info() is None:
+                raise
+            return BadImage(index, str(exc), str(self.paths[index]))
+        return self.transform(image), int(self.labels[index])

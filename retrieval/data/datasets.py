@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,11 +13,16 @@ from torch.utils.data import Dataset
 from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_splits
 from retrieval.data.digits import DigitsDataset, load_digits_split
+from retrieval.data.folder import read_folder
+from retrieval.data.official import OFFICIAL_READERS
 from retrieval.data.transforms import build_eval_transform, build_train_transform
 from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
-__all__ = ["DATASETS", "EvalSplit", "RetrievalData", "build_data"]
+__all__ = ["DATASETS", "EvalSplit", "RetrievalData", "build_data", "read_splits"]
+
+# data.name -> (data.root, check that listed images exist) -> splits.
+_ROOT_READERS: dict[str, Callable[[Path, bool], dict[str, CsvSplit]]] = {"folder": read_folder, **OFFICIAL_READERS}
 
 # (indices into the training rows, their labels, transform) -> a dataset of those rows.
 _MakeSubset = Callable[[np.ndarray, np.ndarray, Callable], Dataset]
@@ -54,25 +60,52 @@ def _digits(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> Retrieval
     return _with_validation(cfg, labels, subset, train_tf, eval_tf, test, val=None)
 
 
-def _csv(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
-    if not cfg.path:
-        raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
-    splits = read_csv_splits(cfg.path)
+def _image_files(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
+    """Any dataset of image files: a CSV, a class-folder tree or an official benchmark layout."""
+    splits = read_splits(cfg)
     for required in ("train", "test"):
         if required not in splits:
             raise UserError(f"{cfg.path} has no rows with split={required}; every dataset needs train and test rows")
     train = splits["train"]
 
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
-        return ImageDataset([train.paths[i] for i in indices], subset_labels, transform)
+        return ImageDataset([train.paths[i] for i in indices], subset_labels, transform, cfg.on_bad_image)
 
-    val = _eval_split(splits["val"], eval_tf) if "val" in splits else None
-    return _with_validation(cfg, train.labels, subset, train_tf, eval_tf, _eval_split(splits["test"], eval_tf), val)
+    test = _eval_split(splits["test"], eval_tf, cfg.on_bad_image)
+    val = _eval_split(splits["val"], eval_tf, cfg.on_bad_image) if "val" in splits else None
+    return _with_validation(cfg, train.labels, subset, train_tf, eval_tf, test, val)
 
 
-def _eval_split(split: CsvSplit, transform: Callable) -> EvalSplit:
+def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
+    """The splits (`train`, `test`, maybe `val`) of a dataset of image files, before any validation holdout.
+
+    Labels are each split's class indices; `class_names` holds the dataset's own class ids.
+
+    Raises:
+        UserError: `data.name` is not a dataset of files (digits), its path/root is unset or
+            missing, or the layout does not match (the message names the file).
+    """
+    check_images = cfg.on_bad_image == "fail"  # with skip, a missing image is skipped when read
+    if cfg.name == "csv":
+        if not cfg.path:
+            raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
+        return read_csv_splits(cfg.path, check_images)
+    if cfg.name not in _ROOT_READERS:
+        raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use csv, {', '.join(_ROOT_READERS)}")
+    if not cfg.root:
+        raise UserError(f"data.name is {cfg.name} but data.root is not set; use --set data.root=path/to/dataset")
+    root = Path(cfg.root).expanduser()
+    if not root.is_dir():
+        raise UserError(f"data.root {root} is not a folder; set data.root to the extracted {cfg.name} dataset")
+    return _ROOT_READERS[cfg.name](root, check_images)
+
+
+def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str) -> EvalSplit:
     return EvalSplit(
-        ImageDataset(split.paths, split.labels, transform), split.labels, split.query_mask, split.gallery_mask
+        ImageDataset(split.paths, split.labels, transform, on_bad_image),
+        split.labels,
+        split.query_mask,
+        split.gallery_mask,
     )
 
 
@@ -91,7 +124,8 @@ def _with_validation(
     if cfg.val_classes or cfg.val_fraction:
         if val is not None:
             raise UserError(
-                f"{cfg.path} has split=val rows and data.val_classes/val_fraction is set too; use one validation split"
+                f"{cfg.path or cfg.root} has its own validation split (split=val rows, or a val/ folder) and "
+                "data.val_classes/val_fraction is set too; use one validation split"
             )
         holdout = holdout_classes if cfg.val_classes else holdout_images
         train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
@@ -104,7 +138,12 @@ def _with_validation(
 
 
 # (data config, train transform, eval transform) -> the datasets.
-DATASETS: dict[str, Callable[[DataConfig, Callable, Callable], RetrievalData]] = {"digits": _digits, "csv": _csv}
+DATASETS: dict[str, Callable[[DataConfig, Callable, Callable], RetrievalData]] = {
+    "digits": _digits,
+    "csv": _image_files,
+    "folder": _image_files,
+    **{name: _image_files for name in OFFICIAL_READERS},
+}
 
 
 def build_data(

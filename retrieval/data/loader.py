@@ -1,0 +1,102 @@
+"""A DataLoader for image files that turns an unreadable image into one clear line, or skips it.
+
+`data.on_bad_image` chooses what a missing, truncated or corrupt image does:
+
+- `fail` (default): the run stops with `error: cannot read image PATH: ...`. Raised inside a
+  DataLoader worker, an exception would reach the main process wrapped in the worker's traceback;
+  so a worker hands the failure over as a `BadImage` item instead, and `ImageLoader` raises it in
+  the main process as a one-line `UserError`.
+- `skip`: the image is left out of its batch. Each path is logged once (per dataset, for the
+  whole run) and the number skipped is reported at the end of every pass over the data (epoch,
+  evaluation). A batch whose images are all unreadable is not yielded at all.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, default_collate
+from tqdm import tqdm
+
+from retrieval.config import BAD_IMAGE_POLICIES
+from retrieval.errors import UserError
+
+__all__ = ["BAD_IMAGE_POLICIES", "BadImage", "BadImageLog", "ImageLoader", "collate_images"]
+
+
+class BadImage(NamedTuple):
+    """What a dataset returns instead of `(image, label)` for an image it cannot read."""
+
+    index: int  # position in the dataset
+    message: str  # one line: "cannot read image PATH: REASON; ..."
+    path: str
+
+
+class BadImageLog:
+    """A dataset's bad-image policy and the paths already logged (kept in the main process).
+
+    Args:
+        policy: `fail` or `skip` (`data.on_bad_image`).
+    """
+
+    def __init__(self, policy: str = "fail") -> None:
+        if policy not in BAD_IMAGE_POLICIES:
+            raise UserError(f"data.on_bad_image must be one of {', '.join(BAD_IMAGE_POLICIES)}, got {policy!r}")
+        self.policy = policy
+        self.logged: set[str] = set()
+
+    def handle(self, bad: BadImage) -> None:
+        """Raise `bad` as a `UserError` (`fail`), or log its path the first time it is seen (`skip`)."""
+        if self.policy == "fail":
+            raise UserError(f"{bad.message} (or set data.on_bad_image=skip to leave unreadable images out)")
+        if bad.path not in self.logged:
+            self.logged.add(bad.path)
+            tqdm.write(f"skipping unreadable image: {bad.message}", file=sys.stderr)
+
+
+class _Batch(NamedTuple):
+    images: Any  # collated images of the readable items, None when there are none
+    labels: Any
+    bad: tuple[BadImage, ...]
+
+
+def collate_images(items: list[tuple[Tensor, int] | BadImage]) -> _Batch:
+    """`default_collate` of the readable items, with the `BadImage` items set aside (runs in the worker)."""
+    bad = tuple(item for item in items if isinstance(item, BadImage))
+    good = [item for item in items if not isinstance(item, BadImage)]
+    if not good:
+        return _Batch(None, None, bad)
+    images, labels = default_collate(good)
+    return _Batch(images, labels, bad)
+
+
+class ImageLoader(DataLoader):
+    """A `DataLoader` whose batches are `(images, labels)` and that applies the dataset's bad-image policy.
+
+    Takes `DataLoader`'s arguments (not `collate_fn`). The policy is the dataset's `bad_images`
+    (`BadImageLog`); a dataset without one (in-memory digits) never yields a `BadImage`.
+    After (or during) a pass, `skipped_indices` lists the dataset positions left out in that pass,
+    so an in-order evaluation knows which rows its embeddings lack.
+    """
+
+    def __init__(self, dataset: Dataset, *args: Any, **kwargs: Any) -> None:
+        super().__init__(dataset, *args, collate_fn=collate_images, **kwargs)
+        self.skipped_indices: list[int] = []
+
+    def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:  # type: ignore[override]
+        log = getattr(self.dataset, "bad_images", None) or BadImageLog()
+        self.skipped_indices = []
+        for batch in super().__iter__():
+            for bad in batch.bad:
+                log.handle(bad)
+                self.skipped_indices.append(bad.index)
+            if batch.images is not None:
+                yield batch.images, batch.labels
+        if self.skipped_indices:
+            tqdm.write(
+                f"skipped {len(self.skipped_indices)} unreadable image(s) in this pass (data.on_bad_image=skip)",
+                file=sys.stderr,
+            )

@@ -236,7 +236,8 @@ class ImageDataset(Dataset):
         try:
             image = load_image(self.paths[index])
         except UserError as exc:
+            bad = BadImage(index, str(exc), str(self.paths[index]))
             if self.bad_images.policy == "fail" and get_worker_info() is None:
-                raise
-            return BadImage(index, str(exc), str(self.paths[index]))
+                self.bad_images.handle(bad)  # raises; a worker hands `bad` to ImageLoader instead
+            return bad
         return self.transform(image), int(self.labels[index])

@@ -7,10 +7,11 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import Dataset
 from tqdm import tqdm
 
-from retrieval.data import EvalSplit
+from retrieval.data import EvalSplit, ImageLoader
+from retrieval.errors import UserError
 from retrieval.metrics import retrieval_metrics
 
 __all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
@@ -28,8 +29,11 @@ def embed_dataset(
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
 ) -> np.ndarray:
-    """`(N, D)` float32 embeddings of every item of `dataset`, in order."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
+    """`(N, D)` float32 embeddings of every item of `dataset`, in order.
+
+    The rows of images left out under `data.on_bad_image: skip` are NaN (`evaluate_model` drops them).
+    """
+    loader = ImageLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
     was_training = model.training
     model.eval()
     autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
@@ -41,7 +45,14 @@ def embed_dataset(
         with autocast:
             chunks.append(model(images).float().cpu())
     model.train(was_training)
-    return torch.cat(chunks).numpy()
+    if not chunks:
+        raise UserError(f"none of the {len(dataset)} images could be read (data.on_bad_image=skip skipped them all)")
+    embedded = torch.cat(chunks).numpy()
+    if not loader.skipped_indices:
+        return embedded
+    embeddings = np.full((len(dataset), embedded.shape[1]), np.nan, dtype=np.float32)
+    embeddings[np.setdiff1d(np.arange(len(dataset)), loader.skipped_indices)] = embedded
+    return embeddings
 
 
 def evaluate_model(
@@ -55,7 +66,9 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
     embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
-    return retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+    kept = ~np.isnan(embeddings).any(axis=1)  # images skipped under data.on_bad_image: skip
+    masks = [mask if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask)]
+    return retrieval_metrics(embeddings[kept], split.labels[kept], KS, *masks)
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:

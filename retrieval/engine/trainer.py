@@ -24,11 +24,10 @@ import torch
 from timm.optim import param_groups_weight_decay
 from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils.data import DataLoader
 from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
-from retrieval.data import EvalSplit, PKSampler, RetrievalData, build_data
+from retrieval.data import EvalSplit, ImageLoader, PKSampler, RetrievalData, build_data
 from retrieval.engine.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
@@ -166,14 +165,14 @@ class Trainer:
         except ValueError as exc:
             raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
 
-    def _train_loader(self, data: RetrievalData) -> DataLoader:
+    def _train_loader(self, data: RetrievalData) -> ImageLoader:
         """Batches of the training set, reseeded through `self.generator` at every epoch."""
         cfg = self.config.data
         common = {"num_workers": cfg.num_workers, "pin_memory": self.device.type == "cuda", "generator": self.generator}
         if self.pk_sampler is not None:
-            return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
+            return ImageLoader(data.train, batch_sampler=self.pk_sampler, **common)
         drop_last = len(data.train) > cfg.batch_size
-        return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
+        return ImageLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, epoch and best score."""

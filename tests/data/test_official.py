@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from official_layouts import write_cars, write_class_folders, write_cub, write_inshop, write_sop
@@ -180,3 +182,29 @@ def test_class_folders_that_cannot_split_say_why(tmp_path, layout):
         message = "1 class folder\\(s\\) with images; data.name folder needs at least 2"
     with pytest.raises(UserError, match=message):
         read_splits(_config("folder", tmp_path).data)
+
+
+BENCHMARK_CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("configs").glob("*_*.yaml"))
+BENCHMARK_CONFIGS = [path for path in BENCHMARK_CONFIGS if path.name.split("_")[0] in WRITERS]
+
+
+def test_every_benchmark_has_a_config_per_loss():
+    names = {path.stem for path in BENCHMARK_CONFIGS}
+    assert names == {f"{data}_{loss}" for data in WRITERS for loss in ("anchor", "proxy_nca", "circle", "triplet")}
+
+
+@pytest.mark.parametrize("path", BENCHMARK_CONFIGS, ids=lambda path: path.stem)
+def test_benchmark_configs_hold_the_recipe_and_read_their_layout(tmp_path, path):
+    name, loss = path.stem.split("_", 1)
+    config = load_config(path, [f"data.root={tmp_path}"])
+    assert (config.data.name, config.loss.name, config.model.backbone) == (name, loss, "resnet50")
+    assert (config.model.embedding_dim, config.model.pooling, config.data.image_size) == (128, "avgmax", 224)
+    assert config.augment.preset == "natural" and config.train.amp == "bf16" and config.train.freeze_bn
+    assert (config.train.lr, config.train.weight_decay, config.train.freeze_backbone_epochs) == (1e-4, 1e-4, 1)
+    assert config.train.epochs == (100 if name == "sop" else 60)
+    pair = loss in ("circle", "triplet")
+    batch = config.data.p * config.data.k if pair else config.data.batch_size
+    assert batch == 128 and config.data.sampler == ("pk" if pair else "random")
+    assert pair or config.train.proxy_lr_mult == 100.0
+    expected = WRITERS[name](tmp_path)
+    assert read_splits(config.data)["test"].paths == expected.paths["test"]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 
-__all__ = ["add_config_arguments"]
+__all__ = ["add_config_arguments", "add_embedding_arguments"]
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -18,3 +19,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="override one config key, e.g. --set train.epochs=5 (repeatable)",
     )
+
+
+def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--batch-size`, `--num-workers` and `--device` of the commands that embed images with a checkpoint."""
+    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: 64)")
+    parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1), help="image decoding processes")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")

@@ -1,22 +1,29 @@
-"""The images an index command reads: rows of a dataset CSV, or every image file under a folder."""
+"""The images that `index` and `embed` read: rows of a dataset CSV, every image under a folder, or a dataset's splits.
+
+`embed_source` embeds them with a checkpoint's `ImageEncoder`, reporting unreadable files on stderr.
+"""
 
 from __future__ import annotations
 
 import csv
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from PIL import Image
 
+from retrieval.config import DataConfig
+from retrieval.data import list_images, read_splits
+from retrieval.engine.encoder import ImageEncoder
 from retrieval.errors import UserError
 
-__all__ = ["SPLITS", "ImageSource", "image_files", "read_source"]
+__all__ = ["SPLITS", "ImageSource", "dataset_source", "embed_source", "image_files", "read_source"]
 
 # `--split` values: which CSV rows are indexed. `gallery`: test rows with is_gallery=1 (all test rows
 # when the CSV has no is_gallery column): the images a benchmark's queries search.
 SPLITS = ("all", "train", "val", "test", "gallery")
 _TRUE = {"1", "true", "yes"}
+_MAX_SHOWN_FAILURES = 20
 
 
 @dataclass(frozen=True)
@@ -44,8 +51,67 @@ def image_files(directory: Path) -> list[Path]:
     """Every file under `directory` (recursively) whose extension Pillow reads, sorted."""
     if not directory.is_dir():
         raise UserError(f"image folder not found: {directory}; pass a folder of images with --images")
-    extensions = set(Image.registered_extensions())
-    return sorted(p for p in directory.rglob("*") if p.suffix.lower() in extensions and p.is_file())
+    return list_images(directory)
+
+
+def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
+    """The images of a configured dataset (`data.name` csv, folder or a benchmark) before validation holdouts.
+
+    Columns: `path`, `label` (the dataset's own class id: CUB/Cars class number, SOP class_id,
+    In-Shop item id, folder name, CSV label), `split`, and `is_query`/`is_gallery` (`1`/`0`) when
+    the test split has a query/gallery protocol. `split` as for a CSV: all, train, val, test or
+    gallery (test images that queries search: In-Shop's gallery, every test image elsewhere).
+    """
+    if split not in SPLITS:
+        raise UserError(f"unknown --split {split!r}; use one of: {', '.join(SPLITS)}")
+    splits = read_splits(data)
+    chosen = {"all": list(splits), "gallery": ["test"]}.get(split, [split])
+    if not all(name in splits for name in chosen):
+        raise UserError(
+            f"data.name {data.name} has no {split} split; use --split with one of: all, {', '.join(splits)}"
+        )
+    has_flags = splits["test"].query_mask is not None
+    paths, columns = (
+        [],
+        {"path": [], "label": [], "split": [], **({"is_query": [], "is_gallery": []} if has_flags else {})},
+    )
+    for name in chosen:
+        part = splits[name]
+        keep = (
+            part.gallery_mask
+            if split == "gallery" and part.gallery_mask is not None
+            else np.ones(len(part.paths), bool)
+        )
+        for i in np.flatnonzero(keep):
+            paths.append(part.paths[i].resolve())
+            columns["path"].append(str(paths[-1]))
+            columns["label"].append(part.class_names[part.labels[i]])
+            columns["split"].append(name)
+            if has_flags:
+                flags = (part.query_mask, part.gallery_mask) if name == "test" else (None, None)
+                columns["is_query"].append("1" if flags[0] is not None and flags[0][i] else "0")
+                columns["is_gallery"].append("1" if flags[1] is not None and flags[1][i] else "0")
+    return ImageSource(paths, columns)
+
+
+def embed_source(
+    encoder: ImageEncoder, source: ImageSource, batch_size: int, num_workers: int
+) -> tuple[np.ndarray, dict[str, list[str]]]:
+    """`(M, D)` embeddings of the readable files of `source` and their metadata rows; the rest reported on stderr.
+
+    Raises:
+        UserError: if no file could be read.
+    """
+    embedded = encoder.embed_files(source.paths, batch_size, num_workers)
+    if embedded.failures:
+        print(f"skipped {len(embedded.failures)} unreadable image(s):", file=sys.stderr)
+        for path, reason in embedded.failures[:_MAX_SHOWN_FAILURES]:
+            print(f"  {path}: {reason}", file=sys.stderr)
+        if len(embedded.failures) > _MAX_SHOWN_FAILURES:
+            print(f"  ... and {len(embedded.failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
+    if not len(embedded.positions):
+        raise UserError(f"none of the {len(source.paths)} images could be read; check the files")
+    return embedded.embeddings, source.rows(embedded.positions)
 
 
 def _read_folder(directory: Path) -> ImageSource:

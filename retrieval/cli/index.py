@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from retrieval.cli._sources import SPLITS, ImageSource, image_files, read_source
+from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._sources import SPLITS, embed_source, image_files, read_source
 from retrieval.engine.encoder import ImageEncoder, encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
@@ -28,7 +27,6 @@ _SPLIT_HELP = (
     "CSV rows to index: all (default: every row, whatever its split), train, val, test, or gallery "
     "(test rows with is_gallery=1; every test row when the CSV has no is_gallery column)"
 )
-_MAX_SHOWN_FAILURES = 20
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -50,7 +48,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--target-recall", type=float, metavar="R", help="tune search parameters to this 10-recall@10, e.g. 0.95"
     )
-    _add_embedding_options(build)
+    add_embedding_arguments(build)
 
     query = actions.add_parser("query", help="search the index with images")
     query.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
@@ -60,13 +58,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     query.add_argument("-k", type=int, default=10, help="results per query (default: 10)")
     query.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_checkpoint_check(query)
-    _add_embedding_options(query)
+    add_embedding_arguments(query)
 
     add = actions.add_parser("add", help="embed more images into an index (atomic)")
     add.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
     _add_image_inputs(add)
     _add_checkpoint_check(add)
-    _add_embedding_options(add)
+    add_embedding_arguments(add)
 
     remove = actions.add_parser("remove", help="remove vectors by id (atomic)")
     remove.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
@@ -91,12 +89,6 @@ def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_embedding_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: 64)")
-    parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1), help="image decoding processes")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
-
-
 def run(args: argparse.Namespace) -> int:
     return {"build": _build, "query": _query, "add": _add, "remove": _remove, "eval": _eval}[args.index_command](args)
 
@@ -105,7 +97,7 @@ def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
-    embeddings, rows = _embed_source(encoder, source, args)
+    embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(
         embeddings,
         rows,
@@ -151,7 +143,7 @@ def _add(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index)
     encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
-    embeddings, rows = _embed_source(encoder, source, args)
+    embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     ids = index.add(embeddings, rows)
     index.save(args.index)
     print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {index.ntotal}")
@@ -179,26 +171,6 @@ def _eval(args: argparse.Namespace) -> int:
         print(f"index: {args.index} ({index.kind}: {index.factory}), {index.ntotal} vectors")
         print(_format_measurement(metrics))
     return 0
-
-
-def _embed_source(
-    encoder: ImageEncoder, source: ImageSource, args: argparse.Namespace
-) -> tuple[np.ndarray, dict[str, list[str]]]:
-    """Embed every file of `source`; unreadable ones are reported on stderr and left out."""
-    embedded = encoder.embed_files(source.paths, args.batch_size, args.num_workers)
-    if embedded.failures:
-        _report_failures(embedded.failures)
-    if not len(embedded.positions):
-        raise UserError(f"none of the {len(source.paths)} images could be read; check the files")
-    return embedded.embeddings, source.rows(embedded.positions)
-
-
-def _report_failures(failures: list[tuple[str, str]]) -> None:
-    print(f"skipped {len(failures)} unreadable image(s):", file=sys.stderr)
-    for path, reason in failures[:_MAX_SHOWN_FAILURES]:
-        print(f"  {path}: {reason}", file=sys.stderr)
-    if len(failures) > _MAX_SHOWN_FAILURES:
-        print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
 
 
 def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[dict[str, Any]]:

@@ -1,0 +1,140 @@
+"""Embeddings written for use elsewhere (`retrieval embed`): one file, its format chosen by its suffix.
+
+Every format holds the same three things, row `i` of each describing image `i`:
+
+- `embeddings`: `(N, D)` float32 unit vectors (cosine similarity = inner product);
+- `ids`: `(N,)` the image paths (absolute);
+- `labels`: `(N,)` class ids: int64 when every label is an integer, else strings (`""` when unknown);
+
+plus any other metadata column of the source (e.g. `split`, `is_query`, `is_gallery`) as strings.
+
+| suffix | layout | read with |
+|---|---|---|
+| `.npz` | arrays `embeddings`, `ids`, `labels`, one per extra column | `np.load(path)["embeddings"]` |
+| `.npy` | one structured array, fields `id`, `label`, extras, `embedding` (D,) | `np.load(path)["embedding"]` |
+| `.parquet` | columns `id`, `label`, extras, `embedding` (fixed-size list of D float32) | `pq.read_table(path)` |
+
+No format needs `allow_pickle`. Files are written to a temporary name beside the target and renamed
+into place, so a reader never sees a half-written file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.errors import UserError
+
+__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
+
+EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
+
+
+def write_embeddings(
+    path: str | Path,
+    embeddings: np.ndarray,
+    ids: Sequence[str],
+    labels: Sequence[str],
+    extra: Mapping[str, Sequence[str]] | None = None,
+) -> None:
+    """Write `(N, D)` embeddings with their ids, labels and extra string columns to `path` (format by suffix).
+
+    Raises:
+        UserError: the suffix is not one of `EMBEDDING_SUFFIXES`, or the parent folder cannot be written.
+        ValueError: the columns do not all have N rows.
+    """
+    path = Path(path)
+    writer = _WRITERS.get(path.suffix.lower())
+    if writer is None:
+        raise UserError(
+            f"--out {path}: unknown format {path.suffix!r}; end the name with {', '.join(EMBEDDING_SUFFIXES)}"
+        )
+    columns = {"ids": np.asarray(ids, dtype=str), "labels": _labels_array(labels)}
+    columns.update({name: np.asarray(values, dtype=str) for name, values in (extra or {}).items()})
+    embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
+    if any(len(values) != len(embeddings) for values in columns.values()):
+        raise ValueError(f"{len(embeddings)} embeddings but columns of {[len(v) for v in columns.values()]} rows")
+    _atomic_write(path, lambda temporary: writer(temporary, embeddings, columns))
+
+
+def read_embeddings(path: str | Path) -> dict[str, np.ndarray]:
+    """`{"embeddings": (N, D), "ids": (N,), "labels": (N,), extras...}` from a file `write_embeddings` wrote."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path)
+        out = {"embeddings": np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)}
+        out.update({_PLURAL.get(name, name): table.column(name).to_numpy() for name in table.column_names[:-1]})
+        return out
+    loaded = np.load(path, allow_pickle=False)
+    if path.suffix == ".npz":
+        return {name: loaded[name] for name in loaded.files}
+    out = {"embeddings": loaded["embedding"]}
+    out.update({_PLURAL.get(name, name): loaded[name] for name in loaded.dtype.names if name != "embedding"})
+    return out
+
+
+_PLURAL = {"id": "ids", "label": "labels"}
+_SINGULAR = {plural: singular for singular, plural in _PLURAL.items()}
+
+
+def _labels_array(labels: Sequence[str]) -> np.ndarray:
+    text = [str(label) for label in labels]
+    if text and all(label.lstrip("-").isdigit() for label in text):
+        return np.asarray([int(label) for label in text], dtype=np.int64)
+    return np.asarray(text, dtype=str)
+
+
+def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+    with path.open("wb") as handle:  # a file object: np.savez would append .npz to a name
+        np.savez(handle, embeddings=embeddings, **columns)
+
+
+def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+    fields = [(_SINGULAR.get(name, name), values.dtype) for name, values in columns.items()]
+    table = np.empty(len(embeddings), dtype=[*fields, ("embedding", np.float32, (embeddings.shape[1],))])
+    for (field, _), values in zip(fields, columns.values(), strict=True):
+        table[field] = values
+    table["embedding"] = embeddings
+    with path.open("wb") as handle:
+        np.save(handle, table, allow_pickle=False)
+
+
+def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    arrays = {_SINGULAR.get(name, name): pa.array(values.tolist()) for name, values in columns.items()}
+    flat = pa.array(embeddings.reshape(-1), type=pa.float32())
+    arrays["embedding"] = pa.FixedSizeListArray.from_arrays(flat, embeddings.shape[1])
+    pq.write_table(pa.table(arrays), path)
+
+
+_WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, np.ndarray]], None]] = {
+    ".npz": _write_npz,
+    ".npy": _write_npy,
+    ".parquet": _write_parquet,
+}
+
+
+def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
+    """`write` a temporary file beside `path`, flush it to disk, then rename it over `path`."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --out") from exc
+    os.close(handle)
+    temporary = Path(name)
+    try:
+        write(temporary)
+        with temporary.open("rb") as flushed:
+            os.fsync(flushed.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)

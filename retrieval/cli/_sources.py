@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.config import DataConfig
-from retrieval.data import list_images, read_splits
+from retrieval.data import CsvSplit, list_images, read_splits
 from retrieval.engine.encoder import ImageEncoder
 from retrieval.errors import UserError
 
@@ -71,26 +71,28 @@ def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
             f"data.name {data.name} has no {split} split; use --split with one of: all, {', '.join(splits)}"
         )
     has_flags = splits["test"].query_mask is not None
-    paths, columns = (
-        [],
-        {"path": [], "label": [], "split": [], **({"is_query": [], "is_gallery": []} if has_flags else {})},
-    )
-    for name in chosen:
-        part = splits[name]
-        keep = (
-            part.gallery_mask
-            if split == "gallery" and part.gallery_mask is not None
-            else np.ones(len(part.paths), bool)
+    parts = [_split_source(splits[name], name, split == "gallery", has_flags) for name in chosen]
+    columns = {key: [value for part in parts for value in part.columns[key]] for key in parts[0].columns}
+    return ImageSource([path for part in parts for path in part.paths], columns)
+
+
+def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool) -> ImageSource:
+    """One split's rows: `gallery_only` keeps its gallery images; `has_flags` adds is_query / is_gallery."""
+    everything = np.ones(len(part.paths), dtype=bool)
+    query, gallery = (part.query_mask, part.gallery_mask) if part.query_mask is not None else (everything, everything)
+    if name != "test":  # training and validation images are neither queries nor gallery
+        query, gallery = ~everything, ~everything
+    rows = np.flatnonzero(gallery) if gallery_only else np.flatnonzero(everything)
+    paths = [part.paths[i].resolve() for i in rows]
+    columns = {
+        "path": [str(path) for path in paths],
+        "label": [part.class_names[part.labels[i]] for i in rows],
+        "split": [name] * len(rows),
+    }
+    if has_flags:
+        columns.update(
+            {"is_query": [str(int(query[i])) for i in rows], "is_gallery": [str(int(gallery[i])) for i in rows]}
         )
-        for i in np.flatnonzero(keep):
-            paths.append(part.paths[i].resolve())
-            columns["path"].append(str(paths[-1]))
-            columns["label"].append(part.class_names[part.labels[i]])
-            columns["split"].append(name)
-            if has_flags:
-                flags = (part.query_mask, part.gallery_mask) if name == "test" else (None, None)
-                columns["is_query"].append("1" if flags[0] is not None and flags[0][i] else "0")
-                columns["is_gallery"].append("1" if flags[1] is not None and flags[1][i] else "0")
     return ImageSource(paths, columns)
 
 

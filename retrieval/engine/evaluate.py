@@ -11,7 +11,7 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from retrieval.data import EvalSplit
-from retrieval.metrics import retrieval_metrics
+from retrieval.metrics import group_metrics, retrieval_metrics
 
 __all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
 
@@ -52,10 +52,33 @@ def evaluate_model(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    class_groups: np.ndarray | None = None,
+    proxies: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
+    """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol.
+
+    On closed-set splits (`split.train_class` known and some classes trained) and with `class_groups`
+    (`frequency_groups` of the training set), the result also holds `group_metrics`: Recall@1 and
+    MAP@R per head / mid / tail group, and with `proxies` `(K, D)` the proxy classifier's accuracy.
+    """
     embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
-    return retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+    metrics = retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+    if class_groups is not None and split.train_class is not None:
+        proxy_array = None if proxies is None else proxies.detach().float().cpu().numpy()
+        if proxy_array is not None and len(proxy_array) != len(class_groups):
+            proxy_array = None  # proxies of other classes than this data's: no classifier to score
+        metrics.update(
+            group_metrics(
+                embeddings,
+                split.labels,
+                split.train_class,
+                class_groups,
+                split.query_mask,
+                split.gallery_mask,
+                proxy_array,
+            )
+        )
+    return metrics
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:

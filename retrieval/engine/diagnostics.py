@@ -63,8 +63,10 @@ def logit_gradient_norms(logits: Tensor, labels: Tensor, weights: Tensor | None 
     """
     probabilities = torch.softmax(logits.detach().float(), dim=1)
     p_t = probabilities.gather(1, labels.view(-1, 1)).squeeze(1)
-    # ||p - e_y||^2 = ||p||^2 - 2 p_t + 1
-    norms = (probabilities.square().sum(dim=1) - 2.0 * p_t + 1.0).clamp(min=0.0).sqrt() / logits.shape[0]
+    # ||p - e_y||^2 = (1 - p_t)^2 + sum_{j != y} p_j^2, with 1 - p_t summed from the other classes: no
+    # cancellation when p_t is close to 1, where float32 `1 - p_t` would round to a few ulps.
+    others = probabilities.scatter(1, labels.view(-1, 1), 0.0)
+    norms = torch.sqrt(others.sum(dim=1).square() + others.square().sum(dim=1)) / logits.shape[0]
     if weights is not None:
         norms = norms * weights.detach().float()
     return norms, p_t

@@ -13,7 +13,7 @@ from tqdm import tqdm
 from retrieval.data import EvalSplit
 from retrieval.metrics import group_metrics, retrieval_metrics
 
-__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
+__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics", "score_split"]
 
 KS = (1, 2, 4, 8)
 
@@ -57,25 +57,33 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol.
 
-    On closed-set splits (`split.train_class` known and some classes trained) and with `class_groups`
-    (`frequency_groups` of the training set), the result also holds `group_metrics`: Recall@1 and
-    MAP@R per head / mid / tail group, and with `proxies` `(K, D)` the proxy classifier's accuracy.
+    With `class_groups` and `proxies`, closed-set splits get the per-group results of `score_split`.
     """
     embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
+    proxy_array = None if proxies is None else proxies.detach().float().cpu().numpy()
+    return score_split(embeddings, split, class_groups, proxy_array)
+
+
+def score_split(
+    embeddings: np.ndarray,
+    split: EvalSplit,
+    class_groups: np.ndarray | None = None,
+    proxies: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Recall@K, MAP@R and R-precision of a split's `(N, D)` embeddings, and per-group results where they apply.
+
+    On closed-set splits (`split.train_class` known and some classes trained) and with `class_groups`
+    (`frequency_groups` of the training set), the result also holds `group_metrics`: Recall@1 and
+    MAP@R per head / mid / tail group and, with `proxies` `(K, D)` of the same K classes, the proxy
+    classifier's accuracy overall and per group.
+    """
     metrics = retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
     if class_groups is not None and split.train_class is not None:
-        proxy_array = None if proxies is None else proxies.detach().float().cpu().numpy()
-        if proxy_array is not None and len(proxy_array) != len(class_groups):
-            proxy_array = None  # proxies of other classes than this data's: no classifier to score
+        if proxies is not None and len(proxies) != len(class_groups):
+            proxies = None  # proxies of other classes than this data's: no classifier to score
         metrics.update(
             group_metrics(
-                embeddings,
-                split.labels,
-                split.train_class,
-                class_groups,
-                split.query_mask,
-                split.gallery_mask,
-                proxy_array,
+                embeddings, split.labels, split.train_class, class_groups, split.query_mask, split.gallery_mask, proxies
             )
         )
     return metrics

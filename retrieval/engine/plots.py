@@ -29,7 +29,15 @@ from retrieval.engine.diagnostics import P_T_BUCKETS  # noqa: E402
 from retrieval.errors import UserError  # noqa: E402
 from retrieval.metrics.groups import GROUP_NAMES  # noqa: E402
 
-__all__ = ["plot_curves", "plot_difficulty", "plot_gating", "plot_gradients", "plot_run", "read_records"]
+__all__ = [
+    "plot_curves",
+    "plot_difficulty",
+    "plot_gating",
+    "plot_gradients",
+    "plot_run",
+    "read_records",
+    "save_figure",
+]
 
 _Records = list[dict[str, Any]]
 
@@ -85,7 +93,7 @@ def plot_curves(records: _Records, path: Path) -> Path:
         ax.grid(alpha=0.3)
         if ax.lines and ax is not ax_loss and ax is not ax_lr:
             ax.legend(loc="lower right", fontsize=7)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_difficulty(records: _Records, path: Path) -> Path:
@@ -93,7 +101,7 @@ def plot_difficulty(records: _Records, path: Path) -> Path:
     fig, (ax_map, ax_band) = plt.subplots(1, 2, figsize=(12, 4))
     _heat_map(ax_map, records, "c_hist", "semantic difficulty c_i: share of samples per bin")
     _quantile_bands(ax_band, records, "c", "c_i quantiles (1 = no confusion; s_i = gamma * c_i)")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_gating(records: _Records, path: Path) -> Path:
@@ -111,7 +119,7 @@ def plot_gating(records: _Records, path: Path) -> Path:
     handles = [*ax_median.get_legend_handles_labels()[0], *ax_gated.get_legend_handles_labels()[0]]
     if handles:
         ax_median.legend(handles=handles, fontsize=7, loc="best")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def plot_gradients(records: _Records, path: Path) -> Path:
@@ -136,7 +144,7 @@ def plot_gradients(records: _Records, path: Path) -> Path:
     ax_wrong.legend(fontsize=7)
     for ax in (ax_buckets, ax_wrong):
         ax.grid(alpha=0.3)
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _is_overall_metric(key: str, split: str) -> bool:
@@ -194,11 +202,11 @@ def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
     ax.legend(fontsize=7)
 
 
-def _save(fig: plt.Figure, path: Path) -> Path:
-    """Save atomically (temp file + rename), so a reader never sees half a PNG."""
+def save_figure(fig: plt.Figure, path: Path, dpi: int = 100) -> Path:
+    """Lay out, save atomically (temp file + rename, so a reader never sees half a PNG) and close `fig`."""
     temporary = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
-    fig.savefig(temporary, dpi=100)
+    fig.savefig(temporary, dpi=dpi)
     plt.close(fig)
     temporary.replace(path)
     return path

@@ -87,8 +87,9 @@ def run(args: argparse.Namespace) -> int:
             channels_last=channels_last,
         )
 
-    embeddings = embed(data.test)
     classifier = _classifier_for(checkpoint, config, data)
+    _check_requests(args, classifier, data)  # before any image is embedded
+    embeddings = embed(data.test)
     class_groups = frequency_groups(data.train_labels, data.num_classes)
     metrics = score_split(embeddings, data.test, class_groups, None if classifier is None else classifier.proxies)
     notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
@@ -118,25 +119,31 @@ def _classifier_for(checkpoint: dict[str, Any], config: Config, data: RetrievalD
     return classifier
 
 
-def _require_classifier(classifier: ProxyClassifier | None, flag: str) -> ProxyClassifier:
-    if classifier is None:
-        raise UserError(
-            f"{flag} needs a checkpoint trained with a proxy loss on this data's training classes (its proxies are "
-            "the classifier); pair losses (circle, triplet) have none, and another dataset's proxies name other classes"
-        )
-    return classifier
+def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
+    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to."""
+    for flag, asked in (("--classification", args.classification), ("--calibrate", args.calibrate)):
+        if not asked:
+            continue
+        if classifier is None:
+            raise UserError(
+                f"{flag} needs a checkpoint trained with a proxy loss on this data's training classes (its proxies "
+                "are the classifier); pair losses (circle, triplet) have none, another dataset's proxies name other "
+                "classes"
+            )
+        closed_set_rows(data.test, flag)
+    if args.calibrate:
+        if data.val is None:
+            raise UserError(
+                "--calibrate fits the temperature on the validation split, and this data has none; set "
+                "data.val_fraction (e.g. --set data.val_fraction=0.2, as in training) or add split=val rows"
+            )
+        closed_set_rows(data.val, "--calibrate (validation split)")
 
 
 def _calibration(
-    args: argparse.Namespace, embed: Any, test_embeddings: np.ndarray, data: RetrievalData, classifier: Any
+    args: argparse.Namespace, embed: Any, test_embeddings: np.ndarray, data: RetrievalData, classifier: ProxyClassifier
 ) -> dict[str, Any]:
     """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
-    classifier = _require_classifier(classifier, "--calibrate")
-    if data.val is None:
-        raise UserError(
-            "--calibrate fits the temperature on the validation split, and this data has none; set data.val_fraction "
-            "(e.g. --set data.val_fraction=0.2, the same as in training) or add split=val rows"
-        )
     val_rows = closed_set_rows(data.val, "--calibrate (validation split)")
     if args.calibration_share < 1:
         count = max(1, round(args.calibration_share * len(val_rows)))
@@ -155,10 +162,9 @@ def _classification(
     out_dir: Path,
     embeddings: np.ndarray,
     test: EvalSplit,
-    classifier: ProxyClassifier | None,
+    classifier: ProxyClassifier,
     calibrated: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    classifier = _require_classifier(classifier, "--classification")
     rows = closed_set_rows(test, "--classification")
     targets = test.train_class[rows]
     probabilities = temperature_softmax(classifier.logits(embeddings[rows]))

@@ -32,7 +32,7 @@ from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses
 from retrieval.engine.diagnostics import EpochDiagnostics
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
 from retrieval.engine.evaluate import evaluate_model
-from retrieval.engine.plots import plot_run
+from retrieval.engine.plots import plot_curves, plot_run
 from retrieval.errors import UserError
 from retrieval.losses import PAIR_LOSSES, build_loss
 from retrieval.metrics import check_queries_have_positives, frequency_groups
@@ -202,6 +202,7 @@ class Trainer:
             self._save(epoch, record)
             self._write_logs(records)
             print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
+        plot_run(self.run_dir)
         result = self._final_result(records)
         (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
         return result
@@ -336,7 +337,7 @@ class Trainer:
     def _write_logs(self, records: list[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(record) + "\n" for record in records)
         (self.run_dir / "metrics.jsonl").write_text(lines)
-        plot_run(self.run_dir)
+        plot_curves(records, self.run_dir / "plots" / "curves.png")  # cheap; the diagnostics are drawn at the end
 
     def _summary(self, record: dict[str, Any]) -> str:
         text = f"epoch {record['epoch']}/{self.config.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"

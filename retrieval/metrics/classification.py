@@ -81,6 +81,7 @@ def _curve(is_positive: np.ndarray, scores: np.ndarray) -> dict[str, list[float]
     # best precision reached at any recall >= r (the VOC/COCO convention), monotone by construction.
     best = np.maximum.accumulate(precision)  # along decreasing recall
     levels = np.linspace(0.0, 1.0, _CURVE_POINTS)
-    index = np.searchsorted(-recall, -levels, side="right") - 1  # last point with recall >= level
+    # last point with recall >= level; the 1e-12 keeps e.g. recall 12/40 at the level linspace writes as 0.3 + 4e-17
+    index = np.searchsorted(-recall, -levels + 1e-12, side="right") - 1
     interpolated = np.where(index >= 0, best[np.maximum(index, 0)], 0.0)
     return {"recall": levels.tolist(), "precision": interpolated.tolist()}

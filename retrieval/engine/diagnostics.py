@@ -91,7 +91,8 @@ class EpochDiagnostics:
         logits, labels = stats.get("logits"), stats.get("labels")
         batch = None if labels is None else labels.shape[0]
         for key, value in stats.items():
-            if key not in _BATCH_KEYS and (value.dim() == 0 or (value.dim() == 1 and value.shape[0] == batch)):
+            per_sample = value.dim() == 1 and (batch is None or value.shape[0] == batch)
+            if key not in _BATCH_KEYS and (value.dim() == 0 or per_sample):
                 self._values[key].append(value.detach().float().reshape(-1))
         if labels is not None:
             self._labels.append(labels.detach())

@@ -24,6 +24,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from retrieval.engine.diagnostics import P_T_BUCKETS  # noqa: E402
 from retrieval.errors import UserError  # noqa: E402
@@ -187,7 +188,13 @@ def _heat_map(ax: Axes, records: _Records, key: str, title: str) -> None:
         interpolation="nearest",
     )
     ax.figure.colorbar(image, ax=ax)
-    ax.set(title=title, xlabel="epoch")
+    occupied = np.flatnonzero(counts.sum(axis=0))  # zoom on the bins any epoch used (c_i rarely leaves [1, 1.3])
+    width = (high - low) / counts.shape[1]
+    ax.set(
+        title=title,
+        xlabel="epoch",
+        ylim=(low + width * max(occupied[0] - 1, 0), low + width * min(occupied[-1] + 2, counts.shape[1])),
+    )
 
 
 def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
@@ -204,6 +211,9 @@ def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
 
 def save_figure(fig: plt.Figure, path: Path, dpi: int = 100) -> Path:
     """Lay out, save atomically (temp file + rename, so a reader never sees half a PNG) and close `fig`."""
+    for ax in fig.axes:
+        if ax.get_xlabel() == "epoch":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     temporary = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
     fig.savefig(temporary, dpi=dpi)

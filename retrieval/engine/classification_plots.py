@@ -50,7 +50,7 @@ def _pr_curves(report: dict[str, Any], path: Path) -> Path:
         micro["precision"],
         "k",
         lw=2.5,
-        label=f"micro-average (mAP {report['mean_average_precision']:.3f})",
+        label=f"micro-average curve (mean AP {report['mean_average_precision']:.3f})",
     )
     ax.set(
         title="proxy classifier, one-vs-rest precision-recall",
@@ -73,6 +73,7 @@ def _confusion(report: dict[str, Any], path: Path) -> Path:
         fig.colorbar(image, ax=ax, fraction=0.046)
         ax.set(title=f"confusion matrix ({title})", xlabel="predicted class", ylabel="true class")
         if len(matrix) <= _ANNOTATE_UP_TO:
+            ax.set(xticks=range(len(matrix)), yticks=range(len(matrix)))
             threshold = matrix.max() / 2
             for (i, j), value in np.ndenumerate(matrix):
                 colour = "white" if value > threshold else "black"

@@ -86,9 +86,11 @@ def plot_curves(records: _Records, path: Path) -> Path:
     ax_recall.set(title="retrieval (val selects; test only when asked)", xlabel="epoch", ylim=(0, 1))
     if grouped:
         for split, style in (("val", "-"), ("test", ":")):
-            for name in GROUP_NAMES:
-                _plot_key(axes[3], records, f"{split}/{name}/recall@1", style, f"{split} {name} R@1")
-                _plot_key(axes[3], records, f"{split}/{name}/proxy_accuracy", "--", f"{split} {name} proxy acc")
+            for group, name in enumerate(GROUP_NAMES):  # one colour per group; R@1 solid, proxy accuracy dashed
+                colour = f"C{group}"
+                _plot_key(axes[3], records, f"{split}/{name}/recall@1", style, f"{split} {name} R@1", color=colour)
+                label = f"{split} {name} proxy acc"
+                _plot_key(axes[3], records, f"{split}/{name}/proxy_accuracy", "--", label, color=colour, alpha=0.6)
         axes[3].set(title="per training-frequency group", xlabel="epoch", ylim=(0, 1))
     for ax in axes:
         ax.grid(alpha=0.3)

@@ -1,17 +1,33 @@
-"""`retrieval evaluate`: Recall@K / MAP@R of a checkpoint on the test split of its (or another) dataset."""
+"""`retrieval evaluate`: Recall@K / MAP@R of a checkpoint on the test split of its (or another) dataset.
+
+On closed-set data it also reports results per training-frequency group and, on request, scores
+the proxy classifier (`--classification DIR`), calibrates it (`--calibrate`) and draws a grid of
+queries with their results (`--grid FILE.png`).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from retrieval.cli._common import add_config_arguments
-from retrieval.config import apply_overrides, config_from_dict, load_config
-from retrieval.data import build_data
+from retrieval.config import Config, apply_overrides, config_from_dict, load_config
+from retrieval.data import EvalSplit, RetrievalData, build_data
 from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
+from retrieval.engine.classification_plots import plot_classification
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
-from retrieval.engine.evaluate import evaluate_model, format_metrics
+from retrieval.engine.evaluate import embed_dataset, format_metrics, score_split
+from retrieval.engine.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
+from retrieval.engine.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
+from retrieval.errors import UserError
+from retrieval.metrics import GROUP_NAMES, frequency_groups
+from retrieval.metrics.calibration import temperature_softmax
+from retrieval.metrics.classification import calibration_summary, classification_report
+from retrieval.models import Embedder
 
 __all__ = ["add_parser", "run"]
 
@@ -21,6 +37,29 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
     add_config_arguments(parser)
     parser.add_argument("--json", type=Path, metavar="FILE", help="also write the metrics to FILE as JSON")
+    parser.add_argument("--grid", type=Path, metavar="FILE.png", help="draw queries with their top-5 results")
+    parser.add_argument(
+        "--grid-queries", choices=GRID_MODES, default="worst", help="which queries --grid draws (default: worst)"
+    )
+    parser.add_argument("--grid-rows", type=_positive_int, default=8, metavar="N", help="queries in the grid")
+    parser.add_argument(
+        "--classification",
+        type=Path,
+        metavar="DIR",
+        help="closed-set data: score the proxy classifier (PR curves, confusion, ECE, Brier) into DIR",
+    )
+    parser.add_argument(
+        "--calibrate",
+        action="store_true",
+        help="closed-set data: fit a softmax temperature on the validation split; ECE and Brier before/after",
+    )
+    parser.add_argument(
+        "--calibration-share",
+        type=_share,
+        default=1.0,
+        metavar="F",
+        help="share of the validation split used to fit the temperature (default: 1, all of it)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,16 +75,156 @@ def run(args: argparse.Namespace) -> int:
     data = build_data(
         config.data, model.data_config(), config.augment, checkpoint["manifest"]["model_config"]["in_chans"]
     )
-    metrics = evaluate_model(
-        model,
-        data.test,
-        config.data.eval_batch_size,
-        device,
-        num_workers=config.data.num_workers,
-        amp_dtype=amp_dtype(config.train.amp, device),
-        channels_last=channels_last,
-    )
+
+    def embed(split: EvalSplit) -> np.ndarray:
+        return embed_dataset(
+            model,
+            split.dataset,
+            config.data.eval_batch_size,
+            device,
+            num_workers=config.data.num_workers,
+            amp_dtype=amp_dtype(config.train.amp, device),
+            channels_last=channels_last,
+        )
+
+    classifier = _classifier_for(checkpoint, config, data)
+    _check_requests(args, classifier, data)  # before any image is embedded
+    embeddings = embed(data.test)
+    class_groups = frequency_groups(data.train_labels, data.num_classes)
+    metrics = score_split(embeddings, data.test, class_groups, None if classifier is None else classifier.proxies)
+    notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
+    extras: dict[str, Any] = {}
+    calibrated = None
+    if args.calibrate:
+        calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data, classifier)
+        notes.append(_calibration_line(calibrated))
+    if args.classification:
+        report = _classification(args.classification, embeddings, data.test, classifier, calibrated)
+        extras["classification"] = {"directory": str(args.classification), "accuracy": report["accuracy"]}
+        notes.append(f"classification: accuracy {report['accuracy']:.4f}, written to {args.classification}")
+    if args.grid:
+        _grid(args, embeddings, data.test, model)
+        notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
-        args.json.write_text(json.dumps(metrics, indent=2) + "\n")
-    print(format_metrics(metrics))
+        args.json.write_text(json.dumps({**metrics, **extras}, indent=2) + "\n")
+    print("\n".join([*notes, format_metrics(metrics)]))
     return 0
+
+
+def _classifier_for(checkpoint: dict[str, Any], config: Config, data: RetrievalData) -> ProxyClassifier | None:
+    """The proxy classifier when its classes are this data's training classes, else None."""
+    classifier = load_proxy_classifier(checkpoint, config)
+    if classifier is None or len(classifier.proxies) != data.num_classes:
+        return None
+    return classifier
+
+
+def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
+    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to."""
+    for flag, asked in (("--classification", args.classification), ("--calibrate", args.calibrate)):
+        if not asked:
+            continue
+        if classifier is None:
+            raise UserError(
+                f"{flag} needs a checkpoint trained with a proxy loss on this data's training classes (its proxies "
+                "are the classifier); pair losses (circle, triplet) have none, another dataset's proxies name other "
+                "classes"
+            )
+        closed_set_rows(data.test, flag)
+    if args.calibrate:
+        if data.val is None:
+            raise UserError(
+                "--calibrate fits the temperature on the validation split, and this data has none; set "
+                "data.val_fraction (e.g. --set data.val_fraction=0.2, as in training) or add split=val rows"
+            )
+        closed_set_rows(data.val, "--calibrate (validation split)")
+
+
+def _calibration(
+    args: argparse.Namespace, embed: Any, test_embeddings: np.ndarray, data: RetrievalData, classifier: ProxyClassifier
+) -> dict[str, Any]:
+    """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
+    val_rows = closed_set_rows(data.val, "--calibrate (validation split)")
+    if args.calibration_share < 1:
+        count = max(1, round(args.calibration_share * len(val_rows)))
+        val_rows = np.sort(np.random.default_rng(0).choice(val_rows, size=count, replace=False))
+    val_embeddings = embed(data.val)
+    test_rows = closed_set_rows(data.test, "--calibrate")
+    result = calibrate(
+        classifier,
+        (val_embeddings[val_rows], data.val.train_class[val_rows]),
+        (test_embeddings[test_rows], data.test.train_class[test_rows]),
+    )
+    return {**result, "calibration_share": args.calibration_share}
+
+
+def _classification(
+    out_dir: Path,
+    embeddings: np.ndarray,
+    test: EvalSplit,
+    classifier: ProxyClassifier,
+    calibrated: dict[str, Any] | None,
+) -> dict[str, Any]:
+    rows = closed_set_rows(test, "--classification")
+    targets = test.train_class[rows]
+    probabilities = temperature_softmax(classifier.logits(embeddings[rows]))
+    report = {"logit_scale": classifier.scale, **classification_report(probabilities, targets)}
+    after = None
+    if calibrated is not None:
+        scaled = temperature_softmax(classifier.logits(embeddings[rows]), calibrated["temperature"])
+        after = calibration_summary(scaled, targets)
+        report["calibrated"] = {"temperature": calibrated["temperature"], **after}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot_classification(report, out_dir, after)
+    temporary = out_dir / ".classification.json.tmp"
+    temporary.write_text(json.dumps(report) + "\n")
+    temporary.replace(out_dir / "classification.json")
+    return report
+
+
+def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, model: Embedder) -> None:
+    ranked = rank_queries(embeddings, test)
+    chosen = select_queries(ranked, args.grid_rows, args.grid_queries)
+    config = model.data_config()
+
+    def image_of(row: int) -> np.ndarray:
+        return display_image(test.dataset[row][0], config["mean"], config["std"])
+
+    title = "worst-ranked queries" if args.grid_queries == "worst" else "random queries"
+    args.grid.parent.mkdir(parents=True, exist_ok=True)
+    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, f"{title}: top-5 results (green: same class)")
+
+
+def _group_line(metrics: dict[str, Any]) -> str:
+    """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`."""
+    present = [name for name in GROUP_NAMES if f"{name}/recall@1" in metrics]
+    line = f"by training frequency ({' / '.join(present)}): Recall@1 "
+    line += " / ".join(f"{metrics[f'{name}/recall@1']:.4f}" for name in present)
+    if "proxy_accuracy" in metrics:
+        accuracies = [metrics.get(f"{name}/proxy_accuracy", float("nan")) for name in present]
+        line += ", proxy accuracy " + " / ".join(f"{value:.4f}" for value in accuracies)
+        line += f" (all {metrics['proxy_accuracy']:.4f})"
+    return line
+
+
+def _calibration_line(calibration: dict[str, Any]) -> str:
+    before, after = calibration["before"], calibration["after"]
+    return (
+        f"calibration: temperature {calibration['temperature']:.4f} fitted on {calibration['num_calibration_images']} "
+        f"validation images; test ECE {before['ece']:.4f} -> {after['ece']:.4f}, "
+        f"Brier {before['brier']:.4f} -> {after['brier']:.4f}"
+    )
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _share(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must lie in (0, 1], got {value}")
+    return value

@@ -36,6 +36,7 @@ class EvalSplit:
     labels: np.ndarray  # (N,)
     query_mask: np.ndarray | None = None  # (N,) bool; None: every image is a query
     gallery_mask: np.ndarray | None = None  # (N,) bool; None: every image is in the gallery
+    train_class: np.ndarray | None = None  # (N,) training class (proxy) of each item, -1: class never trained
 
 
 @dataclass
@@ -52,7 +53,7 @@ class RetrievalData:
 def _digits(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     images, labels = load_digits_split("train", cfg.image_size)
     test_images, test_labels = load_digits_split("test", cfg.image_size)
-    test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels)
+    test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels, train_class=test_labels)
 
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
         return DigitsDataset(images[indices], subset_labels, transform)
@@ -71,8 +72,8 @@ def _image_files(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> Retr
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
         return ImageDataset([train.paths[i] for i in indices], subset_labels, transform, cfg.on_bad_image)
 
-    test = _eval_split(splits["test"], eval_tf, cfg.on_bad_image)
-    val = _eval_split(splits["val"], eval_tf, cfg.on_bad_image) if "val" in splits else None
+    test = _eval_split(splits["test"], eval_tf, cfg.on_bad_image, train.class_names)
+    val = _eval_split(splits["val"], eval_tf, cfg.on_bad_image, train.class_names) if "val" in splits else None
     return _with_validation(cfg, train.labels, subset, train_tf, eval_tf, test, val)
 
 
@@ -100,12 +101,16 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
     return _ROOT_READERS[cfg.name](root, check_images)
 
 
-def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str) -> EvalSplit:
+def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_names: list[str]) -> EvalSplit:
+    """An evaluation split; `train_class` in the training split's numbering (renumbered later)."""
+    index = {name: i for i, name in enumerate(train_names)}
+    train_class = np.array([index.get(split.class_names[code], -1) for code in split.labels], dtype=np.int64)
     return EvalSplit(
         ImageDataset(split.paths, split.labels, transform, on_bad_image),
         split.labels,
         split.query_mask,
         split.gallery_mask,
+        train_class,
     )
 
 
@@ -130,11 +135,20 @@ def _with_validation(
         holdout = holdout_classes if cfg.val_classes else holdout_images
         train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
     # Classes renumbered 0..C-1 over what trains (holding out classes leaves gaps).
-    _, train_labels = np.unique(labels[train_idx], return_inverse=True)
+    trained, train_labels = np.unique(labels[train_idx], return_inverse=True)
     if val_idx is not None:
-        val = EvalSplit(subset(val_idx, labels[val_idx], eval_tf), labels[val_idx])
+        val = EvalSplit(subset(val_idx, labels[val_idx], eval_tf), labels[val_idx], train_class=labels[val_idx])
+    for split in (test, val):
+        if split is not None and split.train_class is not None:
+            split.train_class = _renumbered(split.train_class, trained)
     train = subset(train_idx, train_labels, train_tf)
     return RetrievalData(train, train_labels, int(train_labels.max()) + 1, test, val)
+
+
+def _renumbered(codes: np.ndarray, trained: np.ndarray) -> np.ndarray:
+    """Class codes of the training split -> their index among the `trained` (sorted) codes, -1 if absent."""
+    position = np.minimum(np.searchsorted(trained, codes), len(trained) - 1)
+    return np.where((codes >= 0) & (trained[position] == codes), position, -1)
 
 
 # (data config, train transform, eval transform) -> the datasets.

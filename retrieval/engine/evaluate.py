@@ -12,9 +12,9 @@ from tqdm import tqdm
 
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
-from retrieval.metrics import retrieval_metrics
+from retrieval.metrics import group_metrics, retrieval_metrics
 
-__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
+__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics", "score_split"]
 
 KS = (1, 2, 4, 8)
 
@@ -63,12 +63,42 @@ def evaluate_model(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    class_groups: np.ndarray | None = None,
+    proxies: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
+    """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol.
+
+    With `class_groups` and `proxies`, closed-set splits get the per-group results of `score_split`.
+    """
     embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
-    kept = ~np.isnan(embeddings).any(axis=1)  # images skipped under data.on_bad_image: skip
-    masks = [mask if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask)]
-    return retrieval_metrics(embeddings[kept], split.labels[kept], KS, *masks)
+    proxy_array = None if proxies is None else proxies.detach().float().cpu().numpy()
+    return score_split(embeddings, split, class_groups, proxy_array)
+
+
+def score_split(
+    embeddings: np.ndarray,
+    split: EvalSplit,
+    class_groups: np.ndarray | None = None,
+    proxies: np.ndarray | None = None,
+) -> dict[str, float]:
+    """Recall@K, MAP@R and R-precision of a split's `(N, D)` embeddings, and per-group results where they apply.
+
+    On closed-set splits (`split.train_class` known and some classes trained) and with `class_groups`
+    (`frequency_groups` of the training set), the result also holds `group_metrics`: Recall@1 and
+    MAP@R per head / mid / tail group and, with `proxies` `(K, D)` of the same K classes, the proxy
+    classifier's accuracy overall and per group.
+    """
+    kept = ~np.isnan(embeddings).any(axis=1)  # rows of images skipped under data.on_bad_image: skip
+    embeddings, labels = embeddings[kept], split.labels[kept]
+    query_mask, gallery_mask = (None if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask))
+    metrics = retrieval_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    if class_groups is not None and split.train_class is not None:
+        if proxies is not None and len(proxies) != len(class_groups):
+            proxies = None  # proxies of other classes than this data's: no classifier to score
+        metrics.update(
+            group_metrics(embeddings, labels, split.train_class[kept], class_groups, query_mask, gallery_mask, proxies)
+        )
+    return metrics
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:

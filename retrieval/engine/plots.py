@@ -1,7 +1,20 @@
-"""PNG plots of a run: training curves and the per-sample scale diagnostics."""
+"""PNG plots of a run, drawn from its `metrics.jsonl`: curves and the per-epoch training diagnostics.
+
+`plot_run(run_dir)` writes into `run_dir/plots/`:
+
+- `curves.png`: training loss, learning rate, Recall@K and MAP@R (validation; test when logged),
+  and Recall@1 / proxy accuracy per training-frequency group when the split is closed-set;
+- `difficulty.png`: the semantic difficulty c_i per epoch (histogram heat map, quantile bands);
+- `gating.png`: the balance degree b_i per epoch (heat map, median per group, fraction gated);
+- `gradients.png`: the share of the logit-gradient norm per p_t bucket and per correct / wrong
+  prediction, per epoch.
+
+Each diagnostic figure is drawn only when the run logged its inputs (see `engine/diagnostics.py`).
+"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -10,42 +23,202 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+from matplotlib.axes import Axes  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-__all__ = ["plot_curves", "plot_histogram"]
+from retrieval.engine.diagnostics import P_T_BUCKETS  # noqa: E402
+from retrieval.errors import UserError  # noqa: E402
+from retrieval.metrics.groups import GROUP_NAMES  # noqa: E402
+
+__all__ = [
+    "plot_curves",
+    "plot_difficulty",
+    "plot_gating",
+    "plot_gradients",
+    "plot_run",
+    "read_records",
+    "save_figure",
+]
+
+_Records = list[dict[str, Any]]
 
 
-def plot_curves(records: list[dict[str, Any]], path: Path) -> None:
-    """Loss, learning rate and validation (and logged test) Recall@1 / MAP@R against the epoch."""
+def read_records(run_dir: Path) -> _Records:
+    """The epoch records of a run's `metrics.jsonl`, in order.
+
+    Raises:
+        UserError: when the directory has no `metrics.jsonl` (not a run directory).
+    """
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise UserError(f"{path} not found; pass a run directory written by `retrieval train`")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def plot_run(run_dir: Path) -> list[Path]:
+    """Draw every figure the run's records allow into `run_dir/plots/`; returns the files written."""
+    records = read_records(run_dir)
+    out = Path(run_dir) / "plots"
+    out.mkdir(exist_ok=True)
+    written = [plot_curves(records, out / "curves.png")]
+    for key, name, draw in (("c", "difficulty", plot_difficulty), ("b", "gating", plot_gating)):
+        if any(key in r for r in records):
+            written.append(draw(records, out / f"{name}.png"))
+    if any("grad" in r for r in records):
+        written.append(plot_gradients(records, out / "gradients.png"))
+    return written
+
+
+def plot_curves(records: _Records, path: Path) -> Path:
+    """Loss, learning rate, Recall@K / MAP@R, and (closed-set splits) results per frequency group."""
     epochs = [r["epoch"] for r in records]
-    fig, (ax_loss, ax_lr, ax_recall) = plt.subplots(1, 3, figsize=(15, 4))
+    grouped = any(f"val/{GROUP_NAMES[0]}/recall@1" in r or f"test/{GROUP_NAMES[0]}/recall@1" in r for r in records)
+    fig, axes = plt.subplots(1, 4 if grouped else 3, figsize=(20 if grouped else 15, 4))
+    ax_loss, ax_lr, ax_recall = axes[:3]
     ax_loss.plot(epochs, [r["loss"] for r in records], marker="o")
     ax_loss.set(title="training loss", xlabel="epoch")
     ax_lr.plot(epochs, [r["lr"] for r in records], marker="o")
     ax_lr.set(title="learning rate (end of epoch)", xlabel="epoch")
     for split, style in (("val", "-"), ("test", ":")):
-        evaluated = [r for r in records if f"{split}/recall@1" in r]
-        for metric in ("recall@1", "map@r") if evaluated else ():
-            values = [r[f"{split}/{metric}"] for r in evaluated]
-            ax_recall.plot([r["epoch"] for r in evaluated], values, style, marker="o", label=f"{split} {metric}")
+        metrics = sorted({key.split("/", 1)[1] for r in records for key in r if _is_overall_metric(key, split)})
+        for metric in metrics:
+            _plot_key(ax_recall, records, f"{split}/{metric}", style, f"{split} {metric}")
     ax_recall.set(title="retrieval (val selects; test only when asked)", xlabel="epoch", ylim=(0, 1))
-    if ax_recall.lines:
-        ax_recall.legend(loc="lower right")
-    for ax in (ax_loss, ax_lr, ax_recall):
+    if grouped:
+        for split, style in (("val", "-"), ("test", ":")):
+            for group, name in enumerate(GROUP_NAMES):  # one colour per group; R@1 solid, proxy accuracy dashed
+                colour = f"C{group}"
+                _plot_key(axes[3], records, f"{split}/{name}/recall@1", style, f"{split} {name} R@1", color=colour)
+                label = f"{split} {name} proxy acc"
+                _plot_key(axes[3], records, f"{split}/{name}/proxy_accuracy", "--", label, color=colour, alpha=0.6)
+        axes[3].set(title="per training-frequency group", xlabel="epoch", ylim=(0, 1))
+    for ax in axes:
         ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+        if ax.lines and ax is not ax_loss and ax is not ax_lr:
+            ax.legend(loc="lower right", fontsize=7)
+    return save_figure(fig, path)
 
 
-def plot_histogram(values: np.ndarray, path: Path, title: str) -> None:
-    """Histogram of per-sample values of the last epoch (e.g. the semantic difficulty c_i)."""
-    fig, ax = plt.subplots(figsize=(6, 4))
-    ax.hist(values, bins=50)
-    median, p90 = np.quantile(values, [0.5, 0.9])
-    ax.axvline(median, color="k", linestyle="--", label=f"median {median:.3f}")
-    ax.axvline(p90, color="r", linestyle=":", label=f"p90 {p90:.3f}")
-    ax.set(title=title, ylabel="samples")
-    ax.legend()
+def plot_difficulty(records: _Records, path: Path) -> Path:
+    """c_i over epochs: histogram heat map and min / p10-p90 / median / max bands."""
+    fig, (ax_map, ax_band) = plt.subplots(1, 2, figsize=(12, 4))
+    _heat_map(ax_map, records, "c_hist", "semantic difficulty c_i: share of samples per bin")
+    _quantile_bands(ax_band, records, "c", "c_i quantiles (1 = no confusion; s_i = gamma * c_i)")
+    return save_figure(fig, path)
+
+
+def plot_gating(records: _Records, path: Path) -> Path:
+    """b_i over epochs: histogram heat map, median per frequency group and the fraction gated."""
+    fig, (ax_map, ax_median) = plt.subplots(1, 2, figsize=(12, 4))
+    _heat_map(ax_map, records, "b_hist", "balance degree b_i: share of samples per bin")
+    for name in GROUP_NAMES:
+        _plot_key(ax_median, records, f"b_median/{name}", "-", f"median b_i, {name}")
+    ax_median.set(title="balance degree per group, and gating", xlabel="epoch", ylabel="b_i")
+    ax_median.grid(alpha=0.3)
+    ax_gated = ax_median.twinx()
+    _plot_key(ax_gated, records, "gating/fraction_gated", ":", "fraction gated (w < 1)", color="k")
+    _plot_key(ax_gated, records, "gating/fraction_zero", "--", "fraction cut (w = 0)", color="gray")
+    ax_gated.set(ylim=(0, 1), ylabel="fraction of samples")
+    handles = [*ax_median.get_legend_handles_labels()[0], *ax_gated.get_legend_handles_labels()[0]]
+    if handles:
+        ax_median.legend(handles=handles, fontsize=7, loc="best")
+    return save_figure(fig, path)
+
+
+def plot_gradients(records: _Records, path: Path) -> Path:
+    """Share of the summed logit-gradient norm per p_t bucket, and on correct vs wrong predictions."""
+    rows = [r for r in records if "grad" in r]
+    epochs = np.array([r["epoch"] for r in rows])
+    sums = np.array([r["grad"]["p_t_sum"] for r in rows])
+    shares = sums / np.maximum(sums.sum(axis=1, keepdims=True), 1e-30)
+    fig, (ax_buckets, ax_wrong) = plt.subplots(1, 2, figsize=(12, 4))
+    ax_buckets.stackplot(epochs, shares.T, labels=[f"p_t in {b}" for b in P_T_BUCKETS], alpha=0.85)
+    ax_buckets.set(title="share of gradient norm at the logits, per p_t", xlabel="epoch", ylim=(0, 1))
+    ax_buckets.legend(fontsize=7, loc="upper right")
+    wrong = np.array([r["grad"]["wrong_sum"] for r in rows])
+    correct = np.array([r["grad"]["correct_sum"] for r in rows])
+    total = np.maximum(wrong + correct, 1e-30)
+    ax_wrong.plot(epochs, wrong / total, marker="o", label="gradient share of wrong predictions")
+    counts = np.array(
+        [r["grad"]["wrong_count"] / max(1, r["grad"]["wrong_count"] + r["grad"]["correct_count"]) for r in rows]
+    )
+    ax_wrong.plot(epochs, counts, ":", marker="s", label="fraction of samples predicted wrong")
+    ax_wrong.set(title="where the gradient goes", xlabel="epoch", ylim=(0, 1))
+    ax_wrong.legend(fontsize=7)
+    for ax in (ax_buckets, ax_wrong):
+        ax.grid(alpha=0.3)
+    return save_figure(fig, path)
+
+
+def _is_overall_metric(key: str, split: str) -> bool:
+    """`split/recall@K` or `split/map@r` (not per group, not counts)."""
+    if not key.startswith(f"{split}/"):
+        return False
+    metric = key[len(split) + 1 :]
+    return metric == "map@r" or (metric.startswith("recall@") and "/" not in metric)
+
+
+def _value(record: dict[str, Any], key: str) -> float | None:
+    """`record[a][b]` for key `a/b` when the record nests it, else `record[key]`; None when absent."""
+    if key in record:
+        return record[key]
+    head, _, tail = key.partition("/")
+    nested = record.get(head)
+    return nested.get(tail) if isinstance(nested, dict) and tail else None
+
+
+def _plot_key(ax: Axes, records: _Records, key: str, style: str, label: str, **kwargs: Any) -> None:
+    points = [(r["epoch"], v) for r in records if (v := _value(r, key)) is not None]
+    if points:
+        x, y = zip(*points, strict=True)
+        ax.plot(x, y, style, marker="o", markersize=3, label=label, **kwargs)
+
+
+def _heat_map(ax: Axes, records: _Records, key: str, title: str) -> None:
+    """Histograms of one statistic, one column per epoch, normalized per epoch."""
+    rows = [r for r in records if key in r]
+    counts = np.array([r[key]["counts"] for r in rows], dtype=float)
+    shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
+    low, high = rows[0][key]["range"]
+    epochs = [r["epoch"] for r in rows]
+    image = ax.imshow(
+        shares.T,
+        origin="lower",
+        aspect="auto",
+        cmap="viridis",
+        extent=(epochs[0] - 0.5, epochs[-1] + 0.5, low, high),
+        interpolation="nearest",
+    )
+    ax.figure.colorbar(image, ax=ax)
+    occupied = np.flatnonzero(counts.sum(axis=0))  # zoom on the bins any epoch used (c_i rarely leaves [1, 1.3])
+    width = (high - low) / counts.shape[1]
+    ax.set(
+        title=title,
+        xlabel="epoch",
+        ylim=(low + width * max(occupied[0] - 1, 0), low + width * min(occupied[-1] + 2, counts.shape[1])),
+    )
+
+
+def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
+    rows = [r for r in records if key in r]
+    epochs = [r["epoch"] for r in rows]
+    q = {name: [r[key].get(name, np.nan) for r in rows] for name in ("min", "p10", "median", "p90", "max")}
+    ax.fill_between(epochs, q["min"], q["max"], alpha=0.2, label="min-max")
+    ax.fill_between(epochs, q["p10"], q["p90"], alpha=0.4, label="p10-p90")
+    ax.plot(epochs, q["median"], marker="o", label="median")
+    ax.set(title=title, xlabel="epoch")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def save_figure(fig: plt.Figure, path: Path, dpi: int = 100) -> Path:
+    """Lay out, save atomically (temp file + rename, so a reader never sees half a PNG) and close `fig`."""
+    for ax in fig.axes:
+        if ax.get_xlabel() == "epoch":
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    temporary = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(temporary, dpi=dpi)
     plt.close(fig)
+    temporary.replace(path)
+    return path

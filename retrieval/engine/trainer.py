@@ -14,7 +14,6 @@ import math
 import random
 import time
 import warnings
-from collections import defaultdict
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 from timm.optim import param_groups_weight_decay
-from torch import Tensor
 from torch.nn.modules.batchnorm import _BatchNorm
 from tqdm import tqdm
 
@@ -30,12 +28,13 @@ from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import EvalSplit, ImageLoader, PKSampler, RetrievalData, build_data
 from retrieval.engine.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.engine.diagnostics import EpochDiagnostics
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
 from retrieval.engine.evaluate import evaluate_model
-from retrieval.engine.plots import plot_curves, plot_histogram
+from retrieval.engine.plots import plot_curves, plot_run
 from retrieval.errors import UserError
 from retrieval.losses import PAIR_LOSSES, build_loss
-from retrieval.metrics import check_queries_have_positives
+from retrieval.metrics import check_queries_have_positives, frequency_groups
 from retrieval.models import Embedder
 
 __all__ = ["Trainer", "TrainResult", "lr_factor"]
@@ -118,6 +117,7 @@ class Trainer:
             if split is not None:
                 check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)
         self.selection_split = self._selection_split()
+        self.class_groups = frequency_groups(self.data.train_labels, self.data.num_classes)
         self.loss_fn = build_loss(
             config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
         ).to(self.device)
@@ -193,19 +193,20 @@ class Trainer:
         epochs = self.config.train.epochs
         for epoch in range(self.start_epoch, epochs):
             started = time.perf_counter()
-            record, sample_stats = self._train_epoch(epoch)
+            record = self._train_epoch(epoch)
             if (epoch + 1) % self.config.train.eval_every == 0 or epoch + 1 == epochs:
                 record.update(self._evaluate_epoch())
             record["seconds"] = round(time.perf_counter() - started, 3)
             records.append(record)
             self._save(epoch, record)
-            self._write_logs(records, sample_stats)
+            self._write_logs(records)
             print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
+        plot_run(self.run_dir)
         result = self._final_result(records)
         (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
         return result
 
-    def _train_epoch(self, epoch: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
         seed = _epoch_seed(self.config.train.seed, epoch)
         _seed_everything(seed)
         self.generator.manual_seed(seed)
@@ -214,7 +215,7 @@ class Trainer:
         self._set_train_mode(epoch)
         autocast = torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
         losses: list[float] = []
-        stats: dict[str, list[Tensor]] = defaultdict(list)
+        diagnostics = EpochDiagnostics(torch.from_numpy(self.class_groups).to(self.device))
         steps = len(self.loader)
         progress = tqdm(self.loader, desc=f"epoch {epoch + 1}/{self.config.train.epochs}", leave=False, disable=None)
         for step, (images, labels) in enumerate(progress):
@@ -234,17 +235,15 @@ class Trainer:
             loss.backward()
             self.optimizer.step()
             losses.append(loss.item())
-            for key, value in getattr(self.loss_fn, "last_stats", {}).items():
-                stats[key].append(value.detach().float().cpu().reshape(-1))
+            diagnostics.update(getattr(self.loss_fn, "last_stats", {}))
             progress.set_postfix(loss=f"{losses[-1]:.4f}")
-        sample_stats = {key: torch.cat(values).numpy() for key, values in stats.items()}
         record: dict[str, Any] = {
             "epoch": epoch + 1,
             "loss": float(np.mean(losses)),
             "lr": self.optimizer.param_groups[0]["lr"],
         }
-        record.update({key: _quantiles(values) for key, values in sample_stats.items()})
-        return record, sample_stats
+        record.update(diagnostics.summary())
+        return record
 
     def _set_train_mode(self, epoch: int) -> None:
         """Train mode, with the backbone frozen in its first epochs and BatchNorm frozen when configured."""
@@ -285,6 +284,8 @@ class Trainer:
             num_workers=self.config.data.num_workers,
             amp_dtype=self.amp_dtype,
             channels_last=self.channels_last,
+            class_groups=self.class_groups,
+            proxies=getattr(self.loss_fn, "proxies", None),
         )
 
     def _save(self, epoch: int, record: dict[str, Any]) -> None:
@@ -332,13 +333,10 @@ class Trainer:
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         return [r for r in records if r["epoch"] <= self.start_epoch]
 
-    def _write_logs(self, records: list[dict[str, Any]], sample_stats: dict[str, np.ndarray]) -> None:
+    def _write_logs(self, records: list[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(record) + "\n" for record in records)
         (self.run_dir / "metrics.jsonl").write_text(lines)
-        plot_curves(records, self.run_dir / "plots" / "curves.png")
-        if "c" in sample_stats:
-            title = "semantic difficulty c_i (last epoch)"
-            plot_histogram(sample_stats["c"], self.run_dir / "plots" / "difficulty.png", title)
+        plot_curves(records, self.run_dir / "plots" / "curves.png")  # cheap; the diagnostics are drawn at the end
 
     def _summary(self, record: dict[str, Any]) -> str:
         text = f"epoch {record['epoch']}/{self.config.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
@@ -348,9 +346,3 @@ class Trainer:
         if "c" in record:
             text += f"  c_i median {record['c']['median']:.3f}"
         return text + f"  ({record['seconds']:.1f}s)"
-
-
-def _quantiles(values: np.ndarray) -> dict[str, float]:
-    """min / median / p90 / max / mean of one epoch's per-sample (or per-step) statistic."""
-    low, median, p90, high = (float(q) for q in np.quantile(values, [0.0, 0.5, 0.9, 1.0]))
-    return {"min": low, "median": median, "p90": p90, "max": high, "mean": float(values.mean())}

@@ -48,7 +48,8 @@ class ProxySoftmaxLoss(nn.Module):
     Attributes:
         proxies: `(K, D)` parameter, `kaiming_normal_` initialized; the trainer gives it its own
             learning rate and no weight decay.
-        last_stats: detached per-sample tensors of the last call: `scale`, plus each piece's stats.
+        last_stats: detached tensors of the last call: per-sample `scale`, each piece's stats, and the
+            `(B, K)` float32 `logits` with their `labels`.
     """
 
     def __init__(
@@ -83,7 +84,12 @@ class ProxySoftmaxLoss(nn.Module):
         logits = scales.unsqueeze(1) * target_cosine
         weights = None if self.weighting is None else self.weighting(cosine, logits, labels)
         loss = weighted_cross_entropy(logits, labels, weights)
-        self.last_stats = {"scale": scales.detach(), **getattr(self.scale, "last_stats", {})}
+        self.last_stats = {
+            "scale": scales.detach(),
+            **getattr(self.scale, "last_stats", {}),
+            "logits": logits.detach().float(),  # (B, K), for the gradient diagnostics (engine/diagnostics.py)
+            "labels": labels.detach(),
+        }
         return loss
 
     def _check_labels(self, labels: Tensor) -> None:

@@ -63,13 +63,19 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
     for key in ("loss", "lr", "seconds", "val/recall@1", "val/recall@8", "val/map@r", "val/r_precision"):
         assert key in records[-1]
     assert not any(key.startswith("test/") for record in records for key in record)  # test is scored once, at the end
-    assert set(records[-1]["c"]) == {"min", "median", "p90", "max", "mean"}
+    assert set(records[-1]["c"]) == {"min", "p10", "median", "p90", "max", "mean"}
     assert 1.0 <= records[-1]["c"]["min"] <= records[-1]["c"]["max"] <= 2.0
+    assert (
+        sum(records[-1]["grad"]["p_t_count"])
+        == records[-1]["grad"]["correct_count"] + records[-1]["grad"]["wrong_count"]
+    )
+    assert (run / "plots/gradients.png").is_file()
     assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backbone"] == "resnet10t"
     environment = json.loads((run / "environment.json").read_text())
     assert environment["torch_threads"] == 2 and environment["versions"]["torch"] == version("torch")
 
     result = json.loads((run / "result.json").read_text())
+    assert {"head/recall@1", "tail/recall@1", "proxy_accuracy", "tail/proxy_accuracy"} <= set(result["test"])
     metric = yaml.safe_load((run / "config.yaml").read_text())["train"]["select_on"]  # the demo's: map@r
     best = max(records, key=lambda r: r[f"val/{metric}"])
     assert result["selected_on"] == "val" and result["epoch"] == best["epoch"]

@@ -1,0 +1,73 @@
+"""`retrieval evaluate` on closed-set data: per-group lines, --calibrate, --classification and --grid."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from retrieval.cli.main import main
+from retrieval.config import Config, ModelConfig, config_to_dict
+from retrieval.engine.checkpoint import save_checkpoint
+from retrieval.losses import build_loss
+from retrieval.models import Embedder
+
+
+def _digits_checkpoint(path, loss_name: str):
+    """A digits checkpoint of an untrained resnet10t (16 px, 16-d) and its loss's state: fast to evaluate."""
+    torch.manual_seed(0)
+    model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False)
+    config = Config(model=model_config)
+    config.data.name, config.data.image_size, config.data.val_fraction = "digits", 16, 0.2
+    config.data.num_workers = 0
+    config.loss.name, config.train.device = loss_name, "cpu"
+    model = Embedder(**dataclasses.asdict(model_config))
+    loss = build_loss(loss_name, {}, 10, 16)
+    payload = {"model": model.state_dict(), "loss": loss.state_dict(), "config": config_to_dict(config)}
+    save_checkpoint(path, payload, dataclasses.asdict(model_config))
+    return path
+
+
+@pytest.fixture(scope="module")
+def proxy_checkpoint(tmp_path_factory):
+    return _digits_checkpoint(tmp_path_factory.mktemp("checkpoint") / "best.pt", "anchor")
+
+
+def test_evaluate_reports_groups_calibration_classification_and_grid(proxy_checkpoint, tmp_path, capsys):
+    out, grid, result = tmp_path / "classification", tmp_path / "grid.png", tmp_path / "metrics.json"
+    args = ["evaluate", "--checkpoint", str(proxy_checkpoint), "--json", str(result), "--calibrate"]
+    assert main([*args, "--classification", str(out), "--grid", str(grid), "--grid-rows", "3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-5].startswith("Recall@1: ") and lines[-1].startswith("MAP@R: ")  # the closing lines stay last
+    assert lines[0].startswith("by training frequency (head / mid / tail): Recall@1 ")
+    metrics = json.loads(result.read_text())
+    calibration = metrics["calibration"]
+    assert calibration["temperature"] > 0 and calibration["num_calibration_images"] == 179
+    assert calibration["after"]["accuracy"] == calibration["before"]["accuracy"]
+    assert f"test ECE {calibration['before']['ece']:.4f} -> {calibration['after']['ece']:.4f}" in lines[1]
+    for name in ("head", "mid", "tail"):
+        assert 0 <= metrics[f"{name}/recall@1"] <= 1 and 0 <= metrics[f"{name}/proxy_accuracy"] <= 1
+    report = json.loads((out / "classification.json").read_text())
+    assert report["accuracy"] == pytest.approx(metrics["proxy_accuracy"])  # two paths to the same argmax
+    assert np.asarray(report["confusion"]).sum() == report["num_images"] == 899
+    assert report["calibrated"]["ece"] == pytest.approx(calibration["after"]["ece"])
+    for name in ("pr_curves.png", "confusion.png", "reliability.png"):
+        assert (out / name).stat().st_size > 10_000, name
+    with Image.open(grid) as image:
+        assert image.size[1] > 3 * 100
+
+
+def test_calibrate_without_a_validation_split_says_how_to_add_one(proxy_checkpoint, capsys):
+    args = ["evaluate", "--checkpoint", str(proxy_checkpoint), "--calibrate", "--set", "data.val_fraction=0"]
+    assert main(args) == 2
+    assert "set data.val_fraction" in capsys.readouterr().err
+
+
+def test_classification_needs_proxies(tmp_path, capsys):
+    checkpoint = _digits_checkpoint(tmp_path / "triplet.pt", "triplet")
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--classification", str(tmp_path / "out")]) == 2
+    assert "needs a checkpoint trained with a proxy loss" in capsys.readouterr().err

@@ -44,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
         num_workers=config.data.num_workers,
         amp_dtype=amp_dtype(config.train.amp, device),
         channels_last=channels_last,
+        pin_memory=config.data.pin_memory and device.type == "cuda",
     )
     if args.json:
         args.json.write_text(json.dumps(metrics, indent=2) + "\n")

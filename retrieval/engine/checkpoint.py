@@ -19,7 +19,10 @@ from retrieval.models import Embedder
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
+    "EVALUATION_KEYS",
     "copy_checkpoint",
+    "evaluation_payload",
+    "is_resumable",
     "load_checkpoint",
     "restore_embedder",
     "save_checkpoint",
@@ -28,6 +31,21 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "retrieval-checkpoint"
 CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
+
+
+# What `best.pt` keeps of a training checkpoint: what evaluation, embedding and indexing read (plus the
+# manifest). The optimizer state (twice the weights with AdamW) and the proxies stay in `last.pt`.
+EVALUATION_KEYS = ("model", "config", "num_classes", "epoch", "best_score", "best_epoch")
+
+
+def evaluation_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a training `payload` that `best.pt` holds (`EVALUATION_KEYS`), without the optimizer state."""
+    return {key: payload[key] for key in EVALUATION_KEYS if key in payload}
+
+
+def is_resumable(checkpoint: dict[str, Any]) -> bool:
+    """Whether a loaded checkpoint holds what `--resume` needs (a `last.pt`, not a `best.pt`)."""
+    return all(key in checkpoint for key in ("optimizer", "loss", "best_epoch"))
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> str:

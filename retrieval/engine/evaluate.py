@@ -7,18 +7,43 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from retrieval.data import EvalSplit
+from retrieval.engine.distributed import DistributedContext, gather_rows, shard_range
 from retrieval.metrics import retrieval_metrics
 
-__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
+__all__ = ["KS", "SplitEvaluator", "closing_lines", "embed_dataset", "embed_loader", "evaluate_model", "format_metrics"]
 
 KS = (1, 2, 4, 8)
 
 
 @torch.no_grad()
+def embed_loader(
+    model: nn.Module,
+    loader: DataLoader,
+    device: torch.device,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+    progress: bool = True,
+) -> np.ndarray:
+    """`(N, D)` float32 embeddings of every `(images, labels)` batch of `loader`, in order (eval mode)."""
+    was_training = model.training
+    model.eval()
+    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+    chunks = []
+    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None if progress else True):
+        images = images.to(device, non_blocking=True)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with autocast:
+            chunks.append(model(images).float())
+    model.train(was_training)
+    dim = getattr(model, "embedding_dim", 0)
+    return torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, dim), dtype=np.float32)
+
+
 def embed_dataset(
     model: nn.Module,
     dataset: Dataset,
@@ -27,21 +52,11 @@ def embed_dataset(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    pin_memory: bool = False,
 ) -> np.ndarray:
     """`(N, D)` float32 embeddings of every item of `dataset`, in order."""
-    loader = DataLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
-    was_training = model.training
-    model.eval()
-    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-    chunks = []
-    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None):
-        images = images.to(device, non_blocking=True)
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        with autocast:
-            chunks.append(model(images).float().cpu())
-    model.train(was_training)
-    return torch.cat(chunks).numpy()
+    loader = DataLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
+    return embed_loader(model, loader, device, amp_dtype, channels_last)
 
 
 def evaluate_model(
@@ -52,10 +67,71 @@ def evaluate_model(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    pin_memory: bool = False,
 ) -> dict[str, float]:
     """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
-    embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
+    embeddings = embed_dataset(
+        model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last, pin_memory
+    )
     return retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+
+
+class SplitEvaluator:
+    """Scores a model on one split, again and again during training, sharded over the processes.
+
+    The loader is built once, so `persistent_workers` keeps its workers between evaluations. Each
+    rank embeds its contiguous shard (`shard_range`); the shards are gathered in order, rank 0
+    computes the metrics (one FAISS search, not one per rank) and sends them to every rank, so
+    all ranks take the same model-selection decisions.
+
+    Args:
+        split: the split and its query/gallery protocol.
+        batch_size: images per embedding batch on each rank.
+        device: where the model runs.
+        context: the process group (a single process by default).
+        num_workers: DataLoader worker processes.
+        pin_memory: page-locked batches (GPU only).
+        persistent_workers: keep the workers alive between calls (with num_workers > 0).
+        amp_dtype: autocast dtype of the forward pass.
+        channels_last: feed NHWC batches.
+    """
+
+    def __init__(
+        self,
+        split: EvalSplit,
+        batch_size: int,
+        device: torch.device,
+        context: DistributedContext | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        amp_dtype: torch.dtype | None = None,
+        channels_last: bool = False,
+    ) -> None:
+        self.split = split
+        self.device = device
+        self.context = context or DistributedContext()
+        self.amp_dtype = amp_dtype
+        self.channels_last = channels_last
+        shard = shard_range(len(split.dataset), self.context)
+        dataset = split.dataset if len(shard) == len(split.dataset) else Subset(split.dataset, shard)
+        self.loader = DataLoader(
+            dataset,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+        )
+
+    def __call__(self, model: nn.Module) -> dict[str, float]:
+        """The split's metrics (identical on every rank)."""
+        local = embed_loader(model, self.loader, self.device, self.amp_dtype, self.channels_last, self.context.is_main)
+        embeddings = gather_rows(local, self.context, self.device)
+        metrics = None
+        if self.context.is_main:
+            split = self.split
+            metrics = retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+        return self.context.broadcast(metrics)
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from retrieval.config import load_config
@@ -40,6 +41,7 @@ def _load_worker():
     return module
 
 
+@pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
 def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(tmp_path):
     run = tmp_path / "run"
     train = ["train", *(f"--set={o}" for o in [*TINY, "train.epochs=1"]), "--output-dir", str(run)]

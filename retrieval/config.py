@@ -70,7 +70,9 @@ class DataConfig:
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
     val_classes: float = 0.0  # zero-shot validation: hold out whole training classes (a fraction < 1, or a count)
     val_fraction: float = 0.0  # closed-set validation: hold out this fraction of every training class's images
-    persistent_workers: bool = True  # keep DataLoader workers between epochs and evaluations (with num_workers > 0)
+    # Keep DataLoader workers between epochs and evaluations (num_workers > 0): saves their start-up, but workers
+    # keep their random state across epochs, so a resumed run's augmentations differ from an uninterrupted one's.
+    persistent_workers: bool = False
     pin_memory: bool = True  # page-locked batches for faster copies to the GPU, training and evaluation (GPU only)
 
 

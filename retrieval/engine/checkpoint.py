@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,7 +19,6 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
     "EVALUATION_KEYS",
-    "copy_checkpoint",
     "evaluation_payload",
     "is_resumable",
     "load_checkpoint",
@@ -74,12 +72,6 @@ def save_checkpoint(path: Path, payload: dict[str, Any], model_config: dict[str,
     path.parent.mkdir(parents=True, exist_ok=True)
     with _replaced_atomically(path) as temporary:
         torch.save({**payload, "manifest": manifest}, temporary)
-
-
-def copy_checkpoint(source: Path, destination: Path) -> None:
-    """Copy a written checkpoint, atomically: `best.pt` is the epoch's `last.pt`, serialized and hashed once."""
-    with _replaced_atomically(destination) as temporary:
-        shutil.copyfile(source, temporary)
 
 
 @contextmanager

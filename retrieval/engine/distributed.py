@@ -51,11 +51,6 @@ class DistributedContext:
         """The one process that writes files and prints."""
         return self.rank == 0
 
-    def barrier(self) -> None:
-        """Wait for every process (no-op alone)."""
-        if self.enabled:
-            dist.barrier()
-
     def broadcast(self, value: Any) -> Any:
         """Rank 0's `value` (any picklable object) on every rank."""
         if not self.enabled:
@@ -63,6 +58,12 @@ class DistributedContext:
         box = [value]
         dist.broadcast_object_list(box, src=0)
         return box[0]
+
+    def broadcast_state(self, module: nn.Module) -> None:
+        """Give every rank rank 0's parameters and buffers of `module`, in place."""
+        if self.enabled:
+            for tensor in module.state_dict().values():
+                dist.broadcast(tensor, src=0)
 
     def sum(self, tensor: Tensor) -> Tensor:
         """The sum of `tensor` over all ranks (a new tensor; `tensor` itself is left alone)."""

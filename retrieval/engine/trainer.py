@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 from timm.optim import param_groups_weight_decay
-from torch import Tensor
+from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DataLoader, DistributedSampler
 from tqdm import tqdm
@@ -120,6 +120,9 @@ class Trainer:
                 stacklevel=2,
             )
         self.model = place_model(Embedder(**model_config), self.device, self.channels_last)
+        if self.context.enabled and self.device.type == "cuda" and not config.train.freeze_bn:
+            # BatchNorm statistics over the global batch, as one process would compute them (NCCL only).
+            self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.data = build_data(config.data, self.model.data_config(), config.augment, config.model.in_chans)
         for split in (self.data.test, self.data.val):
             if split is not None:
@@ -324,6 +327,14 @@ class Trainer:
         self._set_train_mode(epoch)
         self.step_fn.refresh()
 
+    def recorded_step(
+        self, images: Tensor, labels: Tensor, step: int, tracker: LossTracker, stats: dict[str, list[Tensor]]
+    ) -> None:
+        """`train_step` plus what the epoch loop keeps of it (loss and the loss's per-sample stats, on the device)."""
+        tracker.add(self.train_step(images, labels, step))
+        for key, value in getattr(self.loss_fn, "last_stats", {}).items():
+            stats[key].append(value.detach().float().reshape(-1))
+
     def _train_epoch(self, epoch: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         self.begin_epoch(epoch)
         tracker = LossTracker(self.device)
@@ -336,10 +347,8 @@ class Trainer:
             disable=None if self.context.is_main else True,
         )
         for step, (images, labels) in enumerate(progress):
-            tracker.add(self.train_step(images, labels, epoch * steps + step))
+            self.recorded_step(images, labels, epoch * steps + step, tracker, stats)
             images_seen += len(images)
-            for key, value in getattr(self.loss_fn, "last_stats", {}).items():
-                stats[key].append(value.detach().float().reshape(-1))
             if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
                 self._check_finite(tracker, epoch)
                 progress.set_postfix(loss=f"{tracker.mean():.4f}")
@@ -425,9 +434,9 @@ class Trainer:
             test = {key.removeprefix("test/"): value for key, value in record.items() if key.startswith("test/")}
         else:
             if chosen != last_epoch:
-                self.context.barrier()  # rank 0 has written best.pt
-                best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
-                self.model.load_state_dict(best["model"])
+                if self.context.is_main:  # the one process that wrote it (other nodes may not see the file)
+                    self.model.load_state_dict(load_checkpoint(self.run_dir / "checkpoints" / "best.pt")["model"])
+                self.context.broadcast_state(self.model)
             test = self.evaluators["test"](self.model)
         selection_value = self.best_score if self.selection_split is not None else None
         return TrainResult(chosen, self.selection_split or "last", test, selection_value)
@@ -435,10 +444,10 @@ class Trainer:
     def _read_records(self) -> list[dict[str, Any]]:
         """Records of epochs already trained (when resuming), so logs and plots stay whole."""
         path = self.run_dir / "metrics.jsonl"
-        if self.start_epoch == 0 or not path.is_file():
-            return []
+        if self.start_epoch == 0 or not self.context.is_main or not path.is_file():
+            return self.context.broadcast([])
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [r for r in records if r["epoch"] <= self.start_epoch]
+        return self.context.broadcast([r for r in records if r["epoch"] <= self.start_epoch])
 
     def _write_plots(self, records: list[dict[str, Any]], sample_stats: dict[str, np.ndarray]) -> None:
         plot_curves(records, self.run_dir / "plots" / "curves.png")

@@ -102,13 +102,15 @@ def test_compile_runs_the_step_through_torch_compile(tmp_path, monkeypatch):
 
 
 def test_persistent_workers_serve_training_and_every_evaluation(tmp_path):
-    trainer = _trainer(tmp_path, "data.num_workers=1", "data.val_fraction=0.2", "data.pin_memory=true")
+    trainer = _trainer(
+        tmp_path, "data.num_workers=1", "data.val_fraction=0.2", "data.pin_memory=true", "data.persistent_workers=true"
+    )
     loaders = [trainer.loader, *(evaluator.loader for evaluator in trainer.evaluators.values())]
     assert all(loader.persistent_workers for loader in loaders)
     assert not any(loader.pin_memory for loader in loaders)  # pinned memory only helps copies to a GPU
     first, second = trainer.evaluators["val"](trainer.model), trainer.evaluators["val"](trainer.model)
     assert first == second
-    off = _trainer(tmp_path, "data.num_workers=1", "data.persistent_workers=false")
+    off = _trainer(tmp_path, "data.num_workers=1")  # the default: exact resume (workers reseeded every epoch)
     assert not off.loader.persistent_workers and not off.evaluators["test"].loader.persistent_workers
 
 

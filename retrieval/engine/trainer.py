@@ -22,16 +22,17 @@ import torch
 from timm.optim import param_groups_weight_decay
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DistributedSampler
 from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
-from retrieval.data import EvalSplit, PKSampler, RetrievalData, build_data
+from retrieval.data import EvalSplit, build_data
 from retrieval.engine.checkpoint import evaluation_payload, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.distributed import DistributedContext, GatheredLoss
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
 from retrieval.engine.evaluate import SplitEvaluator
+from retrieval.engine.loaders import build_pk_sampler, build_train_loader
 from retrieval.engine.plots import plot_curves, plot_histogram
 from retrieval.engine.schedule import LrSchedule, lr_factor
 from retrieval.engine.train_step import LossTracker, TrainStep
@@ -134,8 +135,11 @@ class Trainer:
         self._check_train_labels()
         self.generator = torch.Generator()
         use_pk = self._sampler_kind() == "pk"
-        self.pk_sampler = self._pk_sampler(self.data.train_labels) if use_pk else None
-        self.loader = self._train_loader(self.data)
+        seed, context = config.train.seed, self.context
+        self.pk_sampler = build_pk_sampler(self.data.train_labels, config.data, seed, context) if use_pk else None
+        self.loader = build_train_loader(
+            self.data.train, config.data, seed, context, self.device, self.generator, self.pk_sampler
+        )
         train = config.train
         # No weight decay on norms, biases (timm's rule) or proxies (losses.md); proxies learn faster.
         groups = param_groups_weight_decay(self.model, train.weight_decay)
@@ -196,47 +200,6 @@ class Trainer:
                 "batch; set data.sampler=pk (or auto) instead of random"
             )
         return kind
-
-    def _pk_sampler(self, labels: np.ndarray) -> PKSampler:
-        """P x K batches; under several processes `data.p` classes per step in all, p / world_size per rank."""
-        cfg, world_size = self.config.data, self.context.world_size
-        if cfg.p % world_size:
-            raise UserError(
-                f"data.p={cfg.p} classes per step cannot be split over {world_size} processes; "
-                f"use a multiple of {world_size}"
-            )
-        try:
-            return PKSampler(labels, cfg.p // world_size, cfg.k, seed=self.config.train.seed)
-        except ValueError as exc:
-            raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
-
-    def _train_loader(self, data: RetrievalData) -> DataLoader:
-        """Batches of the training set, reseeded at every epoch (one process: through `self.generator`)."""
-        cfg, context = self.config.data, self.context
-        common = {
-            "num_workers": cfg.num_workers,
-            "pin_memory": cfg.pin_memory and self.device.type == "cuda",
-            "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
-            "generator": self.generator,
-        }
-        if self.pk_sampler is not None:
-            return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
-        if not context.enabled:
-            drop_last = len(data.train) > cfg.batch_size
-            return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
-        if cfg.batch_size % context.world_size:
-            raise UserError(
-                f"data.batch_size={cfg.batch_size} images per step cannot be split over {context.world_size} "
-                f"processes; use a multiple of {context.world_size}"
-            )
-        per_rank = cfg.batch_size // context.world_size
-        sampler = DistributedSampler(data.train, context.world_size, context.rank, seed=self.config.train.seed)
-        if len(sampler) < per_rank:
-            raise UserError(
-                f"{len(data.train)} training images do not fill one step of data.batch_size={cfg.batch_size}; "
-                "lower data.batch_size"
-            )
-        return DataLoader(data.train, batch_size=per_rank, sampler=sampler, drop_last=True, **common)
 
     def _eval_splits(self) -> dict[str, EvalSplit]:
         splits = {"test": self.data.test}

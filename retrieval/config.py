@@ -28,6 +28,7 @@ __all__ = [
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "ROOT_DATASETS",
+    "SCHEDULES",
     "SELECTION_METRICS",
     "AugmentConfig",
     "Config",
@@ -63,15 +64,19 @@ class DataConfig:
     path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
     root: str | None = None  # dataset folder (folder and the official layouts: retrieval/data/official.py)
     image_size: int = 224  # training crop / evaluation crop in pixels
-    batch_size: int = 128  # images per training step with the random sampler (the PK sampler takes p x k)
+    batch_size: int = 128  # images per optimizer step over all processes (random sampler; the PK sampler: p x k)
     eval_batch_size: int = 256  # images per step when embedding the test set
     sampler: str = "auto"  # auto (pk for pair losses, else random) | random | pk (P classes x K images)
-    p: int = 32  # PK sampler: classes per batch
+    p: int = 32  # PK sampler: classes per optimizer step over all processes
     k: int = 4  # PK sampler: images per class
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
     val_classes: float = 0.0  # zero-shot validation: hold out whole training classes (a fraction < 1, or a count)
     val_fraction: float = 0.0  # closed-set validation: hold out this fraction of every training class's images
     on_bad_image: str = "fail"  # fail (stop, naming the file) | skip (leave it out, log it, count per epoch)
+    # Keep DataLoader workers between epochs and evaluations (num_workers > 0): saves their start-up, but workers
+    # keep their random state across epochs, so a resumed run's augmentations differ from an uninterrupted one's.
+    persistent_workers: bool = False
+    pin_memory: bool = True  # page-locked batches for faster copies to the GPU, training and evaluation (GPU only)
 
 
 @dataclass
@@ -113,7 +118,12 @@ class TrainConfig:
     lr: float = 1e-4  # AdamW learning rate of the backbone and head
     proxy_lr_mult: float = 100.0  # proxies learn this much faster (Proxy-Anchor recipe)
     weight_decay: float = 1e-4  # AdamW weight decay (never applied to proxies)
-    warmup_epochs: float = 1.0  # linear lr warm-up, then cosine decay to zero
+    warmup_epochs: float = 1.0  # linear lr warm-up, then the schedule's decay
+    schedule: str = "cosine"  # cosine (to zero at the last step) | step (x step_gamma every step_epochs epochs)
+    step_epochs: int = 20  # step schedule: epochs between two decays
+    step_gamma: float = 0.1  # step schedule: factor of each decay
+    grad_clip: float | None = None  # clip the global gradient norm to this (None or 0: off)
+    compile: bool = False  # torch.compile the training step (pays off on GPU for long runs; off: eager)
     freeze_backbone_epochs: int = 1  # train only head and proxies first (pretrained backbones)
     freeze_bn: bool = True  # keep BatchNorm statistics frozen (pretrained backbones, small batches)
     seed: int = 0  # seeds Python, NumPy, torch and the data order
@@ -224,6 +234,10 @@ def _check_ranges(config: Config) -> None:
         ("train.proxy_lr_mult", train.proxy_lr_mult, train.proxy_lr_mult > 0, "a number > 0"),
         ("train.weight_decay", train.weight_decay, train.weight_decay >= 0, "a number >= 0"),
         ("train.warmup_epochs", train.warmup_epochs, train.warmup_epochs >= 0, "a number >= 0"),
+        ("train.schedule", train.schedule, train.schedule in SCHEDULES, f"one of {', '.join(SCHEDULES)}"),
+        ("train.step_epochs", train.step_epochs, train.step_epochs >= 1, "an integer >= 1"),
+        ("train.step_gamma", train.step_gamma, 0 < train.step_gamma <= 1, "a factor in (0, 1]"),
+        ("train.grad_clip", train.grad_clip, train.grad_clip is None or train.grad_clip >= 0, "null, 0 (off) or > 0"),
         ("train.freeze_backbone_epochs", train.freeze_backbone_epochs, train.freeze_backbone_epochs >= 0, ">= 0"),
         ("train.seed", train.seed, train.seed >= 0, "an integer >= 0"),
         ("train.amp", train.amp, train.amp in _AMP, f"one of {', '.join(_AMP)}"),
@@ -252,6 +266,7 @@ BAD_IMAGE_POLICIES = ("fail", "skip")
 # Datasets read from `data.root` (retrieval.data.folder, retrieval.data.official).
 ROOT_DATASETS = ("folder", "cub200", "cars196", "sop", "inshop")
 _AMP = ("none", "bf16", "auto")
+SCHEDULES = ("cosine", "step")  # retrieval.engine.schedule implements them
 SELECTION_METRICS = ("recall@1", "map@r")
 
 

@@ -85,6 +85,7 @@ def run(args: argparse.Namespace) -> int:
             num_workers=config.data.num_workers,
             amp_dtype=amp_dtype(config.train.amp, device),
             channels_last=channels_last,
+            pin_memory=config.data.pin_memory and device.type == "cuda",
         )
 
     classifier = _classifier_for(checkpoint, config, data)

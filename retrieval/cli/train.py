@@ -10,7 +10,8 @@ from pathlib import Path
 
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import Config, apply_overrides, config_from_dict, load_config
-from retrieval.engine.checkpoint import load_checkpoint
+from retrieval.engine.checkpoint import is_resumable, load_checkpoint
+from retrieval.engine.distributed import DistributedContext, process_group
 from retrieval.engine.evaluate import KS, closing_lines, format_metrics
 from retrieval.engine.trainer import Trainer, TrainResult
 from retrieval.errors import UserError
@@ -42,19 +43,22 @@ def run(args: argparse.Namespace) -> int:
     if args.resume:
         return _resume(args)
     config = load_config(args.config, args.overrides)
-    run_dir = args.output_dir or _default_run_dir(config)
-    if not args.seeds:
-        result = Trainer(config, run_dir).fit()
-        _print_result(config, run_dir, result)
+    with process_group(config.train.device) as context:
+        run_dir = args.output_dir or _default_run_dir(config, context)
+        if not args.seeds:
+            result = Trainer(config, run_dir).fit()
+            _print_result(config, run_dir, result, context)
+            return 0
+        results = []
+        for seed in args.seeds:
+            seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+            if context.is_main:
+                print(f"seed {seed}", flush=True)
+            results.append(Trainer(seeded, run_dir / f"seed-{seed}").fit())
+            _print_result(seeded, run_dir / f"seed-{seed}", results[-1], context)
+        if context.is_main:
+            print(_seed_summary(args.seeds, results))
         return 0
-    results = []
-    for seed in args.seeds:
-        seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
-        print(f"seed {seed}", flush=True)
-        results.append(Trainer(seeded, run_dir / f"seed-{seed}").fit())
-        _print_result(seeded, run_dir / f"seed-{seed}", results[-1])
-    print(_seed_summary(args.seeds, results))
-    return 0
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -63,18 +67,27 @@ def _resume(args: argparse.Namespace) -> int:
     checkpoint = load_checkpoint(path)
     if "best_epoch" not in checkpoint:
         raise UserError(f"{path} was written by an older version of retrieval and cannot be resumed; start a new run")
+    if not is_resumable(checkpoint):
+        raise UserError(
+            f"{path} holds the weights for evaluation and indexing only (no optimizer state); "
+            "resume from the run directory or its checkpoints/last.pt"
+        )
     if args.config:
         config = load_config(args.config, args.overrides)
     else:
         config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
     run_dir = args.output_dir or path.resolve().parent.parent
-    trainer = Trainer(config, run_dir, resuming=True)
-    trainer.resume(checkpoint)
-    _print_result(config, run_dir, trainer.fit())
+    with process_group(config.train.device) as context:
+        trainer = Trainer(config, run_dir, resuming=True)
+        trainer.resume(checkpoint)
+        _print_result(config, run_dir, trainer.fit(), context)
     return 0
 
 
-def _print_result(config: Config, run_dir: Path, result: TrainResult) -> None:
+def _print_result(config: Config, run_dir: Path, result: TrainResult, context: DistributedContext) -> None:
+    """The closing lines, printed once (by rank 0 under torchrun)."""
+    if not context.is_main:
+        return
     print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
     print(result.describe(config.train.select_on))
     print(format_metrics(result.test, result.label))
@@ -101,5 +114,7 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
-def _default_run_dir(config: Config) -> Path:
-    return Path("runs") / f"{config.data.name}-{config.loss.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+def _default_run_dir(config: Config, context: DistributedContext) -> Path:
+    """runs/<data>-<loss>-<time>, rank 0's clock: every process writes to (and rank 0 writes) the same one."""
+    stamp = context.broadcast(time.strftime("%Y%m%d-%H%M%S"))
+    return Path("runs") / f"{config.data.name}-{config.loss.name}-{stamp}"

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,9 @@ from retrieval.models import Embedder
 __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
-    "copy_checkpoint",
+    "EVALUATION_KEYS",
+    "evaluation_payload",
+    "is_resumable",
     "load_checkpoint",
     "restore_embedder",
     "save_checkpoint",
@@ -28,6 +29,22 @@ __all__ = [
 
 CHECKPOINT_FORMAT = "retrieval-checkpoint"
 CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
+
+
+# What `best.pt` keeps of a training checkpoint: what evaluation, embedding and indexing read (plus the
+# manifest). The optimizer state (twice the weights with AdamW) and the proxies stay in `last.pt`.
+# best.pt: the weights, and the loss state (proxies: the classifier of `evaluate --classification/--calibrate`).
+EVALUATION_KEYS = ("model", "loss", "config", "num_classes", "epoch", "best_score", "best_epoch")
+
+
+def evaluation_payload(payload: dict[str, Any]) -> dict[str, Any]:
+    """The keys of a training `payload` that `best.pt` holds (`EVALUATION_KEYS`), without the optimizer state."""
+    return {key: payload[key] for key in EVALUATION_KEYS if key in payload}
+
+
+def is_resumable(checkpoint: dict[str, Any]) -> bool:
+    """Whether a loaded checkpoint holds what `--resume` needs (a `last.pt`, not a `best.pt`)."""
+    return all(key in checkpoint for key in ("optimizer", "loss", "best_epoch"))
 
 
 def state_checksum(state: dict[str, torch.Tensor]) -> str:
@@ -56,12 +73,6 @@ def save_checkpoint(path: Path, payload: dict[str, Any], model_config: dict[str,
     path.parent.mkdir(parents=True, exist_ok=True)
     with _replaced_atomically(path) as temporary:
         torch.save({**payload, "manifest": manifest}, temporary)
-
-
-def copy_checkpoint(source: Path, destination: Path) -> None:
-    """Copy a written checkpoint, atomically: `best.pt` is the epoch's `last.pt`, serialized and hashed once."""
-    with _replaced_atomically(destination) as temporary:
-        shutil.copyfile(source, temporary)
 
 
 @contextmanager

@@ -7,19 +7,71 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from retrieval.data import EvalSplit, ImageLoader
+from retrieval.engine.distributed import DistributedContext, gather_rows, shard_range
 from retrieval.errors import UserError
 from retrieval.metrics import group_metrics, retrieval_metrics
 
-__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics", "score_split"]
+__all__ = [
+    "KS",
+    "SplitEvaluator",
+    "closing_lines",
+    "embed_dataset",
+    "embed_loader",
+    "evaluate_model",
+    "format_metrics",
+    "score_split",
+]
 
 KS = (1, 2, 4, 8)
 
 
 @torch.no_grad()
+def embed_loader(
+    model: nn.Module,
+    loader: DataLoader,
+    device: torch.device,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+    progress: bool = True,
+) -> np.ndarray:
+    """`(N, D)` float32 embeddings of every `(images, labels)` batch of `loader`, in order (eval mode)."""
+    was_training = model.training
+    model.eval()
+    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
+    chunks = []
+    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None if progress else True):
+        images = images.to(device, non_blocking=True)
+        if channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        with autocast:
+            chunks.append(model(images).float())
+    model.train(was_training)
+    skipped = getattr(loader, "skipped_indices", [])  # an ImageLoader's images skipped under on_bad_image: skip
+    if skipped and not chunks:
+        raise UserError(f"none of the {len(skipped)} images could be read (data.on_bad_image=skip skipped them all)")
+    dim = getattr(model, "embedding_dim", 0)
+    embedded = torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, dim), dtype=np.float32)
+    return _with_skipped_rows(embedded, loader.dataset, skipped)
+
+
+def _with_skipped_rows(embedded: np.ndarray, dataset: Dataset, skipped: list[int]) -> np.ndarray:
+    """NaN rows put back where images were skipped, so row i is still item i of `dataset`.
+
+    `skipped` holds positions in the underlying dataset; a `Subset` shard is contiguous, so its
+    positions are offset by its first index.
+    """
+    if not skipped:
+        return embedded
+    offset = dataset.indices[0] if isinstance(dataset, Subset) else 0
+    embeddings = np.full((len(dataset), embedded.shape[1]), np.nan, dtype=np.float32)
+    embeddings[np.setdiff1d(np.arange(len(dataset)), np.asarray(skipped) - offset)] = embedded
+    return embeddings
+
+
 def embed_dataset(
     model: nn.Module,
     dataset: Dataset,
@@ -28,31 +80,14 @@ def embed_dataset(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    pin_memory: bool = False,
 ) -> np.ndarray:
     """`(N, D)` float32 embeddings of every item of `dataset`, in order.
 
-    The rows of images left out under `data.on_bad_image: skip` are NaN (`evaluate_model` drops them).
+    The rows of images left out under `data.on_bad_image: skip` are NaN (`score_split` drops them).
     """
-    loader = ImageLoader(dataset, batch_size=batch_size, shuffle=False, num_workers=num_workers)
-    was_training = model.training
-    model.eval()
-    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-    chunks = []
-    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None):
-        images = images.to(device, non_blocking=True)
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        with autocast:
-            chunks.append(model(images).float().cpu())
-    model.train(was_training)
-    if not chunks:
-        raise UserError(f"none of the {len(dataset)} images could be read (data.on_bad_image=skip skipped them all)")
-    embedded = torch.cat(chunks).numpy()
-    if not loader.skipped_indices:
-        return embedded
-    embeddings = np.full((len(dataset), embedded.shape[1]), np.nan, dtype=np.float32)
-    embeddings[np.setdiff1d(np.arange(len(dataset)), loader.skipped_indices)] = embedded
-    return embeddings
+    loader = ImageLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
+    return embed_loader(model, loader, device, amp_dtype, channels_last)
 
 
 def evaluate_model(
@@ -63,6 +98,7 @@ def evaluate_model(
     num_workers: int = 0,
     amp_dtype: torch.dtype | None = None,
     channels_last: bool = False,
+    pin_memory: bool = False,
     class_groups: np.ndarray | None = None,
     proxies: torch.Tensor | None = None,
 ) -> dict[str, float]:
@@ -70,9 +106,10 @@ def evaluate_model(
 
     With `class_groups` and `proxies`, closed-set splits get the per-group results of `score_split`.
     """
-    embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
-    proxy_array = None if proxies is None else proxies.detach().float().cpu().numpy()
-    return score_split(embeddings, split, class_groups, proxy_array)
+    embeddings = embed_dataset(
+        model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last, pin_memory
+    )
+    return score_split(embeddings, split, class_groups, _as_array(proxies))
 
 
 def score_split(
@@ -99,6 +136,70 @@ def score_split(
             group_metrics(embeddings, labels, split.train_class[kept], class_groups, query_mask, gallery_mask, proxies)
         )
     return metrics
+
+
+class SplitEvaluator:
+    """Scores a model on one split, again and again during training, sharded over the processes.
+
+    The loader is built once, so `persistent_workers` keeps its workers between evaluations. Each
+    rank embeds its contiguous shard (`shard_range`); the shards are gathered in order, rank 0
+    computes the metrics (one FAISS search, not one per rank) and sends them to every rank, so
+    all ranks take the same model-selection decisions.
+
+    Args:
+        split: the split and its query/gallery protocol.
+        batch_size: images per embedding batch on each rank.
+        device: where the model runs.
+        context: the process group (a single process by default).
+        num_workers: DataLoader worker processes.
+        pin_memory: page-locked batches (GPU only).
+        persistent_workers: keep the workers alive between calls (with num_workers > 0).
+        amp_dtype: autocast dtype of the forward pass.
+        channels_last: feed NHWC batches.
+        class_groups: `frequency_groups` of the training classes, for per-group results on closed-set splits.
+    """
+
+    def __init__(
+        self,
+        split: EvalSplit,
+        batch_size: int,
+        device: torch.device,
+        context: DistributedContext | None = None,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+        persistent_workers: bool = False,
+        amp_dtype: torch.dtype | None = None,
+        channels_last: bool = False,
+        class_groups: np.ndarray | None = None,
+    ) -> None:
+        self.split = split
+        self.class_groups = class_groups
+        self.device = device
+        self.context = context or DistributedContext()
+        self.amp_dtype = amp_dtype
+        self.channels_last = channels_last
+        shard = shard_range(len(split.dataset), self.context)
+        dataset = split.dataset if len(shard) == len(split.dataset) else Subset(split.dataset, shard)
+        self.loader = ImageLoader(
+            dataset,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            pin_memory=pin_memory,
+            persistent_workers=persistent_workers and num_workers > 0,
+        )
+
+    def __call__(self, model: nn.Module, proxies: torch.Tensor | None = None) -> dict[str, float]:
+        """The split's metrics (identical on every rank); with `proxies`, the proxy classifier's per group too."""
+        local = embed_loader(model, self.loader, self.device, self.amp_dtype, self.channels_last, self.context.is_main)
+        embeddings = gather_rows(local, self.context, self.device)
+        metrics = None
+        if self.context.is_main:
+            metrics = score_split(embeddings, self.split, self.class_groups, _as_array(proxies))
+        return self.context.broadcast(metrics)
+
+
+def _as_array(proxies: torch.Tensor | None) -> np.ndarray | None:
+    return None if proxies is None else proxies.detach().float().cpu().numpy()
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:

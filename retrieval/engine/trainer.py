@@ -10,28 +10,32 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import random
 import time
 import warnings
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from timm.optim import param_groups_weight_decay
+from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
+from torch.utils.data import DistributedSampler
 from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
-from retrieval.data import EvalSplit, ImageLoader, PKSampler, RetrievalData, build_data
-from retrieval.engine.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint
+from retrieval.data import EvalSplit, build_data
+from retrieval.engine.checkpoint import evaluation_payload, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.diagnostics import EpochDiagnostics
+from retrieval.engine.distributed import DistributedContext, GatheredLoss
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
-from retrieval.engine.evaluate import evaluate_model
+from retrieval.engine.evaluate import SplitEvaluator
+from retrieval.engine.loaders import build_pk_sampler, build_train_loader
 from retrieval.engine.plots import plot_curves, plot_run
+from retrieval.engine.schedule import LrSchedule, lr_factor
+from retrieval.engine.train_step import LossTracker, TrainStep
 from retrieval.errors import UserError
 from retrieval.losses import PAIR_LOSSES, build_loss
 from retrieval.metrics import check_queries_have_positives, frequency_groups
@@ -39,13 +43,9 @@ from retrieval.models import Embedder
 
 __all__ = ["Trainer", "TrainResult", "lr_factor"]
 
-
-def lr_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Linear warm-up from ~0 to 1 over `warmup_steps`, then cosine decay to 0 at `total_steps`."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+# Steps between two read-backs of the loss (the non-finite check and the progress bar): each one
+# waits for the GPU, so they are rare; an epoch's end always checks.
+CHECK_EVERY = 50
 
 
 def _seed_everything(seed: int) -> None:
@@ -54,9 +54,12 @@ def _seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def _epoch_seed(seed: int, epoch: int) -> int:
-    """Every epoch's randomness depends only on (seed, epoch), so a resumed run continues exactly."""
-    return seed * 1_000_003 + epoch
+def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+    """Every epoch's randomness depends only on (seed, epoch, rank), so a resumed run continues exactly.
+
+    Ranks draw different augmentations; rank 0 (a single process) keeps the seeds of earlier versions.
+    """
+    return seed * 1_000_003 + epoch + rank * 104_729
 
 
 @dataclasses.dataclass
@@ -85,8 +88,13 @@ class Trainer:
     """Trains an `Embedder` with the configured loss and writes a run directory.
 
     The run directory holds `config.yaml`, `environment.json` (versions, threads, CPU), `metrics.jsonl`
-    (one JSON object per epoch), `checkpoints/last.pt` (every epoch) and `best.pt` (the selected
-    checkpoint), `result.json` (the selected checkpoint's test metrics) and `plots/*.png`.
+    (one JSON object per epoch, with the seconds spent training, evaluating and writing, and the
+    training images per second), `checkpoints/last.pt` (everything a resume needs, every epoch) and
+    `best.pt` (the selected checkpoint: weights, config and manifest, no optimizer state),
+    `result.json` (the selected checkpoint's test metrics) and `plots/*.png`.
+
+    Under torchrun (an initialized process group) every process trains its share of each global
+    batch, evaluates its shard of each split, and only rank 0 writes files and prints.
 
     Args:
         config: the resolved run config.
@@ -97,8 +105,9 @@ class Trainer:
     def __init__(self, config: Config, run_dir: Path, resuming: bool = False) -> None:
         self.config = config
         self.run_dir = Path(run_dir)
+        self.context = DistributedContext.current()
         apply_runtime_settings(config.train)
-        self.device = resolve_device(config.train.device)
+        self.device = self.context.process_device(resolve_device(config.train.device))
         self.amp_dtype = amp_dtype(config.train.amp, self.device)
         self.channels_last = uses_channels_last(config.train.channels_last, self.device)
         _seed_everything(config.train.seed)
@@ -112,6 +121,9 @@ class Trainer:
                 stacklevel=2,
             )
         self.model = place_model(Embedder(**model_config), self.device, self.channels_last)
+        if self.context.enabled and self.device.type == "cuda" and not config.train.freeze_bn:
+            # BatchNorm statistics over the global batch, as one process would compute them (NCCL only).
+            self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         self.data = build_data(config.data, self.model.data_config(), config.augment, config.model.in_chans)
         for split in (self.data.test, self.data.val):
             if split is not None:
@@ -121,10 +133,14 @@ class Trainer:
         self.loss_fn = build_loss(
             config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
         ).to(self.device)
+        self._check_train_labels()
         self.generator = torch.Generator()
         use_pk = self._sampler_kind() == "pk"
-        self.pk_sampler = self._pk_sampler(self.data.train_labels) if use_pk else None
-        self.loader = self._train_loader(self.data)
+        seed, context = config.train.seed, self.context
+        self.pk_sampler = build_pk_sampler(self.data.train_labels, config.data, seed, context) if use_pk else None
+        self.loader = build_train_loader(
+            self.data.train, config.data, seed, context, self.device, self.generator, self.pk_sampler
+        )
         train = config.train
         # No weight decay on norms, biases (timm's rule) or proxies (losses.md); proxies learn faster.
         groups = param_groups_weight_decay(self.model, train.weight_decay)
@@ -133,13 +149,41 @@ class Trainer:
         proxies = {"params": list(self.loss_fn.parameters()), "lr": train.lr * train.proxy_lr_mult, "weight_decay": 0.0}
         self.optimizer = torch.optim.AdamW([*groups, proxies])
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
-        steps = len(self.loader)
-        self.frozen_steps = min(train.freeze_backbone_epochs, train.epochs) * steps
-        self.total_steps = train.epochs * steps
-        self.warmup_steps = round(train.warmup_epochs * steps)
+        self.schedule = LrSchedule(
+            train.schedule,
+            len(self.loader),
+            train.epochs,
+            train.warmup_epochs,
+            train.freeze_backbone_epochs,
+            train.step_epochs,
+            train.step_gamma,
+        )
+        # Pair losses compare the images of a batch: under several processes they see every rank's share.
+        criterion = GatheredLoss(self.loss_fn) if self.context.enabled and config.loss.name in PAIR_LOSSES else None
+        self.step_fn = TrainStep(
+            self.model,
+            criterion or self.loss_fn,
+            self.optimizer,
+            self.context,
+            self.amp_dtype,
+            train.grad_clip,
+            train.compile,
+        )
+        self.evaluators = {name: self._evaluator(split) for name, split in self._eval_splits().items()}
         self.start_epoch = 0
         self.best_score = -1.0
         self.best_epoch = 0
+
+    def _check_train_labels(self) -> None:
+        """Check the training labels once, so proxy losses skip their per-step check (a GPU sync each)."""
+        labels = self.data.train_labels
+        if len(labels) and (labels.min() < 0 or labels.max() >= self.data.num_classes):
+            raise UserError(
+                f"training labels span [{labels.min()}, {labels.max()}] but the dataset declares "
+                f"{self.data.num_classes} classes; the dataset builder must number classes 0..C-1"
+            )
+        if hasattr(self.loss_fn, "check_labels"):
+            self.loss_fn.check_labels = False
 
     def _selection_split(self) -> str | None:
         """Which split picks `best.pt`: the test set only when opted in, else validation, else none."""
@@ -158,21 +202,30 @@ class Trainer:
             )
         return kind
 
-    def _pk_sampler(self, labels: np.ndarray) -> PKSampler:
-        cfg = self.config.data
-        try:
-            return PKSampler(labels, cfg.p, cfg.k, seed=self.config.train.seed)
-        except ValueError as exc:
-            raise UserError(f"PK sampler (data.p={cfg.p}, data.k={cfg.k}): {exc}") from exc
+    def _eval_splits(self) -> dict[str, EvalSplit]:
+        splits = {"test": self.data.test}
+        if self.data.val is not None:
+            splits["val"] = self.data.val
+        return splits
 
-    def _train_loader(self, data: RetrievalData) -> ImageLoader:
-        """Batches of the training set, reseeded through `self.generator` at every epoch."""
+    def _evaluator(self, split: EvalSplit) -> SplitEvaluator:
         cfg = self.config.data
-        common = {"num_workers": cfg.num_workers, "pin_memory": self.device.type == "cuda", "generator": self.generator}
-        if self.pk_sampler is not None:
-            return ImageLoader(data.train, batch_sampler=self.pk_sampler, **common)
-        drop_last = len(data.train) > cfg.batch_size
-        return ImageLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
+        return SplitEvaluator(
+            split,
+            cfg.eval_batch_size,
+            self.device,
+            self.context,
+            num_workers=cfg.num_workers,
+            pin_memory=cfg.pin_memory and self.device.type == "cuda",
+            persistent_workers=cfg.persistent_workers,
+            amp_dtype=self.amp_dtype,
+            channels_last=self.channels_last,
+            class_groups=self.class_groups,
+        )
+
+    def _score(self, split: str) -> dict[str, float]:
+        """Metrics of the current model on `val` or `test`, with per-group results on closed-set data."""
+        return self.evaluators[split](self.model, getattr(self.loss_fn, "proxies", None))
 
     def resume(self, checkpoint: dict[str, Any]) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, epoch and best score."""
@@ -185,65 +238,109 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train all remaining epochs, then score the selected checkpoint on the test set once."""
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "plots").mkdir(exist_ok=True)
-        save_config(self.config, self.run_dir / "config.yaml")
-        (self.run_dir / "environment.json").write_text(json.dumps(describe_environment(self.device), indent=2) + "\n")
+        if self.context.is_main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "plots").mkdir(exist_ok=True)
+            save_config(self.config, self.run_dir / "config.yaml")
+            environment = describe_environment(self.device) | {"world_size": self.context.world_size}
+            (self.run_dir / "environment.json").write_text(json.dumps(environment, indent=2) + "\n")
         records = self._read_records()
         epochs = self.config.train.epochs
         for epoch in range(self.start_epoch, epochs):
             started = time.perf_counter()
             record = self._train_epoch(epoch)
+            trained = time.perf_counter()
             if (epoch + 1) % self.config.train.eval_every == 0 or epoch + 1 == epochs:
                 record.update(self._evaluate_epoch())
-            record["seconds"] = round(time.perf_counter() - started, 3)
-            records.append(record)
+            evaluated = time.perf_counter()
             self._save(epoch, record)
-            self._write_logs(records)
-            print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
-        plot_run(self.run_dir)
+            if self.context.is_main:
+                plot_curves(records + [record], self.run_dir / "plots" / "curves.png")  # the diagnostics: at the end
+            written = time.perf_counter()
+            record["time"] = {
+                "train": round(trained - started, 3),
+                "eval": round(evaluated - trained, 3),
+                "write": round(written - evaluated, 3),
+            }
+            record["images_per_second"] = round(record.pop("images") / max(trained - started, 1e-9), 1)
+            record["seconds"] = round(written - started, 3)
+            records.append(record)
+            if self.context.is_main:
+                self._write_records(records)
+                print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
+        if self.context.is_main:
+            plot_run(self.run_dir)
         result = self._final_result(records)
-        (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
+        if self.context.is_main:
+            (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
         return result
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+    def train_step(self, images: Tensor, labels: Tensor, step: int) -> Tensor:
+        """One optimizer step of the run's global step `step` on a batch; returns its loss, on the device.
+
+        The lr is set for `step`, the batch moved to the device (NHWC on GPU); nothing is read back.
+        """
+        self._set_lr(step)
+        images, labels = images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return self.step_fn(images, labels)
+
+    def begin_epoch(self, epoch: int) -> None:
+        """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
         seed = _epoch_seed(self.config.train.seed, epoch)
-        _seed_everything(seed)
+        _seed_everything(_epoch_seed(self.config.train.seed, epoch, self.context.rank))
         self.generator.manual_seed(seed)
         if self.pk_sampler is not None:
             self.pk_sampler.set_epoch(epoch)
+        if isinstance(self.loader.sampler, DistributedSampler):
+            self.loader.sampler.set_epoch(epoch)
         self._set_train_mode(epoch)
-        autocast = torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
-        losses: list[float] = []
+        self.step_fn.refresh()
+
+    def recorded_step(
+        self, images: Tensor, labels: Tensor, step: int, tracker: LossTracker, diagnostics: EpochDiagnostics
+    ) -> None:
+        """`train_step` plus what the epoch loop keeps of it (loss and the loss's diagnostics, on the device)."""
+        tracker.add(self.train_step(images, labels, step))
+        diagnostics.update(getattr(self.loss_fn, "last_stats", {}))
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        self.begin_epoch(epoch)
+        tracker = LossTracker(self.device)
         diagnostics = EpochDiagnostics(torch.from_numpy(self.class_groups).to(self.device))
-        steps = len(self.loader)
-        progress = tqdm(self.loader, desc=f"epoch {epoch + 1}/{self.config.train.epochs}", leave=False, disable=None)
+        steps, images_seen = len(self.loader), 0
+        progress = tqdm(
+            self.loader,
+            desc=f"epoch {epoch + 1}/{self.config.train.epochs}",
+            leave=False,
+            disable=None if self.context.is_main else True,
+        )
         for step, (images, labels) in enumerate(progress):
-            self._set_lr(epoch * steps + step)
-            images, labels = images.to(self.device, non_blocking=True), labels.to(self.device, non_blocking=True)
-            if self.channels_last:
-                images = images.contiguous(memory_format=torch.channels_last)
-            with autocast:
-                embeddings = self.model(images)
-            loss = self.loss_fn(embeddings, labels)
-            if not torch.isfinite(loss):
-                raise UserError(
-                    f"the loss became {loss.item()} at epoch {epoch + 1}, step {step + 1}; nothing saved was "
-                    f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
-                )
-            self.optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            self.optimizer.step()
-            losses.append(loss.item())
-            diagnostics.update(getattr(self.loss_fn, "last_stats", {}))
-            progress.set_postfix(loss=f"{losses[-1]:.4f}")
+            self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics)
+            images_seen += len(images)
+            if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
+                self._check_finite(tracker, epoch)
+                progress.set_postfix(loss=f"{tracker.mean():.4f}")
+        total_loss = self.context.sum(tracker.total())  # the ranks' loss sums; the mean of their means
         record: dict[str, Any] = {
             "epoch": epoch + 1,
-            "loss": float(np.mean(losses)),
+            "loss": float(total_loss) / max(tracker.steps * self.context.world_size, 1),
             "lr": self.optimizer.param_groups[0]["lr"],
+            "images": images_seen * self.context.world_size,
         }
         record.update(diagnostics.summary())
         return record
+
+    def _check_finite(self, tracker: LossTracker, epoch: int) -> None:
+        """Stop with the first non-finite loss's epoch and step (steps after it never reach a checkpoint)."""
+        bad = tracker.first_non_finite()
+        if bad is not None:
+            step, value = bad
+            raise UserError(
+                f"the loss became {value} at epoch {epoch + 1}, step {step + 1}; nothing saved was "
+                f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
+            )
 
     def _set_train_mode(self, epoch: int) -> None:
         """Train mode, with the backbone frozen in its first epochs and BatchNorm frozen when configured."""
@@ -258,11 +355,8 @@ class Trainer:
                     module.requires_grad_(False)  # and so do the affine weight and bias
 
     def _set_lr(self, step: int) -> None:
-        """Head and proxies train at the full rate while the backbone is frozen; warm-up starts when it thaws."""
-        if step < self.frozen_steps:
-            factor = 1.0
-        else:
-            factor = lr_factor(step - self.frozen_steps, self.warmup_steps, self.total_steps - self.frozen_steps)
+        """Set every group's lr for the run's step `step` (see `LrSchedule`)."""
+        factor = self.schedule.factor(step)
         for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * factor
 
@@ -270,29 +364,19 @@ class Trainer:
         """Validation metrics (`val/...`), and test metrics (`test/...`) only when selected or logged on test."""
         scores = {}
         if self.data.val is not None:
-            scores.update({f"val/{key}": value for key, value in self._evaluate(self.data.val).items()})
+            scores.update({f"val/{key}": value for key, value in self._score("val").items()})
         if self.selection_split == "test" or self.config.train.log_test:
-            scores.update({f"test/{key}": value for key, value in self._evaluate(self.data.test).items()})
+            scores.update({f"test/{key}": value for key, value in self._score("test").items()})
         return scores
 
-    def _evaluate(self, split: EvalSplit) -> dict[str, float]:
-        return evaluate_model(
-            self.model,
-            split,
-            self.config.data.eval_batch_size,
-            self.device,
-            num_workers=self.config.data.num_workers,
-            amp_dtype=self.amp_dtype,
-            channels_last=self.channels_last,
-            class_groups=self.class_groups,
-            proxies=getattr(self.loss_fn, "proxies", None),
-        )
-
     def _save(self, epoch: int, record: dict[str, Any]) -> None:
+        """`last.pt` with everything a resume needs; `best.pt` with what evaluation and indexing need (rank 0)."""
         key = f"{self.selection_split}/{self.config.train.select_on}"
         improved = key in record and record[key] > self.best_score
         if improved:
             self.best_score, self.best_epoch = record[key], epoch + 1
+        if not self.context.is_main:
+            return
         payload = {
             "model": self.model.state_dict(),
             "loss": self.loss_fn.state_dict(),
@@ -308,7 +392,7 @@ class Trainer:
         save_checkpoint(checkpoints / "last.pt", payload, model_config)
         # Without a selection split, the run's result is its last epoch: best.pt follows last.pt.
         if improved or self.selection_split is None:
-            copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
+            save_checkpoint(checkpoints / "best.pt", evaluation_payload(payload), model_config)
 
     def _final_result(self, records: list[dict[str, Any]]) -> TrainResult:
         """Test metrics of the selected checkpoint, computed once (reused when the epoch logged them)."""
@@ -319,24 +403,27 @@ class Trainer:
             test = {key.removeprefix("test/"): value for key, value in record.items() if key.startswith("test/")}
         else:
             if chosen != last_epoch:
-                best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
-                self.model.load_state_dict(best["model"])
-            test = self._evaluate(self.data.test)
+                if self.context.is_main:  # the one process that wrote it (other nodes may not see the file)
+                    best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
+                    self.model.load_state_dict(best["model"])
+                    self.loss_fn.load_state_dict(best["loss"])
+                self.context.broadcast_state(self.model)
+                self.context.broadcast_state(self.loss_fn)
+            test = self._score("test")
         selection_value = self.best_score if self.selection_split is not None else None
         return TrainResult(chosen, self.selection_split or "last", test, selection_value)
 
     def _read_records(self) -> list[dict[str, Any]]:
         """Records of epochs already trained (when resuming), so logs and plots stay whole."""
         path = self.run_dir / "metrics.jsonl"
-        if self.start_epoch == 0 or not path.is_file():
-            return []
+        if self.start_epoch == 0 or not self.context.is_main or not path.is_file():
+            return self.context.broadcast([])
         records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        return [r for r in records if r["epoch"] <= self.start_epoch]
+        return self.context.broadcast([r for r in records if r["epoch"] <= self.start_epoch])
 
-    def _write_logs(self, records: list[dict[str, Any]]) -> None:
+    def _write_records(self, records: list[dict[str, Any]]) -> None:
         lines = "".join(json.dumps(record) + "\n" for record in records)
         (self.run_dir / "metrics.jsonl").write_text(lines)
-        plot_curves(records, self.run_dir / "plots" / "curves.png")  # cheap; the diagnostics are drawn at the end
 
     def _summary(self, record: dict[str, Any]) -> str:
         text = f"epoch {record['epoch']}/{self.config.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
@@ -345,4 +432,4 @@ class Trainer:
                 text += f"  {split} R@1 {record[f'{split}/recall@1']:.4f} MAP@R {record[f'{split}/map@r']:.4f}"
         if "c" in record:
             text += f"  c_i median {record['c']['median']:.3f}"
-        return text + f"  ({record['seconds']:.1f}s)"
+        return text + f"  ({record['seconds']:.1f}s, {record['images_per_second']:.0f} img/s)"

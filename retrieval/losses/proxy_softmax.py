@@ -50,6 +50,9 @@ class ProxySoftmaxLoss(nn.Module):
             learning rate and no weight decay.
         last_stats: detached tensors of the last call: per-sample `scale`, each piece's stats, and the
             `(B, K)` float32 `logits` with their `labels`.
+        check_labels: check every call's label range (True). The check reads the labels back, one
+            host-device sync per call on a GPU; the trainer checks its dataset's labels once and
+            turns it off.
     """
 
     def __init__(
@@ -69,6 +72,7 @@ class ProxySoftmaxLoss(nn.Module):
         self.margin = margin
         self.weighting = weighting
         self.last_stats: dict[str, Tensor] = {}
+        self.check_labels = True
 
     @property
     def num_classes(self) -> int:
@@ -77,7 +81,8 @@ class ProxySoftmaxLoss(nn.Module):
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of raw embeddings `(B, D)` with class indices `(B,)` in `[0, K)`; returns a scalar."""
-        self._check_labels(labels)
+        if self.check_labels:
+            self._check_labels(labels)
         cosine = cosine_to_proxies(embeddings, self.proxies)
         scales = self.scale(cosine, labels)
         target_cosine = cosine if self.margin is None else self.margin(cosine, labels)

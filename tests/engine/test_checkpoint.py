@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from retrieval.engine.checkpoint import CHECKPOINT_VERSION, copy_checkpoint, load_checkpoint, save_checkpoint
+from retrieval.engine.checkpoint import CHECKPOINT_VERSION, evaluation_payload, load_checkpoint, save_checkpoint
 from retrieval.errors import UserError
 
 MODEL_CONFIG = {"backbone": "resnet10t", "embedding_dim": 8}
@@ -68,9 +68,8 @@ def test_newer_version_and_foreign_files_are_explained(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_copy_is_atomic_and_loads_like_the_original(tmp_path):
-    source, copy = tmp_path / "last.pt", tmp_path / "best.pt"
-    save_checkpoint(source, _payload(), MODEL_CONFIG)
-    copy_checkpoint(source, copy)
-    assert load_checkpoint(copy)["manifest"] == load_checkpoint(source)["manifest"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["best.pt", "last.pt"]
+def test_the_evaluation_payload_leaves_out_the_optimizer_and_the_proxies(tmp_path):
+    payload = {**_payload(), "optimizer": {"state": {}}, "loss": {"proxies": torch.ones(2, 2)}, "config": {}}
+    path = tmp_path / "best.pt"
+    save_checkpoint(path, evaluation_payload(payload), MODEL_CONFIG)
+    assert sorted(load_checkpoint(path)) == ["config", "epoch", "manifest", "model"]

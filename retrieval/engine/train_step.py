@@ -1,0 +1,139 @@
+"""One optimizer step: forward under autocast, loss, backward (DDP-synchronized), clipping, AdamW.
+
+Nothing here reads a value back to the host: the loss stays on the device (`LossTracker` sums it
+and looks for a non-finite value without a sync per step), so a GPU is never stalled by the loop.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch import Tensor, nn
+from torch.nn.parallel import DistributedDataParallel
+
+from retrieval.engine.distributed import DistributedContext
+
+__all__ = ["LossTracker", "TrainStep"]
+
+
+class _ModelAndLoss(nn.Module):
+    """images, labels -> loss: the model and the loss as one module, so DDP synchronizes the proxies too."""
+
+    def __init__(self, model: nn.Module, criterion: nn.Module, amp_dtype: torch.dtype | None) -> None:
+        super().__init__()
+        self.model = model
+        self.criterion = criterion
+        self.amp_dtype = amp_dtype
+
+    def forward(self, images: Tensor, labels: Tensor) -> Tensor:
+        autocast = torch.autocast(images.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
+        with autocast:
+            embeddings = self.model(images)
+        return self.criterion(embeddings, labels)  # losses compute in float32 themselves
+
+
+class TrainStep:
+    """Runs optimizer steps on `(images, labels)` batches already on the device.
+
+    Under several processes the model and the loss are wrapped together in one
+    `DistributedDataParallel`, so the gradients of the backbone, the head and the proxies are
+    averaged over ranks during the backward pass. DDP fixes its set of trainable parameters when it
+    is built, so `refresh()` rebuilds the wrapper when that set changes (a backbone that thaws).
+
+    Args:
+        model: the embedder, on the device.
+        criterion: `loss(embeddings, labels)`; for pair losses under several processes a
+            `GatheredLoss`, so it sees the global batch.
+        optimizer: over the model's and the loss's parameters.
+        context: the process group this step belongs to.
+        amp_dtype: autocast dtype of the forward pass (None: float32).
+        grad_clip: max global gradient norm (None or 0: no clipping).
+        compile: wrap the forward + loss in `torch.compile`.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        criterion: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        context: DistributedContext,
+        amp_dtype: torch.dtype | None = None,
+        grad_clip: float | None = None,
+        compile: bool = False,
+    ) -> None:
+        self.optimizer = optimizer
+        self.context = context
+        self.grad_clip = grad_clip or None
+        self.compile = compile
+        self._module = _ModelAndLoss(model, criterion, amp_dtype)
+        self._trainable: list[nn.Parameter] = []
+        self._forward: nn.Module | None = None
+        self._signature: tuple[bool, ...] | None = None
+
+    def refresh(self) -> None:
+        """Take the current `requires_grad` flags into account (call after freezing or thawing parts)."""
+        signature = tuple(param.requires_grad for param in self._module.parameters())
+        if signature == self._signature:
+            return
+        self._signature = signature
+        self._trainable = [param for param in self._module.parameters() if param.requires_grad]
+        forward: nn.Module = self._module
+        if self.context.enabled:
+            device = next(self._module.parameters()).device
+            device_ids = [device.index] if device.type == "cuda" else None
+            forward = DistributedDataParallel(forward, device_ids=device_ids)
+        self._forward = torch.compile(forward) if self.compile else forward
+
+    def forward_backward(self, images: Tensor, labels: Tensor) -> Tensor:
+        """Loss of the batch (detached, on the device), its gradients accumulated in `.grad` (ranks averaged)."""
+        if self._forward is None:
+            self.refresh()
+        loss = self._forward(images, labels)
+        loss.backward()
+        return loss.detach()
+
+    def __call__(self, images: Tensor, labels: Tensor) -> Tensor:
+        """One optimizer step on the batch; returns its loss (detached, on the device)."""
+        self.optimizer.zero_grad(set_to_none=True)
+        loss = self.forward_backward(images, labels)
+        if self.grad_clip is not None:
+            torch.nn.utils.clip_grad_norm_(self._trainable, self.grad_clip)
+        self.optimizer.step()
+        return loss
+
+
+class LossTracker:
+    """The losses of one epoch, summed on the device, and the first step whose loss was not finite.
+
+    `add` launches a few tiny device ops and never waits for the device; `mean` and
+    `first_non_finite` read back once (call them every few hundred steps, or at the epoch's end).
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.steps = 0
+        self._total = torch.zeros((), dtype=torch.float32, device=device)
+        self._first_bad = torch.full((), -1, dtype=torch.int64, device=device)
+        self._bad_value = torch.zeros((), dtype=torch.float32, device=device)
+
+    def add(self, loss: Tensor) -> None:
+        """Count one step's scalar loss."""
+        loss = loss.detach().float()
+        newly_bad = ~torch.isfinite(loss) & (self._first_bad < 0)
+        self._first_bad = torch.where(newly_bad, self.steps, self._first_bad)
+        self._bad_value = torch.where(newly_bad, loss, self._bad_value)
+        self._total += loss
+        self.steps += 1
+
+    def total(self) -> Tensor:
+        """The sum of the losses so far, a device scalar (for an all-reduce over ranks)."""
+        return self._total
+
+    def mean(self) -> float:
+        """Mean loss of the steps so far (one read-back)."""
+        return float(self._total) / max(self.steps, 1)
+
+    def first_non_finite(self) -> tuple[int, float] | None:
+        """(0-based step, value) of the first non-finite loss so far, or None (one read-back)."""
+        step = int(self._first_bad)
+        return None if step < 0 else (step, float(self._bad_value))

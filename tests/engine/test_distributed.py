@@ -1,0 +1,93 @@
+"""Two CPU processes (torchrun, gloo) train like one process given the same global batch, and print once."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from retrieval.config import load_config
+from retrieval.engine.distributed import DistributedContext, shard_range
+from retrieval.engine.trainer import Trainer
+
+WORKER = Path(__file__).with_name("ddp_worker.py")
+# The digits demo, shrunk to seconds. BatchNorm frozen: without SyncBatchNorm (GPU only) each rank
+# normalizes with its own share's statistics, which a single process given the whole batch does not.
+TINY = [
+    "model.backbone=resnet10t",
+    "model.embedding_dim=16",
+    "data.image_size=16",
+    "train.threads=1",
+    "train.freeze_bn=true",
+    "train.freeze_backbone_epochs=0",
+]
+CASES = {
+    "anchor": [*TINY, "loss.name=anchor", "data.batch_size=32"],  # proxies: DDP averages their gradients
+    "circle": [*TINY, "loss.name=circle", "data.p=4", "data.k=4"],  # pairs: the embeddings of both ranks gathered
+}
+
+
+def _load_worker():
+    spec = importlib.util.spec_from_file_location("ddp_worker", WORKER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
+def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(tmp_path):
+    run = tmp_path / "run"
+    train = ["train", *(f"--set={o}" for o in [*TINY, "train.epochs=1"]), "--output-dir", str(run)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run(
+        [*command, str(WORKER), str(tmp_path), json.dumps(CASES), *train],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+
+    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+    worker = _load_worker()
+    for name, overrides in CASES.items():
+        shares = [rank[name] for rank in ranks]
+        assert not torch.equal(shares[0]["labels"], shares[1]["labels"]) or not torch.equal(
+            shares[0]["images"], shares[1]["images"]
+        ), "both ranks trained on the same images"
+        images = torch.cat([share["images"] for share in shares])
+        labels = torch.cat([share["labels"] for share in shares])
+        single = worker.first_step(Trainer(load_config(None, overrides), tmp_path / "single"), (images, labels))
+        # Pair losses see the global batch on every rank; proxy losses average the ranks' losses.
+        losses = torch.stack([share["loss"] for share in shares])
+        expected = losses if name == "circle" else losses.mean()
+        torch.testing.assert_close(expected, single["loss"].expand_as(expected), rtol=1e-5, atol=1e-6)
+        assert shares[0]["grads"].keys() == single["grads"].keys() and single["grads"]
+        for key, reference in single["grads"].items():
+            scale = reference.abs().max().item()
+            for share in shares:
+                torch.testing.assert_close(share["grads"][key], reference, rtol=1e-4, atol=1e-5 * scale, msg=key)
+
+    lines = done.stdout.splitlines()
+    assert sum(line.startswith("Recall@1: ") for line in lines) == 1
+    assert [line.split(":")[0] for line in lines[-5:]] == ["Recall@1", "Recall@2", "Recall@4", "Recall@8", "MAP@R"]
+    assert sum(re.match(r"epoch 1/1 ", line) is not None for line in lines) == 1
+    assert json.loads((run / "result.json").read_text())["test"]["recall@1"] > 0
+    environment = json.loads((run / "environment.json").read_text())
+    assert environment["world_size"] == 2
+
+
+def test_shards_cover_every_item_once_in_order():
+    for size in (0, 1, 5, 8, 11):
+        for world_size in (1, 2, 3, 4):
+            shards = [shard_range(size, DistributedContext(rank, world_size)) for rank in range(world_size)]
+            assert [i for shard in shards for i in shard] == list(range(size))
+            assert max(map(len, shards)) - min(map(len, shards)) <= 1

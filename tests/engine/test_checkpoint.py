@@ -68,8 +68,11 @@ def test_newer_version_and_foreign_files_are_explained(tmp_path):
         load_checkpoint(tmp_path / "missing.pt")
 
 
-def test_the_evaluation_payload_leaves_out_the_optimizer_and_the_proxies(tmp_path):
+def test_the_evaluation_payload_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_path):
+    # The proxies are the classifier of `evaluate --classification/--calibrate`; the optimizer only resumes.
     payload = {**_payload(), "optimizer": {"state": {}}, "loss": {"proxies": torch.ones(2, 2)}, "config": {}}
     path = tmp_path / "best.pt"
     save_checkpoint(path, evaluation_payload(payload), MODEL_CONFIG)
-    assert sorted(load_checkpoint(path)) == ["config", "epoch", "manifest", "model"]
+    loaded = load_checkpoint(path)
+    assert sorted(loaded) == ["config", "epoch", "loss", "manifest", "model"]
+    assert torch.equal(loaded["loss"]["proxies"], torch.ones(2, 2))

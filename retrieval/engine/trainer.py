@@ -213,6 +213,8 @@ class Trainer:
         if self.pk_sampler is not None:
             self.pk_sampler.set_epoch(epoch)
         self._set_train_mode(epoch)
+        if hasattr(self.loss_fn, "set_epoch"):
+            self.loss_fn.set_epoch(epoch)  # e.g. the balance-degree gate's warm-up
         autocast = torch.autocast(self.device.type, dtype=self.amp_dtype) if self.amp_dtype else nullcontext()
         losses: list[float] = []
         stats: dict[str, list[Tensor]] = defaultdict(list)
@@ -236,7 +238,8 @@ class Trainer:
             self.optimizer.step()
             losses.append(loss.item())
             for key, value in getattr(self.loss_fn, "last_stats", {}).items():
-                stats[key].append(value.detach().float().cpu().reshape(-1))
+                if key not in ("logits", "labels"):  # those are for diagnostics, not per-sample quantiles
+                    stats[key].append(value.detach().float().cpu().reshape(-1))
             progress.set_postfix(loss=f"{losses[-1]:.4f}")
         sample_stats = {key: torch.cat(values).numpy() for key, values in stats.items()}
         record: dict[str, Any] = {

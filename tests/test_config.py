@@ -58,10 +58,14 @@ def test_overrides_are_typed_by_the_field_they_set():
         ({"train": {"epochs": "ten"}}, "train.epochs must be int, got 'ten'"),
         ({"train": {"epochs": 2.5}}, "train.epochs must be int, got 2.5"),
         ({"model": {"pretrained": "maybe"}}, "model.pretrained must be bool"),
-        ({"loss": {"name": "proxynca"}}, "unknown loss.name 'proxynca'; valid names: anchor, arcface, asymmetric_proxy, circle, cosface"),
+        (
+            {"loss": {"name": "proxynca"}},
+            "unknown loss.name 'proxynca'; valid names: anchor, arcface, asymmetric_proxy, circle, cosface",
+        ),
         (
             {"loss": {"name": "anchor", "scale": 3}},
-            "unknown config key loss.scale for loss 'anchor'; valid parameters: detach_scale, gamma, gate, gate_warmup_epochs, tau",
+            "unknown config key loss.scale for loss 'anchor'; "
+            "valid parameters: detach_scale, gamma, gate, gate_warmup_epochs, tau",
         ),
         ({"loss": {"name": "anchor", "gamma": "big"}}, "loss.gamma must be float"),
     ],

@@ -27,7 +27,7 @@ class EvalSplit:
     """A split scored by retrieval: its dataset (eval transform), labels and query/gallery protocol."""
 
     dataset: Dataset
-    labels: np.ndarray  # (N,)
+    labels: np.ndarray  # (N,) class ids, or (N, C) bool multi-hot (an item is relevant if it shares a label)
     query_mask: np.ndarray | None = None  # (N,) bool; None: every image is a query
     gallery_mask: np.ndarray | None = None  # (N,) bool; None: every image is in the gallery
 
@@ -37,7 +37,7 @@ class RetrievalData:
     """A training set (classes 0..num_classes-1), a test set, and an optional validation set for selection."""
 
     train: Dataset
-    train_labels: np.ndarray  # (N_train,)
+    train_labels: np.ndarray  # (N_train,) class indices, or (N_train, C) bool multi-hot (multi-label CSV)
     num_classes: int  # training classes, one proxy each
     test: EvalSplit
     val: EvalSplit | None = None  # None: no validation split, the run's result is its last epoch
@@ -89,12 +89,20 @@ def _with_validation(
     everything = np.arange(len(labels))
     train_idx, val_idx = everything, None
     if cfg.val_classes or cfg.val_fraction:
+        if labels.ndim == 2:
+            raise UserError(
+                f"{cfg.path} is multi-label: data.val_classes/val_fraction cannot hold it out; "
+                "add split=val rows to the CSV instead"
+            )
         if val is not None:
             raise UserError(
                 f"{cfg.path} has split=val rows and data.val_classes/val_fraction is set too; use one validation split"
             )
         holdout = holdout_classes if cfg.val_classes else holdout_images
         train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
+    if labels.ndim == 2:  # multi-hot rows of a multi-label CSV: every column is a training label
+        train = subset(train_idx, labels, train_tf)
+        return RetrievalData(train, labels, labels.shape[1], test, val)
     # Classes renumbered 0..C-1 over what trains (holding out classes leaves gaps).
     _, train_labels = np.unique(labels[train_idx], return_inverse=True)
     if val_idx is not None:

@@ -124,6 +124,11 @@ class Trainer:
         ).to(self.device)
         self.generator = torch.Generator()
         use_pk = self._sampler_kind() == "pk"
+        if self.data.train_labels.ndim == 2 and (use_pk or not getattr(self.loss_fn, "multi_label", False)):
+            raise UserError(
+                f"{config.data.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
+                "and data.sampler=random (or auto)"
+            )
         self.pk_sampler = self._pk_sampler(self.data.train_labels) if use_pk else None
         self.loader = self._train_loader(self.data)
         train = config.train

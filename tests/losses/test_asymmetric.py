@@ -74,7 +74,11 @@ def test_focusing_weights_carry_no_gradient_by_default():
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"gamma_neg": -1.0}, "gamma_neg must be >= 0"), ({"clip": 1.0}, "clip must lie"), ({"reduction": "x"}, "reduction")],
+    [
+        ({"gamma_neg": -1.0}, "gamma_neg must be >= 0"),
+        ({"clip": 1.0}, "clip must lie"),
+        ({"reduction": "x"}, "reduction"),
+    ],
 )
 def test_bad_arguments_raise_value_error(kwargs, message):
     logits, targets = _batch()

@@ -1,5 +1,6 @@
 """Balance-degree gating against losses.md: b from a literal projection, the CT/MT weights, the warm-up."""
 
+import json
 import math
 
 import pytest
@@ -142,3 +143,21 @@ def test_gate_waits_for_its_warmup_epochs():
     gated.set_epoch(3)
     assert gated(embeddings, labels) < expected
     assert torch.all(gated.last_stats["w"][:8] == 0.0)
+
+
+def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dataset, monkeypatch):
+    from retrieval.config import load_config
+    from retrieval.engine.trainer import Trainer
+
+    seen = []
+    original = ProxyNCALoss.set_epoch
+    monkeypatch.setattr(ProxyNCALoss, "set_epoch", lambda self, epoch: (seen.append(epoch), original(self, epoch)))
+    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=8"]
+    data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0", "train.threads=1"]
+    gate = ["loss.name=proxy_nca", "loss.gate=ct", "loss.gate_warmup_epochs=1", "train.epochs=2", "train.eval_every=2"]
+    trainer = Trainer(load_config(None, [*tiny, *data, *gate]), tmp_path / "run")
+    trainer.fit()
+    assert seen == [0, 1]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert records[0]["w"]["min"] == 1.0  # warm-up epoch: nothing gated
+    assert {"b", "w", "scale"} <= set(records[1]) and not {"logits", "labels"} & set(records[1])

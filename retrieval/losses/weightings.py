@@ -54,7 +54,7 @@ class BalanceGate(nn.Module):
         """Record the 0-based epoch about to be trained."""
         self.epoch = int(epoch)
 
-    def forward(self, cosine: Tensor, log_pt: Tensor, labels: Tensor) -> Tensor:
+    def forward(self, cosine: Tensor, cross_entropy: Tensor, labels: Tensor) -> Tensor:
         """`(B,)` detached weights in [0, 1]; all ones during the warm-up."""
         b = balance_degree_from_cosine(cosine.detach().gather(1, labels.view(-1, 1)).squeeze(1))
         w = gate_weights(b, self.tau, self.mode) if self.active else torch.ones_like(b)
@@ -88,9 +88,9 @@ class FocalWeighting(nn.Module):
         self.alpha: Tensor | None
         self.register_buffer("alpha", None if alpha is None else torch.as_tensor(alpha, dtype=torch.float32))
 
-    def forward(self, cosine: Tensor, log_pt: Tensor, labels: Tensor) -> Tensor:
+    def forward(self, cosine: Tensor, cross_entropy: Tensor, labels: Tensor) -> Tensor:
         """`(B,)` focal factors, differentiable."""
-        return focal_modulation(log_pt, labels, self.gamma, self.alpha)
+        return focal_modulation(cross_entropy, labels, self.gamma, self.alpha)
 
     def extra_repr(self) -> str:
         return f"gamma={self.gamma}, alpha={'per-class' if self.alpha is not None else None}"

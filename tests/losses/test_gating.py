@@ -140,9 +140,11 @@ def test_gate_waits_for_its_warmup_epochs():
         gated.set_epoch(epoch)
         torch.testing.assert_close(gated(embeddings, labels), expected)
         assert torch.all(gated.last_stats["w"] == 1.0)
+    per_sample = F.cross_entropy(plain.last_stats["logits"], labels, reduction="none")
     gated.set_epoch(3)
-    assert gated(embeddings, labels) < expected
+    loss = gated(embeddings, labels)
     assert torch.all(gated.last_stats["w"][:8] == 0.0)
+    torch.testing.assert_close(loss, (gated.last_stats["w"] * per_sample).mean())
 
 
 def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dataset, monkeypatch):

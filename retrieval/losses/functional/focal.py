@@ -39,19 +39,19 @@ def focal_loss(
     _check_focal(logits, targets, gamma, alpha, reduction)
     dtype = torch.promote_types(logits.dtype, torch.float32)
     with torch.autocast(logits.device.type, enabled=False):
-        log_pt = -F.cross_entropy(logits.to(dtype), targets, reduction="none")
-        losses = -focal_modulation(log_pt, targets, gamma, alpha) * log_pt
+        cross_entropy = F.cross_entropy(logits.to(dtype), targets, reduction="none")
+        losses = focal_modulation(cross_entropy, targets, gamma, alpha) * cross_entropy
     return reduce_loss(losses, reduction)
 
 
-def focal_modulation(log_pt: Tensor, targets: Tensor, gamma: float, alpha: Tensor | None = None) -> Tensor:
+def focal_modulation(cross_entropy: Tensor, targets: Tensor, gamma: float, alpha: Tensor | None = None) -> Tensor:
     """Per-sample factor `alpha_{y_i} * (1 - p_t)^gamma`, differentiable (it is part of the focal gradient).
 
-    `1 - p_t` is computed as `-expm1(log p_t)` (exact for p_t near 1) and floored at the
-    smallest normal float, so that `gamma < 1` keeps a finite gradient where p_t rounds to 1.
+    `1 - p_t` is computed as `-expm1(-CE)` (exact for p_t near 1); for `gamma < 1` it is
+    floored at the smallest normal float, so that the gradient stays finite where p_t rounds to 1.
 
     Args:
-        log_pt: `(B,)` log-probability of each sample's target class.
+        cross_entropy: `(B,)` per-sample cross-entropy `-log p_t`.
         targets: `(B,)` target class indices (to pick alpha).
         gamma: focusing exponent, >= 0.
         alpha: optional `(C,)` class weights.
@@ -59,9 +59,19 @@ def focal_modulation(log_pt: Tensor, targets: Tensor, gamma: float, alpha: Tenso
     Returns:
         `(B,)` factors; all ones for gamma = 0 and no alpha.
     """
-    factor = torch.ones_like(log_pt) if gamma == 0 else (-torch.expm1(log_pt)).clamp(min=_tiny(log_pt)).pow(gamma)
+    if gamma == 0:
+        factor = torch.ones_like(cross_entropy)
+    else:
+        minus_miss = torch.expm1(cross_entropy.neg())  # p_t - 1
+        if gamma == 2:  # the default: one square, no negation
+            factor = minus_miss.square()
+        else:
+            miss = minus_miss.neg()
+            if gamma < 1:  # x^gamma has an infinite slope at 0 only for gamma < 1
+                miss = miss.clamp(min=_tiny(cross_entropy))
+            factor = miss.pow(gamma)
     if alpha is not None:
-        factor = factor * alpha.to(device=log_pt.device, dtype=log_pt.dtype)[targets]
+        factor = factor * alpha.to(device=cross_entropy.device, dtype=cross_entropy.dtype)[targets]
     return factor
 
 

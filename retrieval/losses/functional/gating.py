@@ -48,9 +48,9 @@ def balance_degree(embeddings: Tensor, anchors: Tensor, labels: Tensor, eps: flo
         )
     if labels.shape != (embeddings.shape[0],):
         raise ValueError(f"labels must have shape ({embeddings.shape[0]},), got {tuple(labels.shape)}")
-    with torch.no_grad(), torch.autocast(embeddings.device.type, enabled=False):
-        features = F.normalize(embeddings.float(), dim=1)
-        directions = F.normalize(anchors.float(), dim=1)[labels]
+    with torch.autocast(embeddings.device.type, enabled=False):
+        features = F.normalize(embeddings.detach().float(), dim=1)
+        directions = F.normalize(anchors.detach().float(), dim=1)[labels]
         return balance_degree_from_cosine((features * directions).sum(dim=1), eps)
 
 
@@ -67,9 +67,11 @@ def balance_degree_from_cosine(target_cosine: Tensor, eps: float = _EPS) -> Tens
     Returns:
         `(B,)` b_i, without gradient.
     """
-    with torch.no_grad():
-        along = target_cosine.clamp(0.0, 1.0).square()
-        return torch.log((along + eps) / ((1.0 - along) + eps))
+    # This runs on every step of a gated loss, so in few kernels: with a = relu(cos)^2 and
+    # x = (a + eps) / (1 + 2 eps), logit(x) = log(x / (1 - x)) = log((a + eps) / (1 - a + eps)).
+    shrink = 1.0 / (1.0 + 2.0 * eps)
+    positive = target_cosine.detach().clamp(0.0, 1.0)
+    return torch.addcmul(positive.new_full((), eps * shrink), positive, positive, value=shrink).logit_()
 
 
 def gate_weights(b: Tensor, tau: float = 1.0, mode: str = "mt") -> Tensor:
@@ -94,7 +96,7 @@ def gate_weights(b: Tensor, tau: float = 1.0, mode: str = "mt") -> Tensor:
         raise ValueError(f"gate mode must be one of {', '.join(GATE_MODES)} (cut-off, modulated), got {mode!r}")
     if not tau > 0:
         raise ValueError(f"tau must be > 0 (useful range 0.5 to 2.0), got {tau}")
-    with torch.no_grad():
-        if mode == "ct":
-            return (b < tau).to(b.dtype)
-        return (1.0 - b.clamp(min=0.0) / tau).clamp(0.0, 1.0)
+    b = b.detach()
+    if mode == "ct":
+        return (b < tau).to(b.dtype)
+    return torch.rsub(b.clamp(0.0, tau), 1.0, alpha=1.0 / tau)  # 1 - clamp(b, 0, tau) / tau

@@ -23,7 +23,7 @@ Pair losses on P x 4 batches, B in {128, 256, 512}, D = 128:
 - `TripletLoss(miner="semihard")` vs PML `TripletMarginMiner(type_of_triplets="semihard")` +
   `TripletMarginLoss`, target <= 1.2x (PML keeps every semi-hard triplet, ours one per positive pair).
 
-Usage: .venv/bin/python tools/bench_losses.py [--quick] [--device cpu]
+Usage: .venv/bin/python tools/bench_losses.py [--quick] [--device cpu] [--threads N]
 """
 
 from __future__ import annotations
@@ -57,6 +57,8 @@ PROXY_CLASSES = (100, 1000, 11318)
 PAIR_BATCHES = (128, 256, 512)
 K_PER_CLASS = 4
 MARGIN = 0.2
+_CHEAP_PASS_S = 0.01  # passes faster than this are repeated within a round ...
+_MAX_REPEATS = 10  # ... up to this many times
 
 
 @dataclass(frozen=True)
@@ -71,12 +73,14 @@ class Case:
 
 
 def time_cases(cases: list[Case], device: torch.device, rounds: int) -> list[tuple[float, float]]:
-    """Best-of-`rounds` seconds of one forward + backward of each case's loss and baseline.
+    """Best seconds of one forward + backward of each case's loss and baseline.
 
-    After two warm-up passes of each, every round times one pass of every case's loss and
+    After two warm-up passes of each, every round times passes of every case's loss and
     baseline, one right after the other (in swapped order every other round). A busy period of
     the machine thus spoils a round, not a whole row, and hits a loss and its baseline alike;
-    interference only adds time, so each one's fastest pass is its least noisy estimate.
+    interference only adds time, so each one's fastest pass is its least noisy estimate. Cases
+    faster than `_CHEAP_PASS_S` get up to `_MAX_REPEATS` passes per round, so that sub-millisecond
+    rows, where a 10% difference is tens of microseconds, are sampled as densely as slow ones.
     """
 
     def timed(forward: Callable[[], Tensor]) -> float:
@@ -86,15 +90,16 @@ def time_cases(cases: list[Case], device: torch.device, rounds: int) -> list[tup
         _synchronize(device)
         return time.perf_counter() - start
 
+    repeats = []
     for case in cases:
-        for _ in range(2):
-            timed(case.ours)
-            timed(case.baseline)
+        warm = min(max(timed(case.ours), timed(case.baseline)) for _ in range(2))
+        repeats.append(max(1, min(_MAX_REPEATS, int(_CHEAP_PASS_S / warm))))
     best = [[float("inf"), float("inf")] for _ in cases]
     for round_index in range(rounds):
-        for case, times in zip(cases, best, strict=True):
-            for which in (0, 1) if round_index % 2 == 0 else (1, 0):
-                times[which] = min(times[which], timed((case.ours, case.baseline)[which]))
+        for case, times, repeat in zip(cases, best, repeats, strict=True):
+            for _ in range(repeat):
+                for which in (0, 1) if round_index % 2 == 0 else (1, 0):
+                    times[which] = min(times[which], timed((case.ours, case.baseline)[which]))
     return [(ours, baseline) for ours, baseline in best]
 
 
@@ -221,8 +226,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="best of 5 rounds instead of 25")
     parser.add_argument("--device", default="cpu", help="torch device to run on (default: cpu)")
+    parser.add_argument("--threads", type=int, help="CPU threads for torch (default: torch's choice)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     rounds = 5 if args.quick else 25
 
     torch.manual_seed(0)

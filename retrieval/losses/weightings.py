@@ -9,7 +9,12 @@ from torch import Tensor, nn
 
 from retrieval.losses.functional._checks import check_gamma
 from retrieval.losses.functional.focal import focal_modulation
-from retrieval.losses.functional.gating import GATE_MODES, balance_degree_from_cosine, gate_weights
+from retrieval.losses.functional.gating import (
+    GATE_MODES,
+    balance_degree_from_cosine,
+    check_gate,
+    gate_weights_unchecked,
+)
 
 __all__ = ["BalanceGate", "FocalWeighting", "optional_gate"]
 
@@ -35,8 +40,7 @@ class BalanceGate(nn.Module):
         super().__init__()
         if mode not in GATE_MODES:
             raise ValueError(f"gate must be null, 'ct' (cut-off) or 'mt' (modulated), got {mode!r}")
-        if not tau > 0:
-            raise ValueError(f"tau must be > 0 (useful range 0.5 to 2.0), got {tau}")
+        check_gate(mode, tau)
         if warmup_epochs < 0:
             raise ValueError(f"gate_warmup_epochs must be >= 0, got {warmup_epochs}")
         self.mode = mode
@@ -57,7 +61,7 @@ class BalanceGate(nn.Module):
     def forward(self, cosine: Tensor, cross_entropy: Tensor, labels: Tensor) -> Tensor:
         """`(B,)` detached weights in [0, 1]; all ones during the warm-up."""
         b = balance_degree_from_cosine(cosine.detach().gather(1, labels.view(-1, 1)).squeeze(1))
-        w = gate_weights(b, self.tau, self.mode) if self.active else torch.ones_like(b)
+        w = gate_weights_unchecked(b, self.tau, self.mode) if self.active else torch.ones_like(b)
         self.last_stats = {"b": b, "w": w}
         return w
 

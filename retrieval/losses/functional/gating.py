@@ -92,11 +92,20 @@ def gate_weights(b: Tensor, tau: float = 1.0, mode: str = "mt") -> Tensor:
     Raises:
         ValueError: on an unknown mode or tau <= 0.
     """
+    check_gate(mode, tau)
+    return gate_weights_unchecked(b.detach(), tau, mode)
+
+
+def check_gate(mode: str, tau: float) -> None:
+    """Raise ValueError unless `mode` is a gate mode and tau > 0."""
     if mode not in GATE_MODES:
         raise ValueError(f"gate mode must be one of {', '.join(GATE_MODES)} (cut-off, modulated), got {mode!r}")
     if not tau > 0:
         raise ValueError(f"tau must be > 0 (useful range 0.5 to 2.0), got {tau}")
-    b = b.detach()
+
+
+def gate_weights_unchecked(b: Tensor, tau: float, mode: str) -> Tensor:
+    """`gate_weights` of detached b with arguments already checked (the per-step path of `BalanceGate`)."""
     if mode == "ct":
         return (b < tau).to(b.dtype)
     return torch.rsub(b.clamp(0.0, tau), 1.0, alpha=1.0 / tau)  # 1 - clamp(b, 0, tau) / tau

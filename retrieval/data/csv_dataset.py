@@ -1,7 +1,9 @@
 """The generic CSV dataset format of design.md: `path,label,split[,is_query,is_gallery]`.
 
 Paths are relative to the CSV file's folder. `label` is any class id (int or string); each
-split's classes are numbered 0..C-1 in sorted order (numeric ids numerically). Test rows without
+split's classes are numbered 0..C-1 in sorted order (numeric ids numerically). A row may carry
+several labels joined by `|` (`cat|indoor`): a CSV with any such row is multi-label, and every
+split's labels are then `(N, C)` multi-hot rows. Test rows without
 `is_query`/`is_gallery` all query all other test rows (CUB/Cars/SOP protocol); with them,
 queries search the gallery rows only (In-Shop protocol).
 """
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 from PIL import Image, UnidentifiedImageError
 from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
@@ -36,6 +39,7 @@ _FLAGS = ("is_query", "is_gallery")
 _SPLITS = ("train", "val", "test")
 _TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
 _CSV_PATHS_HINT = "paths are relative to the CSV's folder"
+_MULTI = "|"  # joins the labels of a multi-label row
 
 
 @dataclass(frozen=True)
@@ -43,7 +47,7 @@ class CsvSplit:
     """The rows of one split: absolute image paths, class indices and optional query/gallery masks."""
 
     paths: list[Path]
-    labels: np.ndarray  # (N,) int64 class indices 0..C-1
+    labels: np.ndarray  # (N,) int64 class indices 0..C-1, or (N, C) bool multi-hot for a multi-label CSV
     class_names: list[str]  # class_names[c] is the CSV label of index c
     query_mask: np.ndarray | None  # (N,) bool, None when the CSV has no is_query column
     gallery_mask: np.ndarray | None
@@ -65,17 +69,24 @@ def read_csv_splits(csv_path: str | Path, check_images: bool = True) -> dict[str
     csv_path = Path(csv_path)
     rows = _read_rows(csv_path)
     has_flags = _FLAGS[0] in rows[0]  # _read_rows checked that both flags or neither are columns
+    multi_label = any(_MULTI in row["label"] for row in rows)
     splits = {}
     for split in _SPLITS:
         chosen = [row for row in rows if row["split"] == split]
         if chosen:
-            splits[split] = _split_of(csv_path, chosen, has_flags, check_images)
+            splits[split] = _split_of(csv_path, chosen, has_flags, multi_label, check_images)
     return splits
 
 
-def _split_of(csv_path: Path, chosen: list[dict[str, str]], has_flags: bool, check_images: bool) -> CsvSplit:
+def _split_of(
+    csv_path: Path, chosen: list[dict[str, str]], has_flags: bool, multi_label: bool, check_images: bool
+) -> CsvSplit:
     paths = [csv_path.parent / row["path"] for row in chosen]
     masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
+    if multi_label:
+        if check_images:
+            _check_images_exist(csv_path, paths, _CSV_PATHS_HINT)
+        return CsvSplit(paths, *_multi_hot([row["label"] for row in chosen]), *masks)
     names = [row["label"] for row in chosen]
     return labeled_split(paths, names, csv_path, *masks, check_images=check_images, hint=_CSV_PATHS_HINT)
 
@@ -103,16 +114,31 @@ def labeled_split(
         UserError: if `check_images` and some listed images do not exist (the first is named).
     """
     if check_images:
-        missing = [path for path in paths if not path.is_file()]
-        if missing:
-            raise UserError(
-                f"{len(missing)} image(s) listed in {source} do not exist, first: {missing[0]}; {hint} "
-                "(data.on_bad_image=skip leaves missing images out)"
-            )
+        _check_images_exist(source, paths, hint)
     class_names = sorted(set(names), key=_class_sort_key)
     index = {name: i for i, name in enumerate(class_names)}
     labels = np.array([index[name] for name in names], dtype=np.int64)
     return CsvSplit(paths, labels, class_names, query_mask, gallery_mask)
+
+
+def _check_images_exist(source: Path, paths: list[Path], hint: str) -> None:
+    missing = [path for path in paths if not path.is_file()]
+    if missing:
+        raise UserError(
+            f"{len(missing)} image(s) listed in {source} do not exist, first: {missing[0]}; {hint} "
+            "(data.on_bad_image=skip leaves missing images out)"
+        )
+
+
+def _multi_hot(cells: list[str]) -> tuple[np.ndarray, list[str]]:
+    """`(N, C)` bool multi-hot rows and the C label names of `|`-joined label cells."""
+    per_row = [{name.strip() for name in cell.split(_MULTI)} for cell in cells]
+    class_names = sorted(set().union(*per_row), key=_class_sort_key)
+    index = {name: i for i, name in enumerate(class_names)}
+    labels = np.zeros((len(cells), len(class_names)), dtype=bool)
+    for row, names in enumerate(per_row):
+        labels[row, [index[name] for name in names]] = True
+    return labels, class_names
 
 
 def _read_rows(csv_path: Path) -> list[dict[str, str]]:
@@ -139,10 +165,8 @@ def _read_rows(csv_path: Path) -> list[dict[str, str]]:
     for line, row in enumerate(rows, start=2):
         if row["split"] not in _SPLITS:
             raise UserError(f"{csv_path}:{line}: split must be train, val or test, got {row['split']!r}")
-        if "|" in row["label"]:
-            raise UserError(
-                f"{csv_path}:{line}: multi-label rows ({row['label']!r}) are not supported by the single-label losses"
-            )
+        if _MULTI in row["label"] and not all(name.strip() for name in row["label"].split(_MULTI)):
+            raise UserError(f"{csv_path}:{line}: empty label in {row['label']!r}; give each row one or more labels")
     return rows
 
 
@@ -210,7 +234,8 @@ class ImageDataset(Dataset):
 
     Args:
         paths: image files.
-        labels: `(N,)` class indices.
+        labels: `(N,)` class indices, or `(N, C)` bool multi-hot rows (an item's label is then a
+            `(C,)` bool tensor, batched to `(B, C)`).
         transform: applied to each PIL image (`retrieval.data.transforms`; it converts to the model's channels).
         on_bad_image: `fail` or `skip` (`data.on_bad_image`).
     """
@@ -232,7 +257,7 @@ class ImageDataset(Dataset):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, index: int) -> tuple[Tensor, int] | BadImage:
+    def __getitem__(self, index: int) -> tuple[Tensor, int | Tensor] | BadImage:
         try:
             image = load_image(self.paths[index])
         except UserError as exc:
@@ -240,4 +265,5 @@ class ImageDataset(Dataset):
             if self.bad_images.policy == "fail" and get_worker_info() is None:
                 self.bad_images.handle(bad)  # raises; a worker hands `bad` to ImageLoader instead
             return bad
-        return self.transform(image), int(self.labels[index])
+        label = self.labels[index]
+        return self.transform(image), torch.from_numpy(label) if label.ndim else int(label)

@@ -33,7 +33,7 @@ class EvalSplit:
     """A split scored by retrieval: its dataset (eval transform), labels and query/gallery protocol."""
 
     dataset: Dataset
-    labels: np.ndarray  # (N,)
+    labels: np.ndarray  # (N,) class ids, or (N, C) bool multi-hot (an item is relevant if it shares a label)
     query_mask: np.ndarray | None = None  # (N,) bool; None: every image is a query
     gallery_mask: np.ndarray | None = None  # (N,) bool; None: every image is in the gallery
     train_class: np.ndarray | None = None  # (N,) training class (proxy) of each item, -1: class never trained
@@ -44,7 +44,7 @@ class RetrievalData:
     """A training set (classes 0..num_classes-1), a test set, and an optional validation set for selection."""
 
     train: Dataset
-    train_labels: np.ndarray  # (N_train,)
+    train_labels: np.ndarray  # (N_train,) class indices, or (N_train, C) bool multi-hot (multi-label CSV)
     num_classes: int  # training classes, one proxy each
     test: EvalSplit
     val: EvalSplit | None = None  # None: no validation split, the run's result is its last epoch
@@ -102,9 +102,14 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
 
 
 def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_names: list[str]) -> EvalSplit:
-    """An evaluation split; `train_class` in the training split's numbering (renumbered later)."""
+    """An evaluation split; `train_class` in the training split's numbering (renumbered later).
+
+    Multi-label rows have no single training class: their `train_class` is None (no per-group results).
+    """
     index = {name: i for i, name in enumerate(train_names)}
-    train_class = np.array([index.get(split.class_names[code], -1) for code in split.labels], dtype=np.int64)
+    train_class = None
+    if split.labels.ndim == 1:
+        train_class = np.array([index.get(split.class_names[code], -1) for code in split.labels], dtype=np.int64)
     return EvalSplit(
         ImageDataset(split.paths, split.labels, transform, on_bad_image),
         split.labels,
@@ -127,6 +132,11 @@ def _with_validation(
     everything = np.arange(len(labels))
     train_idx, val_idx = everything, None
     if cfg.val_classes or cfg.val_fraction:
+        if labels.ndim == 2:
+            raise UserError(
+                f"{cfg.path} is multi-label: data.val_classes/val_fraction cannot hold it out; "
+                "add split=val rows to the CSV instead"
+            )
         if val is not None:
             raise UserError(
                 f"{cfg.path or cfg.root} has its own validation split (split=val rows, or a val/ folder) and "
@@ -134,6 +144,9 @@ def _with_validation(
             )
         holdout = holdout_classes if cfg.val_classes else holdout_images
         train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
+    if labels.ndim == 2:  # multi-hot rows of a multi-label CSV: every column is a training label
+        train = subset(train_idx, labels, train_tf)
+        return RetrievalData(train, labels, labels.shape[1], test, val)
     # Classes renumbered 0..C-1 over what trains (holding out classes leaves gaps).
     trained, train_labels = np.unique(labels[train_idx], return_inverse=True)
     if val_idx is not None:

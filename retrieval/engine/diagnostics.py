@@ -89,6 +89,8 @@ class EpochDiagnostics:
     def update(self, stats: Mapping[str, Tensor]) -> None:
         """Take one step's `last_stats` (detached tensors; nothing is synchronized)."""
         logits, labels = stats.get("logits"), stats.get("labels")
+        if labels is not None and labels.dim() != 1:  # multi-hot targets: no softmax gradient, no class groups
+            logits = labels = None
         batch = None if labels is None else labels.shape[0]
         for key, value in stats.items():
             per_sample = value.dim() == 1 and (batch is None or value.shape[0] == batch)

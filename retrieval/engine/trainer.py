@@ -136,6 +136,11 @@ class Trainer:
         self._check_train_labels()
         self.generator = torch.Generator()
         use_pk = self._sampler_kind() == "pk"
+        if self.data.train_labels.ndim == 2 and (use_pk or not getattr(self.loss_fn, "multi_label", False)):
+            raise UserError(
+                f"{config.data.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
+                "and data.sampler=random (or auto)"
+            )
         seed, context = config.train.seed, self.context
         self.pk_sampler = build_pk_sampler(self.data.train_labels, config.data, seed, context) if use_pk else None
         self.loader = build_train_loader(
@@ -296,6 +301,8 @@ class Trainer:
         if isinstance(self.loader.sampler, DistributedSampler):
             self.loader.sampler.set_epoch(epoch)
         self._set_train_mode(epoch)
+        if hasattr(self.loss_fn, "set_epoch"):
+            self.loss_fn.set_epoch(epoch)  # e.g. the balance-degree gate's warm-up
         self.step_fn.refresh()
 
     def recorded_step(

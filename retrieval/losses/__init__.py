@@ -1,14 +1,33 @@
 """Losses for deep metric learning; `LOSSES` maps each config name to its class.
 
-Proxy losses (`ProxyNCALoss`, `AnchorLoss`, ...) own their proxies and train on shuffled
-batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K batches from `PKSampler`.
-Every loss takes raw embeddings `(B, D)` and labels `(B,)` and returns a scalar.
+Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ...) own their
+proxies and train on shuffled batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K
+batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
+multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar.
 """
 
 from retrieval.losses.anchor import AnchorLoss
+from retrieval.losses.arcface import ArcFaceLoss
+from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
 from retrieval.losses.circle import CircleLoss
+from retrieval.losses.cosface import CosFaceLoss
+from retrieval.losses.focal_proxy import FocalProxyLoss
+from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss
 from retrieval.losses.triplet import TripletLoss
 
-__all__ = ["LOSSES", "PAIR_LOSSES", "AnchorLoss", "CircleLoss", "ProxyNCALoss", "TripletLoss", "build_loss"]
+__all__ = [
+    "LOSSES",
+    "PAIR_LOSSES",
+    "AnchorLoss",
+    "ArcFaceLoss",
+    "AsymmetricProxyLoss",
+    "CircleLoss",
+    "CosFaceLoss",
+    "FocalProxyLoss",
+    "ProxyAnchorLoss",
+    "ProxyNCALoss",
+    "TripletLoss",
+    "build_loss",
+]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.scales import AdaptiveScale
+from retrieval.losses.weightings import optional_gate
 
 __all__ = ["AnchorLoss"]
 
@@ -25,9 +26,27 @@ class AnchorLoss(ProxySoftmaxLoss):
         gamma: base scale; default 16.
         detach_scale: treat s_i as a constant (default). Gradients through the scale make
             early training unstable; `False` lets them flow.
+        gate: optional balance-degree gating, `"ct"` or `"mt"`, as on `ProxyNCALoss`.
+        tau: the gate's threshold; default 1.0.
+        gate_warmup_epochs: epochs trained ungated; default 5.
 
-    `last_stats` holds the detached per-sample `scale` and `c` of the last call.
+    `last_stats` holds the detached per-sample `scale` and `c` of the last call (and `b`, `w`
+    when gated), plus `logits` and `labels`.
     """
 
-    def __init__(self, num_classes: int, embedding_dim: int, gamma: float = 16.0, detach_scale: bool = True) -> None:
-        super().__init__(num_classes, embedding_dim, scale=AdaptiveScale(gamma, detach=detach_scale))
+    def __init__(
+        self,
+        num_classes: int,
+        embedding_dim: int,
+        gamma: float = 16.0,
+        detach_scale: bool = True,
+        gate: str | None = None,
+        tau: float = 1.0,
+        gate_warmup_epochs: int = 5,
+    ) -> None:
+        super().__init__(
+            num_classes,
+            embedding_dim,
+            scale=AdaptiveScale(gamma, detach=detach_scale),
+            weighting=optional_gate(gate, tau, gate_warmup_epochs),
+        )

@@ -9,11 +9,12 @@ from __future__ import annotations
 from typing import Protocol
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
-from retrieval.losses.functional.proxy import cosine_to_proxies, weighted_cross_entropy
+from retrieval.losses.functional.proxy import cosine_to_proxies
 
-__all__ = ["Margin", "ProxySoftmaxLoss", "SampleWeighting"]
+__all__ = ["Margin", "ProxySoftmaxLoss", "SampleWeighting", "make_proxies"]
 
 
 class Margin(Protocol):
@@ -25,11 +26,29 @@ class Margin(Protocol):
 
 
 class SampleWeighting(Protocol):
-    """Per-sample weight on the cross-entropy (balance-degree gating, focal weighting)."""
+    """Per-sample weight on the cross-entropy (balance-degree gating, focal weighting).
 
-    def __call__(self, cosine: Tensor, logits: Tensor, labels: Tensor) -> Tensor:
-        """`(B, K)` cosines and scaled logits -> `(B,)` weights."""
+    The weight multiplies the per-sample loss as returned: a weighting that must not pass a
+    gradient (gating) returns a detached tensor; one whose gradient is part of the loss (focal)
+    does not.
+    """
+
+    def __call__(self, cosine: Tensor, cross_entropy: Tensor, labels: Tensor) -> Tensor:
+        """`(B, K)` cosines (before any margin) and `(B,)` per-sample cross-entropy `-log p_t` -> `(B,)` weights."""
         ...
+
+
+def make_proxies(num_classes: int, embedding_dim: int) -> nn.Parameter:
+    """`(K, D)` learnable proxies, `kaiming_normal_` initialized (losses.md, shared conventions).
+
+    Raises:
+        ValueError: if K or D is below 1.
+    """
+    if num_classes < 1 or embedding_dim < 1:
+        raise ValueError(f"need num_classes >= 1 and embedding_dim >= 1, got {num_classes} and {embedding_dim}")
+    proxies = nn.Parameter(torch.empty(num_classes, embedding_dim))
+    nn.init.kaiming_normal_(proxies, mode="fan_out")
+    return proxies
 
 
 class ProxySoftmaxLoss(nn.Module):
@@ -48,8 +67,15 @@ class ProxySoftmaxLoss(nn.Module):
     Attributes:
         proxies: `(K, D)` parameter, `kaiming_normal_` initialized; the trainer gives it its own
             learning rate and no weight decay.
-        last_stats: detached tensors of the last call: per-sample `scale`, each piece's stats, and the
-            `(B, K)` float32 `logits` with their `labels`.
+        last_stats: detached tensors of the last call, for logging and diagnostics without a
+            second backward pass:
+            - `scale` (B,): the per-sample softmax scale s_i;
+            - `c` (B,): the semantic difficulty c_i (Anchor Loss only);
+            - `b`, `w` (B,): the balance degree and gate weight (gated losses only; `w` is all
+              ones during the gate's warm-up);
+            - `logits` (B, K) float32: the logits the cross-entropy saw (scale and margin applied),
+              from which p_t and the gradient at the logits, `softmax - one_hot`, follow;
+            - `labels` (B,): the target classes.
         check_labels: check every call's label range (True). The check reads the labels back, one
             host-device sync per call on a GPU; the trainer checks its dataset's labels once and
             turns it off.
@@ -64,10 +90,7 @@ class ProxySoftmaxLoss(nn.Module):
         weighting: SampleWeighting | None = None,
     ) -> None:
         super().__init__()
-        if num_classes < 1 or embedding_dim < 1:
-            raise ValueError(f"need num_classes >= 1 and embedding_dim >= 1, got {num_classes} and {embedding_dim}")
-        self.proxies = nn.Parameter(torch.empty(num_classes, embedding_dim))
-        nn.init.kaiming_normal_(self.proxies, mode="fan_out")
+        self.proxies = make_proxies(num_classes, embedding_dim)
         self.scale = scale
         self.margin = margin
         self.weighting = weighting
@@ -79,6 +102,12 @@ class ProxySoftmaxLoss(nn.Module):
         """K, the number of proxies."""
         return self.proxies.shape[0]
 
+    def set_epoch(self, epoch: int) -> None:
+        """Tell the pieces the 0-based training epoch (the gate's warm-up counts epochs)."""
+        for piece in (self.scale, self.margin, self.weighting):
+            if hasattr(piece, "set_epoch"):
+                piece.set_epoch(epoch)
+
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of raw embeddings `(B, D)` with class indices `(B,)` in `[0, K)`; returns a scalar."""
         if self.check_labels:
@@ -87,14 +116,14 @@ class ProxySoftmaxLoss(nn.Module):
         scales = self.scale(cosine, labels)
         target_cosine = cosine if self.margin is None else self.margin(cosine, labels)
         logits = scales.unsqueeze(1) * target_cosine
-        weights = None if self.weighting is None else self.weighting(cosine, logits, labels)
-        loss = weighted_cross_entropy(logits, labels, weights)
-        self.last_stats = {
-            "scale": scales.detach(),
-            **getattr(self.scale, "last_stats", {}),
-            "logits": logits.detach().float(),  # (B, K), for the gradient diagnostics (engine/diagnostics.py)
-            "labels": labels.detach(),
-        }
+        per_sample = F.cross_entropy(logits, labels, reduction="none")
+        stats = {"scale": scales.detach(), **getattr(self.scale, "last_stats", {})}
+        if self.weighting is None:
+            loss = per_sample.mean()
+        else:  # mean of w_i * l_i as one dot product: one autograd node fewer than multiply-then-mean
+            loss = torch.dot(per_sample, self.weighting(cosine, per_sample, labels)) / per_sample.numel()
+            stats.update(getattr(self.weighting, "last_stats", {}))
+        self.last_stats = {**stats, "logits": logits.detach(), "labels": labels.detach()}
         return loss
 
     def _check_labels(self, labels: Tensor) -> None:

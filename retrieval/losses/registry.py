@@ -9,7 +9,12 @@ from torch import nn
 
 from retrieval.errors import UserError
 from retrieval.losses.anchor import AnchorLoss
+from retrieval.losses.arcface import ArcFaceLoss
+from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
 from retrieval.losses.circle import CircleLoss
+from retrieval.losses.cosface import CosFaceLoss
+from retrieval.losses.focal_proxy import FocalProxyLoss
+from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.triplet import TripletLoss
 
@@ -18,6 +23,11 @@ __all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters"]
 LOSSES: dict[str, type[nn.Module]] = {
     "proxy_nca": ProxyNCALoss,
     "anchor": AnchorLoss,
+    "arcface": ArcFaceLoss,
+    "cosface": CosFaceLoss,
+    "focal_proxy": FocalProxyLoss,
+    "asymmetric_proxy": AsymmetricProxyLoss,
+    "proxy_anchor": ProxyAnchorLoss,
     "circle": CircleLoss,
     "triplet": TripletLoss,
 }

@@ -13,7 +13,7 @@ import torch
 
 from retrieval.errors import UserError
 
-__all__ = ["ArrayLike", "as_class_codes", "as_embeddings", "as_ks", "as_mask"]
+__all__ = ["ArrayLike", "as_class_codes", "as_embeddings", "as_ks", "as_label_codes", "as_mask"]
 
 ArrayLike = np.ndarray | torch.Tensor
 
@@ -72,6 +72,30 @@ def as_class_codes(labels: ArrayLike, num_items: int) -> np.ndarray:
             "e.g. np.unique(names, return_inverse=True)[1]"
         )
     return np.unique(labels, return_inverse=True)[1].astype(np.int32)
+
+
+def as_label_codes(labels: ArrayLike, num_items: int) -> np.ndarray:
+    """Class codes of single-label data, or packed label sets of multi-label data.
+
+    Args:
+        labels: (N,) integer class ids, or (N, C) multi-hot rows (bool or 0/1 integers) where an
+            item may carry several labels.
+
+    Returns:
+        (N,) int32 codes as `as_class_codes`, or (N, ceil(C / 8)) uint8 bit-packed label sets:
+        two items share a label iff the bitwise AND of their rows is nonzero.
+
+    Raises:
+        UserError: if the labels are neither.
+    """
+    array = _to_numpy(labels)
+    if array.ndim != 2:
+        return as_class_codes(array, num_items)
+    if array.shape[0] != num_items or array.shape[1] == 0:
+        raise UserError(f"multi-hot labels must have shape ({num_items}, C), one row per embedding, got {array.shape}")
+    if not (array.dtype == np.bool_ or (np.issubdtype(array.dtype, np.integer) and np.isin(array, (0, 1)).all())):
+        raise UserError(f"multi-hot labels must be bool or 0/1 integers, got dtype {array.dtype}")
+    return np.packbits(array.astype(bool), axis=1)
 
 
 def as_mask(mask: ArrayLike | None, num_items: int, name: str) -> np.ndarray:

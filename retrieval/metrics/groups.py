@@ -27,7 +27,8 @@ def frequency_groups(train_labels: np.ndarray, num_classes: int) -> np.ndarray:
     groups are empty.
 
     Args:
-        train_labels: `(N_train,)` training class indices in `[0, num_classes)`.
+        train_labels: `(N_train,)` training class indices in `[0, num_classes)`, or `(N_train, K)`
+            multi-hot rows (a class's count is then the number of images carrying it).
         num_classes: K.
 
     Returns:
@@ -37,7 +38,7 @@ def frequency_groups(train_labels: np.ndarray, num_classes: int) -> np.ndarray:
         >>> frequency_groups(np.array([0, 0, 0, 1, 2, 2]), 3).tolist()
         [0, 2, 1]
     """
-    counts = np.bincount(train_labels, minlength=num_classes)
+    counts = train_labels.sum(axis=0) if train_labels.ndim == 2 else np.bincount(train_labels, minlength=num_classes)
     ranking = np.lexsort((np.arange(num_classes), -counts))
     groups = np.empty(num_classes, dtype=np.int64)
     for group, members in enumerate(np.array_split(ranking, len(GROUP_NAMES))):

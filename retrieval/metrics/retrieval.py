@@ -13,6 +13,10 @@ metric learning literature:
   the i-th neighbor is of the query's class,
   R-precision = (1/R) sum_{i<=R} rel(i) and MAP@R = (1/R) sum_{i<=R} P(i) rel(i),
   P(i) = (1/i) sum_{j<=i} rel(j).
+
+Multi-label data (an item carries a set of labels, given as (N, C) multi-hot rows) uses the
+same definitions with "of the query's class" read as "shares at least one label with the
+query"; R counts the gallery items that share a label with the query.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
-from retrieval.metrics._inputs import ArrayLike, as_class_codes, as_embeddings, as_ks, as_mask
+from retrieval.metrics._inputs import ArrayLike, as_embeddings, as_ks, as_label_codes, as_mask
 
 __all__ = ["check_queries_have_positives", "retrieval_metrics"]
 
@@ -37,7 +41,7 @@ class _Queries(NamedTuple):
     """The queries to evaluate, row-aligned."""
 
     embeddings: np.ndarray  # (Q, D) float32
-    codes: np.ndarray  # (Q,) class codes
+    codes: np.ndarray  # (Q,) class codes, or (Q, P) packed label sets (multi-label)
     num_positives: np.ndarray  # (Q,) R: same-class gallery items, the query itself excluded
     gallery_rows: np.ndarray  # (Q,) the query's own row in the gallery index, -1 if not in the gallery
 
@@ -78,7 +82,8 @@ def retrieval_metrics(
 
     Args:
         embeddings: (N, D) embeddings, numpy or torch, expected L2-normalized.
-        labels: (N,) integer class ids, numpy or torch.
+        labels: (N,) integer class ids, or (N, C) multi-hot rows for multi-label data (a
+            neighbor is relevant when it shares a label with the query), numpy or torch.
         ks: the K values of Recall@K.
         query_mask: (N,) bool, rows that are queries; None for every row.
         gallery_mask: (N,) bool, rows that form the gallery; None for every row.
@@ -97,7 +102,7 @@ def retrieval_metrics(
         0.5
     """
     embeddings = as_embeddings(embeddings)
-    codes = as_class_codes(labels, len(embeddings))
+    codes = as_label_codes(labels, len(embeddings))
     ks = as_ks(ks)
     is_query = as_mask(query_mask, len(embeddings), "query_mask")
     in_gallery = as_mask(gallery_mask, len(embeddings), "gallery_mask")
@@ -125,7 +130,7 @@ def check_queries_have_positives(
     """Check, before any embedding is computed, that `retrieval_metrics` will be able to score.
 
     Args:
-        labels: (N,) integer class ids of the test set.
+        labels: (N,) integer class ids of the test set, or (N, C) multi-hot rows.
         query_mask: (N,) bool query rows; None for every row.
         gallery_mask: (N,) bool gallery rows; None for every row.
 
@@ -135,7 +140,7 @@ def check_queries_have_positives(
     Raises:
         UserError: when no query has a same-class item in the gallery.
     """
-    codes = as_class_codes(labels, len(labels))
+    codes = as_label_codes(labels, len(labels))
     is_query = as_mask(query_mask, len(codes), "query_mask")
     in_gallery = as_mask(gallery_mask, len(codes), "gallery_mask")
     scored = _num_positives(codes, is_query, in_gallery) > 0
@@ -148,7 +153,7 @@ def _make_queries(embeddings: np.ndarray, codes: np.ndarray, is_query: np.ndarra
 
     Args:
         embeddings: (N, D) float32.
-        codes: (N,) class codes in [0, C).
+        codes: (N,) class codes in [0, C), or (N, P) packed label sets.
         is_query: (N,) bool.
         in_gallery: (N,) bool.
 
@@ -167,8 +172,25 @@ def _make_queries(embeddings: np.ndarray, codes: np.ndarray, is_query: np.ndarra
 
 def _num_positives(codes: np.ndarray, is_query: np.ndarray, in_gallery: np.ndarray) -> np.ndarray:
     """(Q,) R of each query: same-class gallery items, the query itself excluded."""
+    if codes.ndim == 2:
+        return _num_sharing(codes, is_query, in_gallery)
     gallery_class_sizes = np.bincount(codes[in_gallery], minlength=codes.max() + 1)
     return gallery_class_sizes[codes[is_query]] - in_gallery[is_query]
+
+
+def _num_sharing(label_sets: np.ndarray, is_query: np.ndarray, in_gallery: np.ndarray) -> np.ndarray:
+    """(Q,) R of each query of multi-label data: gallery items sharing a label with it, itself excluded.
+
+    One (queries x gallery) float32 product per chunk of queries, within the memory budget.
+    """
+    bits = np.unpackbits(label_sets, axis=1).astype(np.float32)
+    query_bits, gallery_bits = bits[is_query], bits[in_gallery].T
+    step = max(1, _SLOTS_PER_CHUNK // max(gallery_bits.shape[1], 1))
+    counts = np.concatenate(
+        [((query_bits[i : i + step] @ gallery_bits) > 0).sum(axis=1) for i in range(0, len(query_bits), step)]
+    )
+    # A query shares a label with itself unless it has none.
+    return counts - (in_gallery[is_query] & query_bits.any(axis=1))
 
 
 def _require_a_positive(scored: np.ndarray) -> None:
@@ -212,7 +234,7 @@ def _score_group(
 
     Args:
         index: the gallery, G vectors.
-        gallery_codes: (G,) class codes of the gallery rows.
+        gallery_codes: (G,) class codes of the gallery rows, or (G, P) packed label sets.
         queries: Q queries, each with R >= 1.
         min_width: neighbors every query needs whatever its R, i.e. max(ks).
         excludes_self: whether every query is in the gallery and must skip its own row.
@@ -222,21 +244,33 @@ def _score_group(
     """
     order = np.argsort(-queries.num_positives, kind="stable")
     max_width = index.ntotal - excludes_self
+    # Multi-label hits go through a (n, W, P) array of packed label sets: fewer slots per chunk.
+    slots = _SLOTS_PER_CHUNK // (gallery_codes.shape[1] if gallery_codes.ndim == 2 else 1)
     scores = []
-    for rows, width in _chunks(queries.num_positives[order], min_width, max_width):
+    for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots):
         chunk = queries.take(order[rows])
         neighbors = _nearest(index, chunk, width, excludes_self)
-        scores.append(_score_hits(gallery_codes[neighbors] == chunk.codes[:, None], chunk.num_positives))
+        scores.append(_score_hits(_relevant(gallery_codes[neighbors], chunk.codes), chunk.num_positives))
     return scores
 
 
-def _chunks(num_positives: np.ndarray, min_width: int, max_width: int) -> Iterator[tuple[slice, int]]:
+def _relevant(neighbor_codes: np.ndarray, query_codes: np.ndarray) -> np.ndarray:
+    """(n, W) bool: same class as the query, or (multi-label) at least one label in common."""
+    if query_codes.ndim == 1:
+        return neighbor_codes == query_codes[:, None]
+    return (neighbor_codes & query_codes[:, None, :]).any(axis=2)
+
+
+def _chunks(
+    num_positives: np.ndarray, min_width: int, max_width: int, slots: int = _SLOTS_PER_CHUNK
+) -> Iterator[tuple[slice, int]]:
     """Split queries sorted by decreasing R into chunks within the memory budget.
 
     Args:
         num_positives: (Q,) R of each query, in decreasing order.
         min_width: neighbors needed whatever R is, i.e. max(ks).
         max_width: neighbors available, the gallery size (less one when queries skip themselves).
+        slots: neighbor slots (queries x width) per chunk.
 
     Yields:
         (rows, width): a slice of the queries and how many neighbors they need.
@@ -244,7 +278,7 @@ def _chunks(num_positives: np.ndarray, min_width: int, max_width: int) -> Iterat
     start = 0
     while start < len(num_positives):
         width = min(max(min_width, int(num_positives[start])), max_width)
-        stop = start + max(1, _SLOTS_PER_CHUNK // (width + 1))
+        stop = start + max(1, slots // (width + 1))
         yield slice(start, stop), width
         start = stop
 

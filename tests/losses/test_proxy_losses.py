@@ -175,3 +175,15 @@ def test_labels_outside_the_proxy_range_are_rejected():
     embeddings, _ = _batch(4, 8, 3)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         ProxyNCALoss(3, 8)(embeddings, torch.tensor([0, 1, 2, 3]))
+
+
+@pytest.mark.parametrize("loss_cls", [ProxyNCALoss, AnchorLoss])
+def test_last_stats_hold_the_detached_float32_logits_and_labels(loss_cls):
+    embeddings, labels = _batch(12, 8, 5, seed=17)
+    loss_fn = loss_cls(5, 8)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = loss_fn(embeddings.bfloat16(), labels)
+    logits = loss_fn.last_stats["logits"]
+    assert logits.dtype == torch.float32 and logits.shape == (12, 5) and not logits.requires_grad
+    assert torch.equal(loss_fn.last_stats["labels"], labels)
+    torch.testing.assert_close(F.cross_entropy(logits, labels), loss.detach())

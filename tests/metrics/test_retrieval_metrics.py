@@ -72,7 +72,7 @@ def oracle_metrics(
     for query in np.flatnonzero(query_mask):
         candidates = [item for item in np.flatnonzero(gallery_mask) if item != query]
         ranked = sorted(candidates, key=lambda item: (-similarities[query, item], -item))
-        relevant = [labels[item] == labels[query] for item in ranked]
+        relevant = [shares_a_label(labels[item], labels[query]) for item in ranked]
         r = sum(relevant)
         if r == 0:
             num_without_positive += 1
@@ -89,6 +89,11 @@ def oracle_metrics(
         "num_queries": num_queries,
         "num_queries_without_positive": num_without_positive,
     }
+
+
+def shares_a_label(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same class id, or (multi-hot rows) at least one label in common."""
+    return bool(np.any(a & b)) if np.ndim(a) else bool(a == b)
 
 
 def pml_metrics(
@@ -262,3 +267,42 @@ def test_positives_are_checked_before_any_embedding_exists():
     assert check_queries_have_positives(labels, query_mask, gallery_mask) == 1  # class 1 has no gallery image
     with pytest.raises(UserError, match="no query has a same-class image in the gallery"):
         check_queries_have_positives(np.arange(5))
+
+
+def multi_hot_data(seed: int = 3, num_items: int = 160, num_labels: int = 11) -> tuple[np.ndarray, np.ndarray]:
+    """Clustered embeddings whose items carry 1 to 3 labels (a few carry none), label 10 on 9 items only."""
+    embeddings, classes = clustered_data(num_classes=8, seed=seed)
+    embeddings, classes = embeddings[:num_items], np.unique(classes[:num_items], return_inverse=True)[1]
+    rng = np.random.default_rng(seed)
+    labels = np.zeros((len(classes), num_labels), dtype=bool)
+    labels[np.arange(len(classes)), classes] = True
+    labels[rng.random(len(classes)) < 0.4, 8] = True  # a label spread over every cluster
+    labels[rng.permutation(len(classes))[:9], 10] = True
+    labels[rng.permutation(len(classes))[:5]] = False  # unlabeled items: relevant to nobody
+    return embeddings, labels
+
+
+@pytest.mark.parametrize("masks", [False, True])
+def test_multi_label_metrics_match_the_oracle(masks):
+    embeddings, labels = multi_hot_data()
+    query_mask, gallery_mask = random_split(len(labels)) if masks else (None, None)
+    result = retrieval_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    expected = oracle_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    assert masks or result["num_queries_without_positive"] >= 5  # the unlabeled queries
+    for key, value in expected.items():
+        assert result[key] == pytest.approx(value, abs=1e-9), key
+    assert check_queries_have_positives(labels, query_mask, gallery_mask) == expected["num_queries_without_positive"]
+
+
+def test_one_hot_rows_score_like_class_ids():
+    embeddings, labels = clustered_data()
+    one_hot = np.unique(labels, return_inverse=True)[1][:, None] == np.arange(len(np.unique(labels)))
+    assert retrieval_metrics(embeddings, torch.from_numpy(one_hot), KS) == retrieval_metrics(embeddings, labels, KS)
+
+
+def test_bad_multi_hot_labels_are_user_errors():
+    embeddings, labels = multi_hot_data()
+    with pytest.raises(UserError, match="multi-hot labels must have shape"):
+        retrieval_metrics(embeddings, labels[:10], KS)
+    with pytest.raises(UserError, match="bool or 0/1"):
+        retrieval_metrics(embeddings, labels * 2.0, KS)

@@ -1,4 +1,4 @@
-"""Proxy-softmax pieces: cosine logits to proxies, semantic difficulty, weighted cross-entropy.
+"""Proxy-softmax pieces: cosine logits to proxies and the semantic difficulty of the Anchor Loss.
 
 All functions compute in float32 whatever the input dtype, so that a loss called under bf16
 autocast still gets float32 logits (losses.md, "All proxy losses compute logits in float32").
@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["cosine_to_proxies", "semantic_difficulty", "weighted_cross_entropy"]
+__all__ = ["cosine_to_proxies", "semantic_difficulty"]
 
 
 def cosine_to_proxies(embeddings: Tensor, proxies: Tensor) -> Tensor:
@@ -50,20 +50,3 @@ def semantic_difficulty(cosine: Tensor, labels: Tensor) -> Tensor:
         return torch.ones(cosine.shape[0], dtype=cosine.dtype, device=cosine.device)
     confusion = cosine.clamp(min=0).scatter(1, labels.view(-1, 1), 0.0)
     return 1.0 + torch.linalg.vector_norm(confusion, dim=1) / math.sqrt(num_classes - 1)
-
-
-def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor | None = None) -> Tensor:
-    """Mean over the batch of `w_i * CE(logits_i, y_i)`, full softmax with the target in the denominator.
-
-    Args:
-        logits: `(B, K)` logits (cast to float32).
-        labels: `(B,)` target class indices.
-        weights: optional `(B,)` per-sample weights; samples weighted 0 still count in the mean.
-
-    Returns:
-        Scalar loss.
-    """
-    per_sample = F.cross_entropy(logits.float(), labels, reduction="none")
-    if weights is not None:
-        per_sample = per_sample * weights
-    return per_sample.mean()

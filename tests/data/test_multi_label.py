@@ -1,0 +1,84 @@
+"""Multi-label CSVs (labels joined by '|'): multi-hot loading, training with the asymmetric loss, evaluation."""
+
+import csv
+import json
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from retrieval.cli.main import main
+from retrieval.data import ImageDataset, read_csv_splits
+
+
+def _make_multi_label(csv_path):
+    """Give every row a second label shared across classes: its class parity ("even"/"odd")."""
+    with csv_path.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        number = int(row["label"].removeprefix("class"))
+        row["label"] = f"{row['label']}|{'odd' if number % 2 else 'even'}"
+    # One test image of a class of its own: it has a relevant item only through its parity label.
+    next(row for row in rows if row["split"] == "test" and row["label"].endswith("odd"))["label"] = "solo|odd"
+    with csv_path.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "label", "split"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return rows
+
+
+def test_multi_label_rows_load_as_multi_hot(csv_dataset):
+    rows = _make_multi_label(csv_dataset)
+    splits = read_csv_splits(csv_dataset)
+    train = splits["train"]
+    assert train.class_names == ["0", "2", "class1", "class3", "even", "odd"]
+    assert train.labels.dtype == np.bool_ and train.labels.shape == (16, 6)
+    train_rows = [row for row in rows if row["split"] == "train"]
+    for row, hot in zip(train_rows, train.labels, strict=True):
+        assert {train.class_names[i] for i in np.flatnonzero(hot)} == set(row["label"].split("|"))
+    assert splits["test"].class_names == ["100", "102", "class101", "even", "odd", "solo"]
+    _, label = ImageDataset(train.paths, train.labels, lambda image: torch.zeros(1))[0]
+    assert label.dtype == torch.bool and label.tolist() == train.labels[0].tolist()
+
+
+def _config(tmp_path, csv_path, loss):
+    config = {
+        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
+        "data": {"name": "csv", "path": str(csv_path), "image_size": 16, "batch_size": 8, "num_workers": 0},
+        "loss": {"name": loss},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu", "threads": 1},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_a_multi_label_csv_trains_with_the_asymmetric_loss_and_evaluates(tmp_path, csv_dataset, capsys):
+    _make_multi_label(csv_dataset)
+    run = tmp_path / "run"
+    assert (
+        main(["train", "--config", str(_config(tmp_path, csv_dataset, "asymmetric_proxy")), "--output-dir", str(run)])
+        == 0
+    )
+    result = json.loads((run / "result.json").read_text())
+    test = result["test"]
+    # Every test query shares its parity label with other test images, "solo" too: all 12 are scored.
+    assert test["num_queries"] == 12 and test["num_queries_without_positive"] == 0
+    assert 0.0 <= test["map@r"] <= 1.0 and 0.0 <= test["recall@1"] <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("loss", "overrides", "message"),
+    [
+        ("proxy_nca", [], "is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy"),
+        ("asymmetric_proxy", ["--set", "data.val_fraction=0.2"], "is multi-label: data.val_classes/val_fraction"),
+    ],
+)
+def test_multi_label_data_with_a_single_label_setup_is_a_user_error(
+    tmp_path, csv_dataset, capsys, loss, overrides, message
+):
+    _make_multi_label(csv_dataset)
+    args = ["train", "--config", str(_config(tmp_path, csv_dataset, loss)), *overrides]
+    assert main([*args, "--output-dir", str(tmp_path / "run")]) == 2
+    assert message in capsys.readouterr().err

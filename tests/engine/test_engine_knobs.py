@@ -130,7 +130,7 @@ def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, c
     for record in records:
         split = record["time"]
         assert set(split) == {"train", "eval", "write"} and min(split.values()) > 0
-        assert sum(split.values()) <= record["seconds"] + 1e-3
+        assert sum(split.values()) <= record["seconds"] + 2e-3  # four figures each rounded to 1 ms
         assert record["images_per_second"] == pytest.approx(steps * 128 / split["train"], rel=0.01)
     capsys.readouterr()
 

@@ -11,7 +11,8 @@ from retrieval.config import apply_overrides, config_from_dict, load_config
 from retrieval.data import build_data
 from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
-from retrieval.engine.evaluate import evaluate_model, format_metrics
+from retrieval.engine.evaluate import KS, format_metrics, score_model
+from retrieval.engine.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 
 __all__ = ["add_parser", "run"]
 
@@ -20,7 +21,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("evaluate", help="measure Recall@K and MAP@R of a checkpoint")
     parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
     add_config_arguments(parser)
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the metrics to FILE as JSON")
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", help="also write the metrics and their 95%% intervals to FILE as JSON"
+    )
+    parser.add_argument(
+        "--per-query",
+        type=Path,
+        metavar="FILE.npz",
+        help="also write every query's Recall@1 and AP@R to FILE.npz, for `retrieval compare`",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -36,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     data = build_data(
         config.data, model.data_config(), config.augment, checkpoint["manifest"]["model_config"]["in_chans"]
     )
-    metrics = evaluate_model(
+    scores = score_model(
         model,
         data.test,
         config.data.eval_batch_size,
@@ -45,7 +54,13 @@ def run(args: argparse.Namespace) -> int:
         amp_dtype=amp_dtype(config.train.amp, device),
         channels_last=channels_last,
     )
+    metrics = scores.summary(KS)
+    values = QueryValues.from_scores(scores)
+    uncertainty = uncertainty_summary(values)
+    if args.per_query:
+        save_query_values(args.per_query, values)
     if args.json:
-        args.json.write_text(json.dumps(metrics, indent=2) + "\n")
+        args.json.write_text(json.dumps({**metrics, "uncertainty": uncertainty}, indent=2) + "\n")
+    print(format_uncertainty(uncertainty))
     print(format_metrics(metrics))
     return 0

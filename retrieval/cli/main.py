@@ -8,12 +8,19 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import evaluate, index, serve, train
+from retrieval.cli import compare, evaluate, index, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
 
-_COMMANDS = {"train": train, "evaluate": evaluate, "index": index, "serve": serve}
+_COMMANDS = {
+    "train": train,
+    "evaluate": evaluate,
+    "sweep": sweep,
+    "compare": compare,
+    "index": index,
+    "serve": serve,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

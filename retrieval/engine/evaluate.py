@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 import numpy as np
@@ -11,9 +13,9 @@ from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
 from retrieval.data import EvalSplit
-from retrieval.metrics import retrieval_metrics
+from retrieval.metrics import PerQuery, per_query_scores
 
-__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_metrics"]
+__all__ = ["KS", "closing_lines", "embed_dataset", "evaluate_model", "format_mean_sd", "format_metrics", "score_model"]
 
 KS = (1, 2, 4, 8)
 
@@ -54,8 +56,21 @@ def evaluate_model(
     channels_last: bool = False,
 ) -> dict[str, float]:
     """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol."""
+    return score_model(model, split, batch_size, device, num_workers, amp_dtype, channels_last).summary(KS)
+
+
+def score_model(
+    model: nn.Module,
+    split: EvalSplit,
+    batch_size: int,
+    device: torch.device,
+    num_workers: int = 0,
+    amp_dtype: torch.dtype | None = None,
+    channels_last: bool = False,
+) -> PerQuery:
+    """Every query's scores on one split; `.summary(KS)` gives `evaluate_model`'s metrics."""
     embeddings = embed_dataset(model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last)
-    return retrieval_metrics(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
+    return per_query_scores(embeddings, split.labels, KS, split.query_mask, split.gallery_mask)
 
 
 def format_metrics(metrics: dict[str, float], label: str = "") -> str:
@@ -76,3 +91,9 @@ def closing_lines(values: dict[str, str], label: str = "") -> str:
     suffix = f"  ({label})" if label else ""
     names = [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]
     return "\n".join(f"{name}: {values[key]}{suffix}" for key, name in names)
+
+
+def format_mean_sd(scores: Sequence[float]) -> str:
+    """`0.8123 ± 0.0045`: mean and sample standard deviation (0 for a single score) of one metric over seeds."""
+    spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+    return f"{statistics.mean(scores):.4f} ± {spread:.4f}"

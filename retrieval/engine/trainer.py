@@ -32,11 +32,12 @@ from retrieval.data import EvalSplit, PKSampler, RetrievalData, build_data
 from retrieval.engine.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
-from retrieval.engine.evaluate import evaluate_model
+from retrieval.engine.evaluate import KS, score_model
 from retrieval.engine.plots import plot_curves, plot_histogram
+from retrieval.engine.uncertainty import record_uncertainty
 from retrieval.errors import UserError
 from retrieval.losses import PAIR_LOSSES, build_loss
-from retrieval.metrics import check_queries_have_positives
+from retrieval.metrics import PerQuery, check_queries_have_positives
 from retrieval.models import Embedder
 
 __all__ = ["Trainer", "TrainResult", "lr_factor"]
@@ -69,6 +70,7 @@ class TrainResult:
     selected_on: str  # "val", "test" (optimistic, opted in) or "last" (no validation split)
     test: dict[str, float]  # Recall@K, MAP@R, R-precision of the selected checkpoint on the test set
     selection_value: float | None = None  # the selection metric's value at that epoch
+    uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)  # test R@1 / MAP@R 95% bootstrap CIs
 
     @property
     def label(self) -> str:
@@ -202,7 +204,7 @@ class Trainer:
             self._save(epoch, record)
             self._write_logs(records, sample_stats)
             print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
-        result = self._final_result(records)
+        result = self._final_result()
         (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
         return result
 
@@ -278,7 +280,10 @@ class Trainer:
         return scores
 
     def _evaluate(self, split: EvalSplit) -> dict[str, float]:
-        return evaluate_model(
+        return self._score(split).summary(KS)
+
+    def _score(self, split: EvalSplit) -> PerQuery:
+        return score_model(
             self.model,
             split,
             self.config.data.eval_batch_size,
@@ -310,20 +315,17 @@ class Trainer:
         if improved or self.selection_split is None:
             copy_checkpoint(checkpoints / "last.pt", checkpoints / "best.pt")
 
-    def _final_result(self, records: list[dict[str, Any]]) -> TrainResult:
-        """Test metrics of the selected checkpoint, computed once (reused when the epoch logged them)."""
+    def _final_result(self) -> TrainResult:
+        """Test metrics of the selected checkpoint, with per-query scores (`per_query.npz`) and their CIs."""
         last_epoch = self.config.train.epochs
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
-        record = next(r for r in records if r["epoch"] == chosen)
-        if "test/recall@1" in record:
-            test = {key.removeprefix("test/"): value for key, value in record.items() if key.startswith("test/")}
-        else:
-            if chosen != last_epoch:
-                best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
-                self.model.load_state_dict(best["model"])
-            test = self._evaluate(self.data.test)
+        if chosen != last_epoch:
+            best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
+            self.model.load_state_dict(best["model"])
+        scores = self._score(self.data.test)
+        uncertainty = record_uncertainty(self.run_dir, scores)
         selection_value = self.best_score if self.selection_split is not None else None
-        return TrainResult(chosen, self.selection_split or "last", test, selection_value)
+        return TrainResult(chosen, self.selection_split or "last", scores.summary(KS), selection_value, uncertainty)
 
     def _read_records(self) -> list[dict[str, Any]]:
         """Records of epochs already trained (when resuming), so logs and plots stay whole."""

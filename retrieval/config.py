@@ -63,7 +63,7 @@ class DataConfig:
     image_size: int = 224  # training crop / evaluation crop in pixels
     batch_size: int = 128  # images per training step with the random sampler (the PK sampler takes p x k)
     eval_batch_size: int = 256  # images per step when embedding the test set
-    sampler: str = "auto"  # auto (pk for pair losses, else random) | random | pk (P classes x K images)
+    sampler: str = "auto"  # auto (pk for pair losses, else random) | random | balanced (classes equally likely) | pk
     p: int = 32  # PK sampler: classes per batch
     k: int = 4  # PK sampler: images per class
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
@@ -232,7 +232,7 @@ def _check_ranges(config: Config) -> None:
         )
 
 
-_SAMPLERS = ("auto", "random", "pk")
+_SAMPLERS = ("auto", "random", "balanced", "pk")
 _AMP = ("none", "bf16", "auto")
 SELECTION_METRICS = ("recall@1", "map@r")
 

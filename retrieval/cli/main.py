@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import compare, evaluate, index, serve, sweep, train
+from retrieval.cli import compare, data, evaluate, index, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
@@ -18,6 +18,7 @@ _COMMANDS = {
     "evaluate": evaluate,
     "sweep": sweep,
     "compare": compare,
+    "data": data,
     "index": index,
     "serve": serve,
 }

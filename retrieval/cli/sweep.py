@@ -32,6 +32,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--jobs", type=int, default=1, help="cells trained at once (set train.threads so jobs x threads fits the CPU)"
     )
     parser.add_argument("--output-dir", type=Path, help="sweep directory (default: runs/sweep-<time>)")
+    parser.add_argument(
+        "--report-only", action="store_true", help="train nothing: write the reports from the runs finished so far"
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -41,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     output_dir = args.output_dir or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     cells = plan_cells(args.config, args.overrides, grid, args.seeds, output_dir)
     print(f"sweep of {len(cells)} runs in {output_dir}", flush=True)
-    failed = run_cells(cells, args.config, args.overrides, args.jobs, report=lambda line: print(line, flush=True))
+    failed = []
+    if not args.report_only:
+        failed = run_cells(cells, args.config, args.overrides, args.jobs, report=lambda line: print(line, flush=True))
     summaries = summarize(cells)
     if not summaries:
         raise UserError(f"no run of the sweep finished; see the train.log files under {output_dir}")

@@ -29,6 +29,7 @@ from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import EvalSplit, PKSampler, RetrievalData, build_data
+from retrieval.data.balanced_sampler import balanced_sampler
 from retrieval.engine.checkpoint import copy_checkpoint, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.environment import apply_runtime_settings, describe_environment
@@ -121,8 +122,9 @@ class Trainer:
             if split is not None:
                 check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)
         self.selection_split = self._selection_split()
+        class_counts = np.bincount(self.data.train_labels, minlength=self.data.num_classes)
         self.loss_fn = build_loss(
-            config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
+            config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim, class_counts
         ).to(self.device)
         self.generator = torch.Generator()
         use_pk = self._sampler_kind() == "pk"
@@ -151,7 +153,7 @@ class Trainer:
         return "val" if self.data.val is not None else None
 
     def _sampler_kind(self) -> str:
-        """`random` or `pk`; `auto` picks the PK sampler for pair losses, which cannot train without it."""
+        """`random`, `balanced` or `pk`; `auto` picks the PK sampler for pair losses, which cannot train without it."""
         cfg, loss_name = self.config.data, self.config.loss.name
         kind = cfg.sampler if cfg.sampler != "auto" else ("pk" if loss_name in PAIR_LOSSES else "random")
         if loss_name in PAIR_LOSSES and kind != "pk":
@@ -175,6 +177,9 @@ class Trainer:
         if self.pk_sampler is not None:
             return DataLoader(data.train, batch_sampler=self.pk_sampler, **common)
         drop_last = len(data.train) > cfg.batch_size
+        if self._sampler_kind() == "balanced":
+            sampler = balanced_sampler(data.train_labels, self.generator)
+            return DataLoader(data.train, batch_size=cfg.batch_size, sampler=sampler, drop_last=drop_last, **common)
         return DataLoader(data.train, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
 
     def resume(self, checkpoint: dict[str, Any]) -> None:

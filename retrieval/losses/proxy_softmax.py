@@ -1,7 +1,7 @@
 """The proxy-softmax mechanism every proxy loss is built from (losses.md, section 1).
 
 cosine logits to all proxies -> per-sample scale -> optional margin on the target ->
-per-sample cross-entropy -> optional per-sample weight -> mean over the batch.
+per-sample cross-entropy -> optional per-sample weight -> optional per-class weight -> mean over the batch.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ class ProxySoftmaxLoss(nn.Module):
         weighting: optional per-sample weight on the cross-entropy.
 
     Attributes:
+        class_weights: optional `(K,)` buffer of per-class weights on the cross-entropy (None: all 1),
+            set by `set_class_weights` (config `loss.class_weights`, from the training class counts).
         proxies: `(K, D)` parameter, `kaiming_normal_` initialized; the trainer gives it its own
             learning rate and no weight decay.
         last_stats: detached per-sample tensors of the last call: `scale`, plus each piece's stats.
@@ -67,6 +69,7 @@ class ProxySoftmaxLoss(nn.Module):
         self.scale = scale
         self.margin = margin
         self.weighting = weighting
+        self.register_buffer("class_weights", None)
         self.last_stats: dict[str, Tensor] = {}
 
     @property
@@ -82,9 +85,15 @@ class ProxySoftmaxLoss(nn.Module):
         target_cosine = cosine if self.margin is None else self.margin(cosine, labels)
         logits = scales.unsqueeze(1) * target_cosine
         weights = None if self.weighting is None else self.weighting(cosine, logits, labels)
-        loss = weighted_cross_entropy(logits, labels, weights)
+        loss = weighted_cross_entropy(logits, labels, weights, self.class_weights)
         self.last_stats = {"scale": scales.detach(), **getattr(self.scale, "last_stats", {})}
         return loss
+
+    def set_class_weights(self, weights: Tensor | None) -> None:
+        """Weight each sample's cross-entropy by its class's entry of `(K,)` `weights` (None: unweighted)."""
+        if weights is not None and weights.shape != (self.num_classes,):
+            raise ValueError(f"class weights must have shape ({self.num_classes},), got {tuple(weights.shape)}")
+        self.class_weights = None if weights is None else weights.to(self.proxies.device, torch.float32)
 
     def _check_labels(self, labels: Tensor) -> None:
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):

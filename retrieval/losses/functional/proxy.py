@@ -52,13 +52,20 @@ def semantic_difficulty(cosine: Tensor, labels: Tensor) -> Tensor:
     return 1.0 + torch.linalg.vector_norm(confusion, dim=1) / math.sqrt(num_classes - 1)
 
 
-def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor | None = None) -> Tensor:
-    """Mean over the batch of `w_i * CE(logits_i, y_i)`, full softmax with the target in the denominator.
+def weighted_cross_entropy(
+    logits: Tensor, labels: Tensor, weights: Tensor | None = None, class_weights: Tensor | None = None
+) -> Tensor:
+    """Mean over the batch of `w_i * a_{y_i} * CE(logits_i, y_i)`, full softmax with the target in the denominator.
+
+    The mean divides by the batch size B, not by the sum of the weights (unlike
+    `F.cross_entropy(weight=...)`), so a class weight changes how much a sample counts, not the
+    loss of the other samples in the batch.
 
     Args:
         logits: `(B, K)` logits (cast to float32).
         labels: `(B,)` target class indices.
         weights: optional `(B,)` per-sample weights; samples weighted 0 still count in the mean.
+        class_weights: optional `(K,)` per-class weights a_c (e.g. `retrieval.losses.class_weights`).
 
     Returns:
         Scalar loss.
@@ -66,4 +73,6 @@ def weighted_cross_entropy(logits: Tensor, labels: Tensor, weights: Tensor | Non
     per_sample = F.cross_entropy(logits.float(), labels, reduction="none")
     if weights is not None:
         per_sample = per_sample * weights
+    if class_weights is not None:
+        per_sample = per_sample * class_weights[labels]
     return per_sample.mean()

@@ -159,7 +159,7 @@ class Trainer:
         if loss_name in PAIR_LOSSES and kind != "pk":
             raise UserError(
                 f"loss {loss_name!r} compares images within a batch and needs P classes x K images per "
-                "batch; set data.sampler=pk (or auto) instead of random"
+                f"batch; set data.sampler=pk (or auto) instead of {kind}"
             )
         return kind
 

@@ -206,12 +206,12 @@ def _interval_text(summary: CellSummary, metric: str) -> str:
 
 
 def _plot(summaries: Sequence[CellSummary], path: Path) -> None:
-    """Test Recall@1 and MAP@R (mean ± sd over seeds, seeds as dots) against each varied parameter.
+    """Test Recall@1 and MAP@R (mean ± sd over seeds, seeds as dots, CI band) against each varied parameter.
 
     With several parameters, each panel draws one line per combination of the others.
     """
     keys = [key for key, _ in summaries[0].values]
-    fig, axes = plt.subplots(2, len(keys), figsize=(5 * len(keys), 7), squeeze=False)
+    fig, axes = plt.subplots(2, len(keys), figsize=(max(7, 5 * len(keys)), 7.5), squeeze=False)
     for column, key in enumerate(keys):
         position = keys.index(key)
         others = sorted({tuple(v for i, v in enumerate(s.values) if i != position) for s in summaries})
@@ -228,6 +228,10 @@ def _plot(summaries: Sequence[CellSummary], path: Path) -> None:
                 sds = [statistics.stdev(s.test(metric)) if len(s.seeds) > 1 else 0.0 for s in group]
                 label = ", ".join(f"{k}={v}" for k, v in other) or None
                 line = ax.errorbar(xs, means, yerr=sds, marker="o", capsize=4, label=label)
+                if all(metric in s.intervals for s in group):
+                    lows = [s.intervals[metric].low for s in group]
+                    highs = [s.intervals[metric].high for s in group]
+                    ax.fill_between(xs, lows, highs, alpha=0.15, color=line[0].get_color(), linewidth=0)
                 for x, s in zip(xs, group, strict=True):
                     ax.scatter([x] * len(s.seeds), s.test(metric), s=12, alpha=0.5, color=line[0].get_color())
             if numeric and _log_scale([float(value) for value in order]):
@@ -240,7 +244,11 @@ def _plot(summaries: Sequence[CellSummary], path: Path) -> None:
             ax.grid(alpha=0.3)
             if len(others) > 1:
                 ax.legend(fontsize="small")
-    fig.suptitle("sweep: test metrics of the checkpoints selected on validation (mean ± sd over seeds, dots: seeds)")
+    fig.suptitle(
+        "test metrics of the checkpoints selected on validation\n"
+        "mean ± sd over seeds, dots: seeds, band: 95% class-bootstrap CI of the seed average",
+        fontsize="medium",
+    )
     fig.tight_layout()
     temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
     fig.savefig(temporary, dpi=100)

@@ -61,7 +61,8 @@ def test_overrides_are_typed_by_the_field_they_set():
         ({"loss": {"name": "proxynca"}}, "unknown loss.name 'proxynca'; valid names: anchor, circle, proxy_nca"),
         (
             {"loss": {"name": "anchor", "scale": 3}},
-            "unknown config key loss.scale for loss 'anchor'; valid parameters: beta, class_weights, detach_scale, gamma",
+            "unknown config key loss.scale for loss 'anchor'; "
+            "valid parameters: beta, class_weights, detach_scale, gamma",
         ),
         ({"loss": {"name": "anchor", "gamma": "big"}}, "loss.gamma must be float"),
     ],

@@ -66,7 +66,7 @@ class DataConfig:
     image_size: int = 224  # training crop / evaluation crop in pixels
     batch_size: int = 128  # images per optimizer step over all processes (random sampler; the PK sampler: p x k)
     eval_batch_size: int = 256  # images per step when embedding the test set
-    sampler: str = "auto"  # auto (pk for pair losses, else random) | random | pk (P classes x K images)
+    sampler: str = "auto"  # auto (pk for pair losses, else random) | random | balanced (classes equally likely) | pk
     p: int = 32  # PK sampler: classes per optimizer step over all processes
     k: int = 4  # PK sampler: images per class
     num_workers: int = 4  # DataLoader worker processes (0 = load in the main process)
@@ -260,7 +260,7 @@ def _check_ranges(config: Config) -> None:
         )
 
 
-_SAMPLERS = ("auto", "random", "pk")
+_SAMPLERS = ("auto", "random", "balanced", "pk")
 # What an unreadable image does (retrieval.data.loader).
 BAD_IMAGE_POLICIES = ("fail", "skip")
 # Datasets read from `data.root` (retrieval.data.folder, retrieval.data.official).

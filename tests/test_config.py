@@ -65,7 +65,7 @@ def test_overrides_are_typed_by_the_field_they_set():
         (
             {"loss": {"name": "anchor", "scale": 3}},
             "unknown config key loss.scale for loss 'anchor'; "
-            "valid parameters: detach_scale, gamma, gate, gate_warmup_epochs, tau",
+            "valid parameters: beta, class_weights, detach_scale, gamma, gate, gate_warmup_epochs, tau",
         ),
         ({"loss": {"name": "anchor", "gamma": "big"}}, "loss.gamma must be float"),
     ],
@@ -85,7 +85,15 @@ def test_resolved_config_round_trips_with_every_default_filled(tmp_path):
     config = config_from_dict({"loss": {"name": "proxy_nca"}, "data": {"name": "digits"}})
     save_config(config, tmp_path / "config.yaml")
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
-    assert saved["loss"] == {"name": "proxy_nca", "scale": 16.0, "gate": None, "tau": 1.0, "gate_warmup_epochs": 5}
+    assert saved["loss"] == {
+        "name": "proxy_nca",
+        "class_weights": "none",
+        "beta": 0.999,
+        "scale": 16.0,
+        "gate": None,
+        "tau": 1.0,
+        "gate_warmup_epochs": 5,
+    }
     assert saved["train"]["proxy_lr_mult"] == 100.0
     assert config_from_dict(saved) == config
     assert config_to_dict(config) == saved
@@ -103,8 +111,15 @@ def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
     assert load_config(None, ["loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 256.0}
     assert load_config(None, ["loss.gamma=80", "loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 80.0}
     proxy_nca = Path(__file__).resolve().parent.parent / "configs" / "csv_proxy_nca.yaml"
-    anchor_defaults = {"gamma": 16.0, "detach_scale": True, "gate": None, "tau": 1.0, "gate_warmup_epochs": 5}
-    assert load_config(proxy_nca, ["loss.name=anchor"]).loss.params == anchor_defaults
+    assert load_config(proxy_nca, ["loss.name=anchor"]).loss.params == {
+        "class_weights": "none",
+        "beta": 0.999,
+        "gamma": 16.0,
+        "detach_scale": True,
+        "gate": None,
+        "tau": 1.0,
+        "gate_warmup_epochs": 5,
+    }
     assert load_config(None, ["loss.name=anchor", "loss.gamma=8"]).loss.params["gamma"] == 8.0  # same name: kept
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_config_arguments", "add_embedding_arguments"]
+__all__ = ["add_config_arguments", "add_embedding_arguments", "seed_list"]
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,3 +26,14 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: 64)")
     parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1), help="image decoding processes")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+
+
+def seed_list(text: str) -> list[int]:
+    """`--seeds 0,1,2` -> [0, 1, 2]: distinct integers >= 0."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers like 0,1,2, got {text!r}") from None
+    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"--seeds takes distinct integers >= 0 like 0,1,2, got {text!r}")
+    return seeds

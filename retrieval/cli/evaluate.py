@@ -23,6 +23,7 @@ from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses
 from retrieval.engine.evaluate import embed_dataset, format_metrics, score_split
 from retrieval.engine.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
 from retrieval.engine.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
+from retrieval.engine.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 from retrieval.errors import UserError
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
@@ -36,7 +37,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("evaluate", help="measure Recall@K and MAP@R of a checkpoint")
     parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
     add_config_arguments(parser)
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the metrics to FILE as JSON")
+    parser.add_argument(
+        "--json", type=Path, metavar="FILE", help="also write the metrics and their 95%% intervals to FILE as JSON"
+    )
+    parser.add_argument(
+        "--per-query",
+        type=Path,
+        metavar="FILE.npz",
+        help="also write every query's Recall@1 and AP@R to FILE.npz, for `retrieval compare`",
+    )
     parser.add_argument("--grid", type=Path, metavar="FILE.png", help="draw queries with their top-5 results")
     parser.add_argument(
         "--grid-queries", choices=GRID_MODES, default="worst", help="which queries --grid draws (default: worst)"
@@ -92,9 +101,15 @@ def run(args: argparse.Namespace) -> int:
     _check_requests(args, classifier, data)  # before any image is embedded
     embeddings = embed(data.test)
     class_groups = frequency_groups(data.train_labels, data.num_classes)
-    metrics = score_split(embeddings, data.test, class_groups, None if classifier is None else classifier.proxies)
+    metrics, scores = score_split(
+        embeddings, data.test, class_groups, None if classifier is None else classifier.proxies
+    )
+    values = QueryValues.from_scores(scores)
+    uncertainty = uncertainty_summary(values)
+    if args.per_query:
+        save_query_values(args.per_query, values)
     notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
-    extras: dict[str, Any] = {}
+    extras: dict[str, Any] = {"uncertainty": uncertainty}
     calibrated = None
     if args.calibrate:
         calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data, classifier)
@@ -108,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
         args.json.write_text(json.dumps({**metrics, **extras}, indent=2) + "\n")
-    print("\n".join([*notes, format_metrics(metrics)]))
+    print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
 
 

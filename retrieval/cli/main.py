@@ -8,12 +8,21 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import embed, evaluate, index, serve, train
+from retrieval.cli import compare, data, embed, evaluate, index, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
 
-_COMMANDS = {"train": train, "evaluate": evaluate, "embed": embed, "index": index, "serve": serve}
+_COMMANDS = {
+    "train": train,
+    "evaluate": evaluate,
+    "embed": embed,
+    "sweep": sweep,
+    "compare": compare,
+    "data": data,
+    "index": index,
+    "serve": serve,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:

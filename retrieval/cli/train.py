@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
 import time
 from pathlib import Path
 
-from retrieval.cli._common import add_config_arguments
+from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.config import Config, apply_overrides, config_from_dict, load_config
 from retrieval.engine.checkpoint import is_resumable, load_checkpoint
 from retrieval.engine.distributed import DistributedContext, process_group
-from retrieval.engine.evaluate import KS, closing_lines, format_metrics
+from retrieval.engine.evaluate import KS, closing_lines, format_mean_sd, format_metrics
 from retrieval.engine.trainer import Trainer, TrainResult
+from retrieval.engine.uncertainty import format_uncertainty
 from retrieval.errors import UserError
 
 __all__ = ["add_parser", "run"]
@@ -31,7 +31,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--seeds",
-        type=_seed_list,
+        type=seed_list,
         metavar="0,1,2",
         help="train once per seed (run directories seed-N inside --output-dir) and print mean ± sd",
     )
@@ -90,28 +90,15 @@ def _print_result(config: Config, run_dir: Path, result: TrainResult, context: D
         return
     print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
     print(result.describe(config.train.select_on))
+    print(format_uncertainty(result.uncertainty, result.label))
     print(format_metrics(result.test, result.label))
 
 
 def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
     """Mean ± sample standard deviation over seeds of each closing metric."""
-    values = {}
-    for key in [*(f"recall@{k}" for k in KS), "map@r"]:
-        scores = [r.test[key] for r in results]
-        spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
-        values[key] = f"{statistics.mean(scores):.4f} ± {spread:.4f}"
+    values = {key: format_mean_sd([r.test[key] for r in results]) for key in [*(f"recall@{k}" for k in KS), "map@r"]}
     header = f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"
     return header + "\n" + closing_lines(values, results[0].label)
-
-
-def _seed_list(text: str) -> list[int]:
-    try:
-        seeds = [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--seeds takes comma-separated integers like 0,1,2, got {text!r}") from None
-    if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
-        raise argparse.ArgumentTypeError(f"--seeds takes distinct integers >= 0 like 0,1,2, got {text!r}")
-    return seeds
 
 
 def _default_run_dir(config: Config, context: DistributedContext) -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from contextlib import nullcontext
 
 import numpy as np
@@ -13,7 +15,7 @@ from tqdm import tqdm
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.engine.distributed import DistributedContext, gather_rows, shard_range
 from retrieval.errors import UserError
-from retrieval.metrics import group_metrics, retrieval_metrics
+from retrieval.metrics import PerQuery, group_metrics, per_query_scores
 
 __all__ = [
     "KS",
@@ -22,6 +24,7 @@ __all__ = [
     "embed_dataset",
     "embed_loader",
     "evaluate_model",
+    "format_mean_sd",
     "format_metrics",
     "score_split",
 ]
@@ -109,7 +112,7 @@ def evaluate_model(
     embeddings = embed_dataset(
         model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last, pin_memory
     )
-    return score_split(embeddings, split, class_groups, _as_array(proxies))
+    return score_split(embeddings, split, class_groups, _as_array(proxies))[0]
 
 
 def score_split(
@@ -117,8 +120,10 @@ def score_split(
     split: EvalSplit,
     class_groups: np.ndarray | None = None,
     proxies: np.ndarray | None = None,
-) -> dict[str, float]:
+) -> tuple[dict[str, float], PerQuery]:
     """Recall@K, MAP@R and R-precision of a split's `(N, D)` embeddings, and per-group results where they apply.
+
+    Returns the metrics and every query's scores (`PerQuery`, for bootstrap intervals and `compare`).
 
     On closed-set splits (`split.train_class` known and some classes trained) and with `class_groups`
     (`frequency_groups` of the training set), the result also holds `group_metrics`: Recall@1 and
@@ -128,14 +133,15 @@ def score_split(
     kept = ~np.isnan(embeddings).any(axis=1)  # rows of images skipped under data.on_bad_image: skip
     embeddings, labels = embeddings[kept], split.labels[kept]
     query_mask, gallery_mask = (None if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask))
-    metrics = retrieval_metrics(embeddings, labels, KS, query_mask, gallery_mask)
+    scores = per_query_scores(embeddings, labels, KS, query_mask, gallery_mask)
+    metrics = scores.summary(KS)
     if class_groups is not None and split.train_class is not None:
         if proxies is not None and len(proxies) != len(class_groups):
             proxies = None  # proxies of other classes than this data's: no classifier to score
         metrics.update(
             group_metrics(embeddings, labels, split.train_class[kept], class_groups, query_mask, gallery_mask, proxies)
         )
-    return metrics
+    return metrics, scores
 
 
 class SplitEvaluator:
@@ -190,12 +196,16 @@ class SplitEvaluator:
 
     def __call__(self, model: nn.Module, proxies: torch.Tensor | None = None) -> dict[str, float]:
         """The split's metrics (identical on every rank); with `proxies`, the proxy classifier's per group too."""
+        return self.score(model, proxies)[0]
+
+    def score(self, model: nn.Module, proxies: torch.Tensor | None = None) -> tuple[dict[str, float], PerQuery | None]:
+        """The metrics (on every rank) and every query's scores (on rank 0, None elsewhere)."""
         local = embed_loader(model, self.loader, self.device, self.amp_dtype, self.channels_last, self.context.is_main)
         embeddings = gather_rows(local, self.context, self.device)
-        metrics = None
+        metrics, scores = None, None
         if self.context.is_main:
-            metrics = score_split(embeddings, self.split, self.class_groups, _as_array(proxies))
-        return self.context.broadcast(metrics)
+            metrics, scores = score_split(embeddings, self.split, self.class_groups, _as_array(proxies))
+        return self.context.broadcast(metrics), scores
 
 
 def _as_array(proxies: torch.Tensor | None) -> np.ndarray | None:
@@ -220,3 +230,9 @@ def closing_lines(values: dict[str, str], label: str = "") -> str:
     suffix = f"  ({label})" if label else ""
     names = [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]
     return "\n".join(f"{name}: {values[key]}{suffix}" for key, name in names)
+
+
+def format_mean_sd(scores: Sequence[float]) -> str:
+    """`0.8123 ± 0.0045`: mean and sample standard deviation (0 for a single score) of one metric over seeds."""
+    spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+    return f"{statistics.mean(scores):.4f} ± {spread:.4f}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, DistributedSampler
+from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from retrieval.config import DataConfig
 from retrieval.data import ImageLoader, PKSampler
@@ -41,12 +41,14 @@ def build_train_loader(
     device: torch.device,
     generator: torch.Generator,
     pk_sampler: PKSampler | None = None,
+    sampler: Sampler | None = None,
 ) -> DataLoader:
     """Batches of the training set.
 
     One process shuffles through `generator` (reseed it every epoch); several use a
     `DistributedSampler` (call its `set_epoch` every epoch) with `data.batch_size / N` images each.
-    A `pk_sampler` gives the batches itself.
+    A `pk_sampler` gives the batches itself; another `sampler` (e.g. the class-balanced one) replaces
+    the shuffle, in one process only.
 
     Raises:
         UserError: the global batch does not split evenly over the processes, or the training
@@ -60,9 +62,12 @@ def build_train_loader(
     }
     if pk_sampler is not None:
         return ImageLoader(dataset, batch_sampler=pk_sampler, **common)
+    if sampler is not None and context.enabled:
+        raise UserError(f"data.sampler={cfg.sampler} runs in one process; use data.sampler=random or pk under torchrun")
     if not context.enabled:
         drop_last = len(dataset) > cfg.batch_size
-        return ImageLoader(dataset, batch_size=cfg.batch_size, shuffle=True, drop_last=drop_last, **common)
+        order = {"shuffle": True} if sampler is None else {"sampler": sampler}
+        return ImageLoader(dataset, batch_size=cfg.batch_size, drop_last=drop_last, **order, **common)
     if cfg.batch_size % context.world_size:
         raise UserError(
             f"data.batch_size={cfg.batch_size} images per step cannot be split over {context.world_size} "

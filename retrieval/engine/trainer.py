@@ -26,6 +26,7 @@ from tqdm import tqdm
 
 from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import EvalSplit, build_data
+from retrieval.data.balanced_sampler import balanced_sampler
 from retrieval.engine.checkpoint import evaluation_payload, load_checkpoint, save_checkpoint
 from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.engine.diagnostics import EpochDiagnostics
@@ -36,9 +37,10 @@ from retrieval.engine.loaders import build_pk_sampler, build_train_loader
 from retrieval.engine.plots import plot_curves, plot_run
 from retrieval.engine.schedule import LrSchedule, lr_factor
 from retrieval.engine.train_step import LossTracker, TrainStep
+from retrieval.engine.uncertainty import record_uncertainty
 from retrieval.errors import UserError
 from retrieval.losses import PAIR_LOSSES, build_loss
-from retrieval.metrics import check_queries_have_positives, frequency_groups
+from retrieval.metrics import check_queries_have_positives, class_counts, frequency_groups
 from retrieval.models import Embedder
 
 __all__ = ["Trainer", "TrainResult", "lr_factor"]
@@ -70,6 +72,7 @@ class TrainResult:
     selected_on: str  # "val", "test" (optimistic, opted in) or "last" (no validation split)
     test: dict[str, float]  # Recall@K, MAP@R, R-precision of the selected checkpoint on the test set
     selection_value: float | None = None  # the selection metric's value at that epoch
+    uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)  # test R@1 / MAP@R 95% bootstrap CIs
 
     @property
     def label(self) -> str:
@@ -129,13 +132,14 @@ class Trainer:
             if split is not None:
                 check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)
         self.selection_split = self._selection_split()
+        counts = class_counts(self.data.train_labels, self.data.num_classes)
         self.class_groups = frequency_groups(self.data.train_labels, self.data.num_classes)
         self.loss_fn = build_loss(
-            config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim
+            config.loss.name, config.loss.params, self.data.num_classes, config.model.embedding_dim, counts
         ).to(self.device)
         self._check_train_labels()
         self.generator = torch.Generator()
-        use_pk = self._sampler_kind() == "pk"
+        use_pk, use_balanced = self._sampler_kind() == "pk", self._sampler_kind() == "balanced"
         if self.data.train_labels.ndim == 2 and (use_pk or not getattr(self.loss_fn, "multi_label", False)):
             raise UserError(
                 f"{config.data.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
@@ -143,8 +147,9 @@ class Trainer:
             )
         seed, context = config.train.seed, self.context
         self.pk_sampler = build_pk_sampler(self.data.train_labels, config.data, seed, context) if use_pk else None
+        balanced = balanced_sampler(self.data.train_labels, self.generator) if use_balanced else None
         self.loader = build_train_loader(
-            self.data.train, config.data, seed, context, self.device, self.generator, self.pk_sampler
+            self.data.train, config.data, seed, context, self.device, self.generator, self.pk_sampler, balanced
         )
         train = config.train
         # No weight decay on norms, biases (timm's rule) or proxies (losses.md); proxies learn faster.
@@ -197,13 +202,13 @@ class Trainer:
         return "val" if self.data.val is not None else None
 
     def _sampler_kind(self) -> str:
-        """`random` or `pk`; `auto` picks the PK sampler for pair losses, which cannot train without it."""
+        """`random`, `balanced` or `pk`; `auto` picks the PK sampler for pair losses, which cannot train without it."""
         cfg, loss_name = self.config.data, self.config.loss.name
         kind = cfg.sampler if cfg.sampler != "auto" else ("pk" if loss_name in PAIR_LOSSES else "random")
         if loss_name in PAIR_LOSSES and kind != "pk":
             raise UserError(
                 f"loss {loss_name!r} compares images within a batch and needs P classes x K images per "
-                "batch; set data.sampler=pk (or auto) instead of random"
+                f"batch; set data.sampler=pk (or auto) instead of {kind}"
             )
         return kind
 
@@ -275,7 +280,7 @@ class Trainer:
                 print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
         if self.context.is_main:
             plot_run(self.run_dir)
-        result = self._final_result(records)
+        result = self._final_result()
         if self.context.is_main:
             (self.run_dir / "result.json").write_text(json.dumps(dataclasses.asdict(result), indent=2) + "\n")
         return result
@@ -401,24 +406,21 @@ class Trainer:
         if improved or self.selection_split is None:
             save_checkpoint(checkpoints / "best.pt", evaluation_payload(payload), model_config)
 
-    def _final_result(self, records: list[dict[str, Any]]) -> TrainResult:
-        """Test metrics of the selected checkpoint, computed once (reused when the epoch logged them)."""
+    def _final_result(self) -> TrainResult:
+        """Test metrics of the selected checkpoint, with per-query scores (`per_query.npz`) and their CIs."""
         last_epoch = self.config.train.epochs
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
-        record = next(r for r in records if r["epoch"] == chosen)
-        if "test/recall@1" in record:
-            test = {key.removeprefix("test/"): value for key, value in record.items() if key.startswith("test/")}
-        else:
-            if chosen != last_epoch:
-                if self.context.is_main:  # the one process that wrote it (other nodes may not see the file)
-                    best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
-                    self.model.load_state_dict(best["model"])
-                    self.loss_fn.load_state_dict(best["loss"])
-                self.context.broadcast_state(self.model)
-                self.context.broadcast_state(self.loss_fn)
-            test = self._score("test")
+        if chosen != last_epoch:
+            if self.context.is_main:  # the one process that wrote it (other nodes may not see the file)
+                best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
+                self.model.load_state_dict(best["model"])
+                self.loss_fn.load_state_dict(best["loss"])
+            self.context.broadcast_state(self.model)
+            self.context.broadcast_state(self.loss_fn)
+        test, scores = self.evaluators["test"].score(self.model, getattr(self.loss_fn, "proxies", None))
+        uncertainty = record_uncertainty(self.run_dir, scores) if scores is not None else {}
         selection_value = self.best_score if self.selection_split is not None else None
-        return TrainResult(chosen, self.selection_split or "last", test, selection_value)
+        return TrainResult(chosen, self.selection_split or "last", test, selection_value, uncertainty)
 
     def _read_records(self) -> list[dict[str, Any]]:
         """Records of epochs already trained (when resuming), so logs and plots stay whole."""

@@ -1,7 +1,7 @@
 """The proxy-softmax mechanism every proxy loss is built from (losses.md, section 1).
 
 cosine logits to all proxies -> per-sample scale -> optional margin on the target ->
-per-sample cross-entropy -> optional per-sample weight -> mean over the batch.
+per-sample cross-entropy -> optional per-sample weight -> optional per-class weight -> mean over the batch.
 """
 
 from __future__ import annotations
@@ -65,6 +65,8 @@ class ProxySoftmaxLoss(nn.Module):
         weighting: optional per-sample weight on the cross-entropy.
 
     Attributes:
+        class_weights: optional `(K,)` buffer of per-class weights on the cross-entropy (None: all 1),
+            set by `set_class_weights` (config `loss.class_weights`, from the training class counts).
         proxies: `(K, D)` parameter, `kaiming_normal_` initialized; the trainer gives it its own
             learning rate and no weight decay.
         last_stats: detached tensors of the last call, for logging and diagnostics without a
@@ -94,6 +96,7 @@ class ProxySoftmaxLoss(nn.Module):
         self.scale = scale
         self.margin = margin
         self.weighting = weighting
+        self.register_buffer("class_weights", None)
         self.last_stats: dict[str, Tensor] = {}
         self.check_labels = True
 
@@ -116,15 +119,22 @@ class ProxySoftmaxLoss(nn.Module):
         scales = self.scale(cosine, labels)
         target_cosine = cosine if self.margin is None else self.margin(cosine, labels)
         logits = scales.unsqueeze(1) * target_cosine
-        per_sample = F.cross_entropy(logits, labels, reduction="none")
+        cross_entropy = F.cross_entropy(logits, labels, reduction="none")
+        per_sample = cross_entropy if self.class_weights is None else cross_entropy * self.class_weights[labels]
         stats = {"scale": scales.detach(), **getattr(self.scale, "last_stats", {})}
         if self.weighting is None:
             loss = per_sample.mean()
         else:  # mean of w_i * l_i as one dot product: one autograd node fewer than multiply-then-mean
-            loss = torch.dot(per_sample, self.weighting(cosine, per_sample, labels)) / per_sample.numel()
+            loss = torch.dot(per_sample, self.weighting(cosine, cross_entropy, labels)) / per_sample.numel()
             stats.update(getattr(self.weighting, "last_stats", {}))
         self.last_stats = {**stats, "logits": logits.detach(), "labels": labels.detach()}
         return loss
+
+    def set_class_weights(self, weights: Tensor | None) -> None:
+        """Weight each sample's cross-entropy by its class's entry of `(K,)` `weights` (None: unweighted)."""
+        if weights is not None and weights.shape != (self.num_classes,):
+            raise ValueError(f"class weights must have shape ({self.num_classes},), got {tuple(weights.shape)}")
+        self.class_weights = None if weights is None else weights.to(self.proxies.device, torch.float32)
 
     def _check_labels(self, labels: Tensor) -> None:
         if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= self.num_classes):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
 from torch import nn
 
 from retrieval.errors import UserError
@@ -12,10 +13,12 @@ from retrieval.losses.anchor import AnchorLoss
 from retrieval.losses.arcface import ArcFaceLoss
 from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
 from retrieval.losses.circle import CircleLoss
+from retrieval.losses.class_weights import class_weights
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
+from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.triplet import TripletLoss
 
 __all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters"]
@@ -38,35 +41,56 @@ PAIR_LOSSES: frozenset[str] = frozenset({"circle", "triplet"})
 # Filled in by the trainer from the data and model, never by the user.
 _PROVIDED = ("num_classes", "embedding_dim")
 
+# Parameters of every proxy-softmax loss beyond its constructor's: per-class weights from the
+# training class counts (`retrieval.losses.class_weights`), set after construction.
+_CLASS_WEIGHT_PARAMETERS = {"class_weights": "none", "beta": 0.999}
+
 
 def loss_parameters(name: str) -> dict[str, Any]:
     """The user-settable parameters of loss `name` with their defaults."""
     cls = _loss_class(name)
     signature = inspect.signature(cls.__init__)
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return {
+    own = {
         key: param.default
         for key, param in signature.parameters.items()
         if param.kind in named and key not in ("self", *_PROVIDED)
     }
+    return {**_CLASS_WEIGHT_PARAMETERS, **own} if issubclass(cls, ProxySoftmaxLoss) else own
 
 
-def build_loss(name: str, params: dict[str, Any], num_classes: int, embedding_dim: int) -> nn.Module:
+def build_loss(
+    name: str,
+    params: dict[str, Any],
+    num_classes: int,
+    embedding_dim: int,
+    class_counts: np.ndarray | None = None,
+) -> nn.Module:
     """Build loss `name`; `params` are its constructor arguments, checked by the config loader.
 
     Args:
         name: a key of `LOSSES`.
-        params: constructor arguments from the config (`loss.<parameter>`).
+        params: constructor arguments from the config (`loss.<parameter>`); proxy-softmax losses
+            also take `class_weights` (none | inverse | effective_number) and `beta`.
         num_classes: number of training classes, passed to losses that hold proxies.
         embedding_dim: embedding size, passed to losses that hold proxies.
+        class_counts: `(num_classes,)` training images per class, needed when `class_weights` is not none.
     """
     cls = _loss_class(name)
     wanted = inspect.signature(cls.__init__).parameters
     provided = {"num_classes": num_classes, "embedding_dim": embedding_dim}
+    own = {key: value for key, value in params.items() if key in wanted or key not in _CLASS_WEIGHT_PARAMETERS}
     try:
-        return cls(**params, **{key: value for key, value in provided.items() if key in wanted})
+        loss = cls(**own, **{key: value for key, value in provided.items() if key in wanted})
+        if isinstance(loss, ProxySoftmaxLoss):
+            mode = params.get("class_weights", "none")
+            if mode != "none" and class_counts is None:
+                raise ValueError("class_weights needs the training class counts; pass class_counts")
+            counts = class_counts if class_counts is not None else np.ones(num_classes)
+            loss.set_class_weights(class_weights(counts, mode, params.get("beta", 0.999)))
     except ValueError as exc:  # a constructor's own check of its arguments, e.g. gamma <= 0
         raise UserError(f"loss {name!r}: {exc}") from exc
+    return loss
 
 
 def _loss_class(name: str) -> type[nn.Module]:

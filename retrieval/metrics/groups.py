@@ -13,9 +13,14 @@ import numpy as np
 from retrieval.errors import UserError
 from retrieval.metrics.retrieval import retrieval_metrics
 
-__all__ = ["GROUP_NAMES", "frequency_groups", "group_metrics", "proxy_predictions"]
+__all__ = ["GROUP_NAMES", "class_counts", "frequency_groups", "group_metrics", "proxy_predictions"]
 
 GROUP_NAMES = ("head", "mid", "tail")
+
+
+def class_counts(train_labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """`(K,)` training images per class; with `(N, K)` multi-hot rows, the images carrying each label."""
+    return train_labels.sum(axis=0) if train_labels.ndim == 2 else np.bincount(train_labels, minlength=num_classes)
 
 
 def frequency_groups(train_labels: np.ndarray, num_classes: int) -> np.ndarray:
@@ -38,7 +43,7 @@ def frequency_groups(train_labels: np.ndarray, num_classes: int) -> np.ndarray:
         >>> frequency_groups(np.array([0, 0, 0, 1, 2, 2]), 3).tolist()
         [0, 2, 1]
     """
-    counts = train_labels.sum(axis=0) if train_labels.ndim == 2 else np.bincount(train_labels, minlength=num_classes)
+    counts = class_counts(train_labels, num_classes)
     ranking = np.lexsort((np.arange(num_classes), -counts))
     groups = np.empty(num_classes, dtype=np.int64)
     for group, members in enumerate(np.array_split(ranking, len(GROUP_NAMES))):

@@ -28,9 +28,9 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
-from retrieval.metrics._inputs import ArrayLike, as_embeddings, as_ks, as_label_codes, as_mask
+from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
 
-__all__ = ["check_queries_have_positives", "retrieval_metrics"]
+__all__ = ["PerQuery", "check_queries_have_positives", "per_query_scores", "retrieval_metrics"]
 
 # Neighbor slots (queries x k) searched at once. A slot costs ~70 bytes across FAISS's result
 # buffers and the hit matrices (measured), so a chunk peaks near 300 MB whatever N and R are.
@@ -44,6 +44,7 @@ class _Queries(NamedTuple):
     codes: np.ndarray  # (Q,) class codes, or (Q, P) packed label sets (multi-label)
     num_positives: np.ndarray  # (Q,) R: same-class gallery items, the query itself excluded
     gallery_rows: np.ndarray  # (Q,) the query's own row in the gallery index, -1 if not in the gallery
+    rows: np.ndarray  # (Q,) the query's row in the inputs
 
     def take(self, rows: np.ndarray | slice) -> _Queries:
         """The queries selected by `rows` (indices, boolean mask or slice)."""
@@ -53,9 +54,37 @@ class _Queries(NamedTuple):
 class _QueryScores(NamedTuple):
     """Per-query results, row-aligned."""
 
+    rows: np.ndarray  # (Q,) the query's row in the inputs
     first_hit: np.ndarray  # (Q,) 0-based rank of the first same-class neighbor, past the end if none
     average_precision: np.ndarray  # (Q,) AP@R
     r_precision: np.ndarray  # (Q,)
+
+
+class PerQuery(NamedTuple):
+    """The score of every scored query, in input row order: what the metrics average, and what
+    confidence intervals and paired comparisons resample (`retrieval.metrics.bootstrap`)."""
+
+    rows: np.ndarray  # (Q,) int64 row of each scored query in the inputs, increasing
+    labels: np.ndarray  # (Q,) the query's label, as given
+    first_hit: np.ndarray  # (Q,) 0-based rank of the first same-class neighbor; >= max(ks) when none within it
+    average_precision: np.ndarray  # (Q,) AP@R, whose mean is MAP@R
+    r_precision: np.ndarray  # (Q,)
+    num_without_positive: int  # queries left out because their class has no other gallery item
+
+    def hits(self, k: int) -> np.ndarray:
+        """(Q,) float64, 1.0 where a same-class item is among the query's k nearest: Recall@k's terms."""
+        return (self.first_hit < k).astype(np.float64)
+
+    def summary(self, ks: Sequence[int]) -> dict[str, float | int]:
+        """The metrics of `retrieval_metrics`: each per-query score averaged over the queries."""
+        recalls = {f"recall@{k}": float(np.mean(self.hits(k))) for k in ks}
+        return {
+            **recalls,
+            "map@r": float(np.mean(self.average_precision)),
+            "r_precision": float(np.mean(self.r_precision)),
+            "num_queries": len(self.rows),
+            "num_queries_without_positive": self.num_without_positive,
+        }
 
 
 def retrieval_metrics(
@@ -101,6 +130,24 @@ def retrieval_metrics(
         >>> retrieval_metrics(embeddings, np.array([0, 0, 1, 1]), ks=(1,))["recall@1"]
         0.5
     """
+    return per_query_scores(embeddings, labels, ks, query_mask, gallery_mask).summary(as_ks(ks))
+
+
+def per_query_scores(
+    embeddings: ArrayLike,
+    labels: ArrayLike,
+    ks: Sequence[int] = (1, 2, 4, 8),
+    query_mask: ArrayLike | None = None,
+    gallery_mask: ArrayLike | None = None,
+) -> PerQuery:
+    """Every query's first-hit rank, AP@R and R-precision, as `retrieval_metrics` computes them.
+
+    Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
+    query searches (max(ks)), so `first_hit` is exact below it.
+
+    Returns:
+        The scored queries in input row order (`PerQuery.summary(ks)` gives the metrics).
+    """
     embeddings = as_embeddings(embeddings)
     codes = as_label_codes(labels, len(embeddings))
     ks = as_ks(ks)
@@ -113,15 +160,16 @@ def retrieval_metrics(
     index = faiss.IndexFlatIP(embeddings.shape[1])
     index.add(embeddings[in_gallery])
     scores = _score(index, codes[in_gallery], queries.take(scored), max(ks))
-
-    recalls = {f"recall@{k}": float(np.mean(scores.first_hit < k)) for k in ks}
-    return {
-        **recalls,
-        "map@r": float(np.mean(scores.average_precision)),
-        "r_precision": float(np.mean(scores.r_precision)),
-        "num_queries": int(scored.sum()),
-        "num_queries_without_positive": int((~scored).sum()),
-    }
+    order = np.argsort(scores.rows)
+    rows = scores.rows[order]
+    return PerQuery(
+        rows=rows,
+        labels=_to_numpy(labels)[rows],
+        first_hit=scores.first_hit[order],
+        average_precision=scores.average_precision[order],
+        r_precision=scores.r_precision[order],
+        num_without_positive=int((~scored).sum()),
+    )
 
 
 def check_queries_have_positives(
@@ -167,6 +215,7 @@ def _make_queries(embeddings: np.ndarray, codes: np.ndarray, is_query: np.ndarra
         codes=codes[is_query],
         num_positives=_num_positives(codes, is_query, in_gallery),
         gallery_rows=np.where(self_in_gallery, gallery_rows[is_query], -1),
+        rows=np.flatnonzero(is_query),
     )
 
 
@@ -250,7 +299,8 @@ def _score_group(
     for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots):
         chunk = queries.take(order[rows])
         neighbors = _nearest(index, chunk, width, excludes_self)
-        scores.append(_score_hits(_relevant(gallery_codes[neighbors], chunk.codes), chunk.num_positives))
+        hits = _relevant(gallery_codes[neighbors], chunk.codes)
+        scores.append(_QueryScores(chunk.rows, *_score_hits(hits, chunk.num_positives)))
     return scores
 
 
@@ -319,7 +369,7 @@ def _drop_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
     return neighbors[~is_own].reshape(len(neighbors), -1)
 
 
-def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> _QueryScores:
+def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Score queries from their hit matrix.
 
     Args:
@@ -327,15 +377,11 @@ def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> _QueryScores:
         num_positives: (n,) R of each query, 1 <= R <= W.
 
     Returns:
-        The n queries' first-hit rank (W when no hit), AP@R and R-precision.
+        The n queries' first-hit rank (W when no hit), AP@R and R-precision, each (n,).
     """
     ranks = np.arange(1, hits.shape[1] + 1)
     first_hit = np.where(hits.any(axis=1), hits.argmax(axis=1), hits.shape[1])
     hits_in_r = hits & (ranks <= num_positives[:, None])
     hits_so_far = np.cumsum(hits_in_r, axis=1, dtype=np.int32)
     precision_sums = np.sum(hits_so_far / ranks, axis=1, where=hits_in_r)
-    return _QueryScores(
-        first_hit=first_hit,
-        average_precision=precision_sums / num_positives,
-        r_precision=hits_so_far[:, -1] / num_positives,
-    )
+    return first_hit, precision_sums / num_positives, hits_so_far[:, -1] / num_positives

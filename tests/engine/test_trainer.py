@@ -93,8 +93,8 @@ def test_selecting_on_test_is_labelled_on_every_figure(tmp_path, capsys):
     args = [f"--set={o}" for o in [*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true"]]
     assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert "on the TEST set (train.select_on_test; optimistic)" in lines[-6]
-    assert all(line.endswith("(selected on test)") for line in lines[-5:])
+    assert "on the TEST set (train.select_on_test; optimistic)" in lines[-7]
+    assert all(line.endswith("(selected on test)") for line in lines[-6:])  # the 95% CI line and the metrics
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert all("test/recall@1" in record for record in records)
 

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 from tqdm import tqdm
 
 from retrieval.config import BAD_IMAGE_POLICIES
@@ -77,7 +77,8 @@ class ImageLoader(DataLoader):
     """A `DataLoader` whose batches are `(images, labels)` and that applies the dataset's bad-image policy.
 
     Takes `DataLoader`'s arguments (not `collate_fn`). The policy is the dataset's `bad_images`
-    (`BadImageLog`); a dataset without one (in-memory digits) never yields a `BadImage`.
+    (`BadImageLog`), looked up under `Subset`s (a torchrun shard); a dataset without one (in-memory
+    digits) never yields a `BadImage`.
     After (or during) a pass, `skipped_indices` lists the dataset positions left out in that pass,
     so an in-order evaluation knows which rows its embeddings lack.
     """
@@ -87,7 +88,7 @@ class ImageLoader(DataLoader):
         self.skipped_indices: list[int] = []
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:  # type: ignore[override]
-        log = getattr(self.dataset, "bad_images", None) or BadImageLog()
+        log = _bad_image_log(self.dataset)
         self.skipped_indices = []
         for batch in super().__iter__():
             for bad in batch.bad:
@@ -100,3 +101,10 @@ class ImageLoader(DataLoader):
                 f"skipped {len(self.skipped_indices)} unreadable image(s) in this pass (data.on_bad_image=skip)",
                 file=sys.stderr,
             )
+
+
+def _bad_image_log(dataset: Dataset) -> BadImageLog:
+    """The policy of the dataset under any `Subset`s (a torchrun rank's shard is one)."""
+    while isinstance(dataset, Subset):
+        dataset = dataset.dataset
+    return getattr(dataset, "bad_images", None) or BadImageLog()

@@ -121,3 +121,20 @@ def test_training_skips_a_corrupt_and_a_missing_image_and_reports_the_count(tmp_
     assert err.count("skipping unreadable image: cannot read image") == 2
     assert "train_0_0.png" in err and "test_100_1.png" in err
     assert "skipped 1 unreadable image(s) in this pass" in err  # the epoch, and the test set's evaluation
+
+
+def test_a_sharded_evaluation_keeps_rows_aligned_around_a_skipped_image(tmp_path):
+    # What one torchrun rank embeds: a contiguous Subset of the split, here items 1..4 with item 2 unreadable.
+    from torch.utils.data import Subset
+
+    from retrieval.engine.evaluate import embed_loader
+
+    paths, labels = _images(tmp_path, "corrupt")
+    shard = Subset(ImageDataset(paths, labels, _to_tensor, on_bad_image="skip"), range(1, 5))
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(3 * 8 * 8, 4))
+    embeddings = embed_loader(model, ImageLoader(shard, batch_size=2), torch.device("cpu"), progress=False)
+    assert embeddings.shape == (4, 4)
+    assert np.isnan(embeddings[1]).all() and not np.isnan(embeddings[[0, 2, 3]]).any()
+    with torch.no_grad():
+        expected = model(torch.stack([_to_tensor(Image.open(paths[i]).convert("RGB")) for i in (1, 3, 4)]))
+    np.testing.assert_allclose(embeddings[[0, 2, 3]], expected.numpy(), rtol=1e-5)

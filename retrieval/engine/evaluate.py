@@ -107,12 +107,20 @@ def evaluate_model(
 ) -> dict[str, float]:
     """Recall@K, MAP@R and R-precision of `model` on one split (validation or test) with its protocol.
 
-    With `class_groups` and `proxies`, closed-set splits get the per-group results of `score_split`.
+    One call of a single-process `SplitEvaluator`: with `class_groups` and `proxies`, closed-set
+    splits get the per-group results of `score_split`.
     """
-    embeddings = embed_dataset(
-        model, split.dataset, batch_size, device, num_workers, amp_dtype, channels_last, pin_memory
+    evaluator = SplitEvaluator(
+        split,
+        batch_size,
+        device,
+        num_workers=num_workers,
+        pin_memory=pin_memory,
+        amp_dtype=amp_dtype,
+        channels_last=channels_last,
+        class_groups=class_groups,
     )
-    return score_split(embeddings, split, class_groups, _as_array(proxies))[0]
+    return evaluator(model, proxies)
 
 
 def score_split(

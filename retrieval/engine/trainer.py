@@ -139,7 +139,8 @@ class Trainer:
         ).to(self.device)
         self._check_train_labels()
         self.generator = torch.Generator()
-        use_pk, use_balanced = self._sampler_kind() == "pk", self._sampler_kind() == "balanced"
+        sampler_kind = self._sampler_kind()
+        use_pk, use_balanced = sampler_kind == "pk", sampler_kind == "balanced"
         if self.data.train_labels.ndim == 2 and (use_pk or not getattr(self.loss_fn, "multi_label", False)):
             raise UserError(
                 f"{config.data.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "

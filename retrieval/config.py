@@ -56,6 +56,7 @@ class ModelConfig:
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
     in_chans: int = 3  # input channels
+    output_stride: int | None = None  # timm's output_stride (8 | 16 dilate the last stages: bigger maps for small images); null = the model's own
 
 
 @dataclass
@@ -214,6 +215,7 @@ def _check_ranges(config: Config) -> None:
         ("model.embedding_dim", model.embedding_dim, model.embedding_dim >= 1, "an integer >= 1"),
         ("model.pooling", model.pooling, model.pooling in POOLINGS, f"one of {', '.join(POOLINGS)}"),
         ("model.in_chans", model.in_chans, model.in_chans >= 1, "an integer >= 1 (1 = grayscale, 3 = RGB)"),
+        ("model.output_stride", model.output_stride, model.output_stride in _OUTPUT_STRIDES, "null, 8, 16 or 32"),
         ("data.image_size", data.image_size, data.image_size >= 8, "an integer >= 8 (pixels)"),
         ("data.batch_size", data.batch_size, data.batch_size >= 2, "an integer >= 2"),
         ("data.eval_batch_size", data.eval_batch_size, data.eval_batch_size >= 1, "an integer >= 1"),
@@ -266,6 +268,7 @@ BAD_IMAGE_POLICIES = ("fail", "skip")
 # Datasets read from `data.root` (retrieval.data.folder, retrieval.data.official).
 ROOT_DATASETS = ("folder", "cub200", "cars196", "sop", "inshop")
 _AMP = ("none", "bf16", "auto")
+_OUTPUT_STRIDES = (None, 8, 16, 32)  # what timm's dilated CNNs accept
 SCHEDULES = ("cosine", "step")  # retrieval.engine.schedule implements them
 SELECTION_METRICS = ("recall@1", "map@r")
 

@@ -174,6 +174,7 @@ def test_a_preset_set_on_the_command_line_replaces_the_files_knobs(tmp_path):
         ("data.val_fraction=1.5", "data.val_fraction must be a fraction in [0, 1)"),
         ("data.val_classes=2.5", "data.val_classes must be 0, a fraction < 1 or a count"),
         ("train.threads=0", "train.threads must be null or an integer >= 1"),
+        ("model.output_stride=4", "model.output_stride must be null, 8, 16 or 32, got 4"),
     ],
 )
 def test_values_out_of_range_name_the_key_and_the_range(override, message):

@@ -34,6 +34,9 @@ class Embedder(nn.Module):
         weights: path to a local `.safetensors` / `.pth` state dict of the backbone (offline use);
             a classifier head in it is dropped. Implies pretrained weights.
         in_chans: number of input channels.
+        output_stride: timm's `output_stride` for CNNs that support it (8 or 16 dilate the last
+            stages instead of striding, so a 32 px image keeps a 2x2 or 4x4 map, not 1x1); None
+            builds the model as timm defines it.
     """
 
     def __init__(
@@ -44,6 +47,7 @@ class Embedder(nn.Module):
         pretrained: bool = False,
         weights: str | Path | None = None,
         in_chans: int = 3,
+        output_stride: int | None = None,
     ) -> None:
         super().__init__()
         if embedding_dim < 1:
@@ -53,7 +57,12 @@ class Embedder(nn.Module):
         self.backbone_name = backbone
         global_pool = pooling if pooling in TIMM_POOLINGS else ""
         self.backbone = create_backbone(
-            backbone, pretrained=pretrained, weights=weights, in_chans=in_chans, global_pool=global_pool
+            backbone,
+            pretrained=pretrained,
+            weights=weights,
+            in_chans=in_chans,
+            global_pool=global_pool,
+            output_stride=output_stride,
         )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
@@ -84,12 +93,17 @@ class Embedder(nn.Module):
 
 
 def create_backbone(
-    name: str, pretrained: bool = False, weights: str | Path | None = None, in_chans: int = 3, global_pool: str = ""
+    name: str,
+    pretrained: bool = False,
+    weights: str | Path | None = None,
+    in_chans: int = 3,
+    global_pool: str = "",
+    output_stride: int | None = None,
 ) -> nn.Module:
     """A timm model without classifier, pooling with `global_pool` ("" for none).
 
     Raises:
-        UserError: for unknown names, missing weights, or a pooling the model does not offer.
+        UserError: for unknown names, missing weights, or a pooling or output stride the model does not offer.
     """
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3)
@@ -102,6 +116,7 @@ def create_backbone(
             raise UserError(f"model.weights file not found: {path}; give the path to a .safetensors or .pth state dict")
         overlay = {"file": str(path)}
         pretrained = True
+    extra = {} if output_stride is None else {"output_stride": output_stride}
     try:
         return timm.create_model(
             name,
@@ -110,7 +125,14 @@ def create_backbone(
             num_classes=0,
             global_pool=global_pool,
             in_chans=in_chans,
+            **extra,
         )
+    except TypeError as exc:  # a model whose constructor has no output_stride
+        if not extra:
+            raise
+        raise UserError(
+            f"timm's {name} has no output_stride ({exc}); leave model.output_stride unset for this backbone"
+        ) from exc
     except AssertionError as exc:  # timm checks its arguments with asserts
         raise UserError(
             f"timm cannot build {name} with pooling {global_pool!r} ({exc}); choose another model.pooling"

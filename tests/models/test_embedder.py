@@ -117,6 +117,20 @@ def test_local_weights_are_loaded_and_a_classifier_head_is_dropped(tmp_path, suf
         torch.testing.assert_close(tensor, state[name], msg=name)
 
 
+@pytest.mark.parametrize(("output_stride", "side"), [(None, 1), (32, 1), (16, 2), (8, 4)])
+def test_output_stride_keeps_bigger_maps_with_the_same_weights(output_stride, side):
+    """timm's dilation: a 32 px image keeps a side x side map, and the parameters are unchanged."""
+    torch.manual_seed(0)
+    model = Embedder("resnet10t", embedding_dim=8, in_chans=1, output_stride=output_stride).eval()
+    assert model.backbone.forward_features(torch.randn(2, 1, 32, 32)).shape[-2:] == (side, side)
+    assert model.state_dict().keys() == Embedder("resnet10t", embedding_dim=8, in_chans=1).state_dict().keys()
+
+
+def test_output_stride_on_a_model_without_it_says_what_to_do():
+    with pytest.raises(UserError, match="timm's test_vit has no output_stride .*leave model.output_stride unset"):
+        Embedder("test_vit", pooling="avg", output_stride=16)
+
+
 def test_unknown_backbone_suggests_close_names():
     with pytest.raises(UserError, match="unknown backbone 'resnet5O'.*did you mean.*resnet50"):
         Embedder("resnet5O")

@@ -71,10 +71,12 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
         expected = losses if name == "circle" else losses.mean()
         torch.testing.assert_close(expected, single["loss"].expand_as(expected), rtol=1e-5, atol=1e-6)
         assert shares[0]["grads"].keys() == single["grads"].keys() and single["grads"]
+        # float32 sums in another order (two processes + all-reduce vs one): measured up to 2.2e-5 of a
+        # tensor's largest gradient on this project's CPUs; a missing world-size factor is off by 0.5.
         for key, reference in single["grads"].items():
             scale = reference.abs().max().item()
             for share in shares:
-                torch.testing.assert_close(share["grads"][key], reference, rtol=1e-4, atol=1e-5 * scale, msg=key)
+                torch.testing.assert_close(share["grads"][key], reference, rtol=1e-4, atol=1e-4 * scale, msg=key)
 
     lines = done.stdout.splitlines()
     assert sum(line.startswith("Recall@1: ") for line in lines) == 1

@@ -127,8 +127,8 @@ def create_backbone(
             in_chans=in_chans,
             **extra,
         )
-    except TypeError as exc:  # a model whose constructor has no output_stride
-        if not extra:
+    except TypeError as exc:  # a model whose constructor has no output_stride; other TypeErrors are bugs
+        if "output_stride" not in str(exc):
             raise
         raise UserError(
             f"timm's {name} has no output_stride ({exc}); leave model.output_stride unset for this backbone"

@@ -56,7 +56,8 @@ class ModelConfig:
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
     in_chans: int = 3  # input channels
-    output_stride: int | None = None  # timm's output_stride (8 | 16 dilate the last stages: bigger maps for small images); null = the model's own
+    output_stride: int | None = None  # timm's: 8 | 16 dilate the last stages (bigger maps, small images); null: as is
+    flip_average: bool = False  # eval: unit mean of the embeddings of an image and its mirror (symmetric objects)
 
 
 @dataclass

@@ -37,8 +37,11 @@ def csv_dataset(tmp_path: Path) -> Path:
     return write_csv_dataset(tmp_path / "data")
 
 
-def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32) -> Path:
-    """A `retrieval train`-style checkpoint of an untrained resnet10t embedder (16-d, 32 px): fast to embed with."""
+def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **model_options) -> Path:
+    """A `retrieval train`-style checkpoint of an untrained resnet10t embedder (16-d, 32 px): fast to embed with.
+
+    `model_options` are further `ModelConfig` fields, e.g. `flip_average=True`.
+    """
     import torch
 
     from retrieval.config import Config, ModelConfig, config_to_dict
@@ -46,7 +49,7 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32) -> Pa
     from retrieval.models import Embedder
 
     torch.manual_seed(seed)
-    model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False)
+    model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False, **model_options)
     config = Config(model=model_config)
     config.data.image_size = image_size
     model = Embedder(**dataclasses.asdict(model_config))
@@ -65,6 +68,12 @@ def tiny_checkpoint(tmp_path_factory) -> Path:
 def other_checkpoint(tmp_path_factory) -> Path:
     """Same architecture as `tiny_checkpoint`, other weights: a checkpoint an index must refuse."""
     return write_tiny_checkpoint(tmp_path_factory.mktemp("checkpoint") / "other.pt", seed=1)
+
+
+@pytest.fixture(scope="session")
+def checkpoint_factory():
+    """`write_tiny_checkpoint`, for tests that need a checkpoint with other model options."""
+    return write_tiny_checkpoint
 
 
 @pytest.fixture(scope="session")

@@ -37,6 +37,9 @@ class Embedder(nn.Module):
         output_stride: timm's `output_stride` for CNNs that support it (8 or 16 dilate the last
             stages instead of striding, so a 32 px image keeps a 2x2 or 4x4 map, not 1x1); None
             builds the model as timm defines it.
+        flip_average: in eval mode, embed each image and its mirror image and return the unit
+            mean of the two (test-time augmentation, 2x the inference cost). Only for images whose
+            mirror is the same object (garments, products; not characters). Training is unchanged.
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class Embedder(nn.Module):
         weights: str | Path | None = None,
         in_chans: int = 3,
         output_stride: int | None = None,
+        flip_average: bool = False,
     ) -> None:
         super().__init__()
         if embedding_dim < 1:
@@ -68,9 +72,17 @@ class Embedder(nn.Module):
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
         self.head = nn.Linear(self.backbone.num_features, embedding_dim)
         self.embedding_dim = embedding_dim
+        self.flip_average = flip_average
 
     def forward(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` unit vectors (float32 even under autocast)."""
+        embeddings = self.embed(images)
+        if self.flip_average and not self.training:
+            return F.normalize(embeddings + self.embed(images.flip(-1)), dim=1)
+        return embeddings
+
+    def embed(self, images: Tensor) -> Tensor:
+        """`(B, C, H, W)` images -> `(B, embedding_dim)` float32 unit vectors of the images as they are."""
         embeddings = self.head(self.pool_features(self.backbone.forward_features(images)))
         return F.normalize(embeddings.float(), dim=1)
 

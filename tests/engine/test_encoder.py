@@ -7,7 +7,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from PIL import Image
+from PIL import Image, ImageOps
 
 from retrieval.config import config_from_dict
 from retrieval.data import load_image
@@ -77,3 +77,16 @@ def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_chec
         encoder_for_index(info, checkpoint=other_checkpoint, device="cpu")
     with pytest.raises(UserError, match="checkpoint not found"):
         encoder_for_index({**info, "checkpoint": str(tmp_path / "moved.pt")}, device="cpu")
+
+
+def test_a_flip_average_checkpoint_embeds_an_image_and_its_mirror_alike(
+    tiny_checkpoint, checkpoint_factory, images, tmp_path
+):
+    """model.flip_average travels in the checkpoint's model config to every encoder (embed, index, serve)."""
+    flipping = ImageEncoder.from_checkpoint(checkpoint_factory(tmp_path / "flip.pt", flip_average=True), device="cpu")
+    plain = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    image = load_image(images[0])
+    mirrored = [image, ImageOps.mirror(image)]
+    np.testing.assert_allclose(*flipping.embed_images(mirrored), atol=1e-6)
+    assert not np.allclose(*plain.embed_images(mirrored), atol=1e-3)
+    assert flipping.info()["model_config"]["flip_average"] is True

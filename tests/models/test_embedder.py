@@ -126,6 +126,26 @@ def test_output_stride_keeps_bigger_maps_with_the_same_weights(output_stride, si
     assert model.state_dict().keys() == Embedder("resnet10t", embedding_dim=8, in_chans=1).state_dict().keys()
 
 
+def test_flip_average_embeds_an_image_and_its_mirror_alike_in_eval_mode_only():
+    """Eval: the unit mean of the plain model's embeddings of x and of mirrored x; training: x alone."""
+    torch.manual_seed(0)
+    plain = Embedder("resnet10t", embedding_dim=8, in_chans=1)
+    averaged = Embedder("resnet10t", embedding_dim=8, in_chans=1, flip_average=True)
+    averaged.load_state_dict(plain.state_dict())
+    plain.eval(), averaged.eval()
+    images = torch.randn(3, 1, 32, 32)
+    with torch.no_grad():
+        expected = F.normalize(plain(images) + plain(images.flip(-1)), dim=1)
+        torch.testing.assert_close(averaged(images), expected)
+        torch.testing.assert_close(averaged(images.flip(-1)), averaged(images), atol=1e-6, rtol=0)
+        assert not torch.allclose(plain(images.flip(-1)), plain(images), atol=1e-3)  # the network is not symmetric
+    plain.train(), averaged.train()
+    torch.manual_seed(1)
+    trained = averaged(images)
+    torch.manual_seed(1)
+    torch.testing.assert_close(trained, plain(images))
+
+
 def test_output_stride_on_a_model_without_it_says_what_to_do():
     with pytest.raises(UserError, match="timm's test_vit has no output_stride .*leave model.output_stride unset"):
         Embedder("test_vit", pooling="avg", output_stride=16)

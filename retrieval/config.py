@@ -270,7 +270,7 @@ BAD_IMAGE_POLICIES = ("fail", "skip")
 ROOT_DATASETS = ("folder", "cub200", "cars196", "sop", "inshop")
 _AMP = ("none", "bf16", "auto")
 _OUTPUT_STRIDES = (None, 8, 16, 32)  # what timm's dilated CNNs accept
-SCHEDULES = ("cosine", "step")  # retrieval.engine.schedule implements them
+SCHEDULES = ("cosine", "step")  # retrieval.train.schedule implements them
 SELECTION_METRICS = ("recall@1", "map@r")
 
 

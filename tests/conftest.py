@@ -44,8 +44,8 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **mod
     """
     import torch
 
+    from retrieval.checkpoint import Checkpoint
     from retrieval.config import Config, ModelConfig, config_to_dict
-    from retrieval.engine.checkpoint import save_checkpoint
     from retrieval.models import Embedder
 
     torch.manual_seed(seed)
@@ -53,9 +53,7 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **mod
     config = Config(model=model_config)
     config.data.image_size = image_size
     model = Embedder(**dataclasses.asdict(model_config))
-    save_checkpoint(
-        path, {"model": model.state_dict(), "config": config_to_dict(config)}, dataclasses.asdict(model_config)
-    )
+    Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(path)
     return path
 
 

@@ -17,9 +17,9 @@ from collections.abc import Callable
 
 import torch
 
-from retrieval.engine.diagnostics import EpochDiagnostics
 from retrieval.losses import AnchorLoss
 from retrieval.metrics import frequency_groups
+from retrieval.train.diagnostics import EpochDiagnostics
 
 BATCH, DIM = 128, 128
 CLASSES = (100, 1000, 11318)

@@ -38,8 +38,8 @@ from pytorch_metric_learning import losses as pml_losses
 from torch import Tensor, nn
 
 from retrieval.config import load_config
-from retrieval.engine.train_step import LossTracker
-from retrieval.engine.trainer import Trainer
+from retrieval.train.step import LossTracker
+from retrieval.train.trainer import Trainer
 
 EMBEDDING_DIM = 128
 SCALE = 16.0  # softmax scale of ProxyNCA on both sides

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 
 from retrieval.data import load_digits_split
-from retrieval.engine.evaluate import KS, format_metrics
+from retrieval.evaluate.evaluator import KS, format_metrics
 from retrieval.metrics import retrieval_metrics
 
 

@@ -15,8 +15,8 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from retrieval.engine.plots import plot_run
 from retrieval.errors import UserError
+from retrieval.report.plots import plot_run
 
 __all__ = ["main"]
 

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from retrieval.engine.uncertainty import (
+from retrieval.evaluate.uncertainty import (
     INTERVAL_METRICS,
     compare_runs,
     format_uncertainty,

@@ -7,7 +7,7 @@ dataset configured with `--set data.*` on top of the checkpoint's own data secti
 `--set data.name=cub200 --set data.root=/data/CUB_200_2011`). `--split` picks rows as for
 `index build`. The model and its evaluation preprocessing are the checkpoint's own (`ImageEncoder`).
 `--out` ends in `.npz`, `.npy` or `.parquet`; each holds the embeddings, ids (absolute image
-paths) and labels, as described in `retrieval.engine.embeddings_file`. Unreadable images are
+paths) and labels, as described in `retrieval.inference.embeddings_file`. Unreadable images are
 left out and listed on stderr, as `index build` does.
 """
 
@@ -16,13 +16,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_embedding_arguments
-from retrieval.cli._sources import SPLITS, dataset_source, embed_source, read_source
-from retrieval.config import DataConfig, apply_overrides, config_from_dict
-from retrieval.engine.checkpoint import load_checkpoint
-from retrieval.engine.embeddings_file import EMBEDDING_SUFFIXES, write_embeddings
-from retrieval.engine.encoder import ImageEncoder
+from retrieval.config import DataConfig
 from retrieval.errors import UserError
+from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES, write_embeddings
+from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.sources import SPLITS, dataset_source, embed_source, read_source
 
 __all__ = ["add_parser", "run"]
 
@@ -92,4 +92,4 @@ def _data_config(checkpoint: Path, overrides: list[str]) -> DataConfig:
     other = [item for item in overrides if not item.strip().startswith("data.")]
     if other:
         raise UserError(f"embed --set takes data.* keys only (the model is the checkpoint's), got {other[0]!r}")
-    return config_from_dict(apply_overrides(load_checkpoint(checkpoint)["config"], overrides)).data
+    return Checkpoint.load(checkpoint).config(overrides=overrides).data

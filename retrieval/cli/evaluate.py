@@ -14,21 +14,21 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments
-from retrieval.config import Config, apply_overrides, config_from_dict, load_config
+from retrieval.config import Config
 from retrieval.data import EvalSplit, RetrievalData, build_data
-from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
-from retrieval.engine.classification_plots import plot_classification
-from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
-from retrieval.engine.evaluate import embed_dataset, format_metrics, score_split
-from retrieval.engine.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
-from retrieval.engine.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
-from retrieval.engine.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 from retrieval.errors import UserError
+from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
+from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
+from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
 from retrieval.metrics.classification import calibration_summary, classification_report
 from retrieval.models import Embedder
+from retrieval.report.classification_plots import plot_classification
+from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
+from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
 
 __all__ = ["add_parser", "run"]
 
@@ -72,18 +72,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    checkpoint = load_checkpoint(args.checkpoint)
-    if args.config:
-        config = load_config(args.config, args.overrides)
-    else:
-        config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
-    model = restore_embedder(checkpoint)
+    checkpoint = Checkpoint.load(args.checkpoint)
+    config = checkpoint.config(args.config, args.overrides)
+    model = checkpoint.embedder()
     device = resolve_device(config.train.device)
     channels_last = uses_channels_last(config.train.channels_last, device)
     model = place_model(model, device, channels_last)
-    data = build_data(
-        config.data, model.data_config(), config.augment, checkpoint["manifest"]["model_config"]["in_chans"]
-    )
+    data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 
     def embed(split: EvalSplit) -> np.ndarray:
         return embed_dataset(
@@ -127,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _classifier_for(checkpoint: dict[str, Any], config: Config, data: RetrievalData) -> ProxyClassifier | None:
+def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData) -> ProxyClassifier | None:
     """The proxy classifier when its classes are this data's training classes, else None."""
     classifier = load_proxy_classifier(checkpoint, config)
     if classifier is None or len(classifier.proxies) != data.num_classes:

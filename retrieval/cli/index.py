@@ -15,10 +15,10 @@ from typing import Any
 import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
-from retrieval.cli._sources import SPLITS, embed_source, image_files, read_source
-from retrieval.engine.encoder import ImageEncoder, encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
+from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 
 __all__ = ["add_parser", "run"]
 

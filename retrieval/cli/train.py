@@ -7,14 +7,14 @@ import dataclasses
 import time
 from pathlib import Path
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments, seed_list
-from retrieval.config import Config, apply_overrides, config_from_dict, load_config
-from retrieval.engine.checkpoint import is_resumable, load_checkpoint
-from retrieval.engine.distributed import DistributedContext, process_group
-from retrieval.engine.evaluate import KS, closing_lines, format_mean_sd, format_metrics
-from retrieval.engine.trainer import Trainer, TrainResult
-from retrieval.engine.uncertainty import format_uncertainty
+from retrieval.config import Config, load_config
 from retrieval.errors import UserError
+from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd, format_metrics
+from retrieval.evaluate.uncertainty import format_uncertainty
+from retrieval.runtime.distributed import DistributedContext, process_group
+from retrieval.train.trainer import Trainer, TrainResult
 
 __all__ = ["add_parser", "run"]
 
@@ -64,18 +64,13 @@ def run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     """Continue an interrupted run; its own config applies unless --config is given, --set still applies."""
     path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
-    checkpoint = load_checkpoint(path)
-    if "best_epoch" not in checkpoint:
-        raise UserError(f"{path} was written by an older version of retrieval and cannot be resumed; start a new run")
-    if not is_resumable(checkpoint):
+    checkpoint = Checkpoint.load(path)
+    if not checkpoint.resumable:
         raise UserError(
             f"{path} holds the weights for evaluation and indexing only (no optimizer state); "
             "resume from the run directory or its checkpoints/last.pt"
         )
-    if args.config:
-        config = load_config(args.config, args.overrides)
-    else:
-        config = config_from_dict(apply_overrides(checkpoint["config"], args.overrides))
+    config = checkpoint.config(args.config, args.overrides)
     run_dir = args.output_dir or path.resolve().parent.parent
     with process_group(config.train.device) as context:
         trainer = Trainer(config, run_dir, resuming=True)

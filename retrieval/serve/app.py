@@ -32,9 +32,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException
 
-from retrieval.engine.encoder import ImageEncoder, encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
+from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.serve.images import ImageTooLarge, decode_image, thumbnail
 
 __all__ = ["MAX_K", "ServeLimits", "create_app"]

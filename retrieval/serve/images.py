@@ -6,8 +6,8 @@ import io
 
 from PIL import Image, UnidentifiedImageError
 
-from retrieval.engine.encoder import read_image_failure
 from retrieval.errors import UserError
+from retrieval.inference.encoder import read_image_failure
 
 __all__ = ["ALLOWED_FORMATS", "ImageTooLarge", "decode_image", "thumbnail"]
 

@@ -26,8 +26,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from retrieval.engine.evaluate import format_mean_sd  # noqa: E402
-from retrieval.engine.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values  # noqa: E402
+from retrieval.evaluate.evaluator import format_mean_sd  # noqa: E402
+from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values  # noqa: E402
 from retrieval.metrics.bootstrap import Interval, bootstrap_interval  # noqa: E402
 from retrieval.sweep.grid import Cell  # noqa: E402
 

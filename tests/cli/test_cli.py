@@ -16,7 +16,7 @@ import torch
 import yaml
 
 from retrieval.cli.main import main
-from retrieval.engine.trainer import Trainer
+from retrieval.train.trainer import Trainer
 
 # A tiny, fast version of the demo: resnet10t, 2 epochs.
 TINY = ["--set", "model.backbone=resnet10t", "--set", "model.embedding_dim=32", "--set", "train.epochs=2"]

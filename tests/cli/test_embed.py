@@ -10,8 +10,8 @@ import pytest
 from official_layouts import write_class_folders, write_inshop
 
 from retrieval.cli.main import main
-from retrieval.engine.embeddings_file import read_embeddings
-from retrieval.engine.encoder import ImageEncoder
+from retrieval.inference.embeddings_file import read_embeddings
+from retrieval.inference.encoder import ImageEncoder
 
 SUFFIXES = (".npz", ".npy", ".parquet")
 

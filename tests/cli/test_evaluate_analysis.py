@@ -10,9 +10,9 @@ import pytest
 import torch
 from PIL import Image
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.config import Config, ModelConfig, config_to_dict
-from retrieval.engine.checkpoint import save_checkpoint
 from retrieval.losses import build_loss
 from retrieval.models import Embedder
 
@@ -27,8 +27,7 @@ def _digits_checkpoint(path, loss_name: str):
     config.loss.name, config.train.device = loss_name, "cpu"
     model = Embedder(**dataclasses.asdict(model_config))
     loss = build_loss(loss_name, {}, 10, 16)
-    payload = {"model": model.state_dict(), "loss": loss.state_dict(), "config": config_to_dict(config)}
-    save_checkpoint(path, payload, dataclasses.asdict(model_config))
+    Checkpoint(model.state_dict(), model_config, config_to_dict(config), 10, loss=loss.state_dict()).save(path)
     return path
 
 

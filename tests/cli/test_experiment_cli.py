@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.engine.uncertainty import QueryValues, load_query_values, save_query_values
+from retrieval.evaluate.uncertainty import QueryValues, load_query_values, save_query_values
 from retrieval.metrics import paired_difference
 
 CLASSES = np.repeat(np.arange(12), 5)

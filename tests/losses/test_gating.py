@@ -149,7 +149,7 @@ def test_gate_waits_for_its_warmup_epochs():
 
 def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dataset, monkeypatch):
     from retrieval.config import load_config
-    from retrieval.engine.trainer import Trainer
+    from retrieval.train.trainer import Trainer
 
     seen = []
     original = ProxyNCALoss.set_epoch

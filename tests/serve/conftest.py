@@ -13,8 +13,8 @@ import pytest
 import uvicorn
 
 from retrieval.cli.main import main
-from retrieval.engine.encoder import ImageEncoder
 from retrieval.index import SearchIndex
+from retrieval.inference.encoder import ImageEncoder
 from retrieval.serve import ServeLimits, create_app
 
 

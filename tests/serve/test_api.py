@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.engine.encoder import ImageEncoder
+from retrieval.inference.encoder import ImageEncoder
 from retrieval.serve import create_app
 
 

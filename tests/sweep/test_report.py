@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.engine.uncertainty import QueryValues, save_query_values, uncertainty_summary
+from retrieval.evaluate.uncertainty import QueryValues, save_query_values, uncertainty_summary
 from retrieval.metrics import bootstrap_interval
 from retrieval.sweep import parse_grid, plan_cells, summarize, write_reports
 

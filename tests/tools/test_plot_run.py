@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 from tool_modules import load_tool
 
-from retrieval.engine.diagnostics import EpochDiagnostics
+from retrieval.train.diagnostics import EpochDiagnostics
 
 
 def _records(epochs: int = 3) -> list[dict]:

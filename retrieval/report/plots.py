@@ -26,9 +26,9 @@ import numpy as np  # noqa: E402
 from matplotlib.axes import Axes  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
-from retrieval.engine.diagnostics import P_T_BUCKETS  # noqa: E402
 from retrieval.errors import UserError  # noqa: E402
 from retrieval.metrics.groups import GROUP_NAMES  # noqa: E402
+from retrieval.train.diagnostics import P_T_BUCKETS  # noqa: E402
 
 __all__ = [
     "plot_curves",

@@ -7,7 +7,7 @@ the encoder records the checkpoint's sha256, its model config and a description 
 
 from __future__ import annotations
 
-import hashlib
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -18,15 +18,16 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from tqdm import tqdm
 
-from retrieval.config import AugmentConfig, config_from_dict
+from retrieval.checkpoint import Checkpoint
+from retrieval.config import AugmentConfig
 from retrieval.data import flatten_image
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
-from retrieval.engine.checkpoint import load_checkpoint, restore_embedder
-from retrieval.engine.device import resolve_device
 from retrieval.errors import UserError
 from retrieval.models import Embedder
+from retrieval.runtime.device import resolve_device
+from retrieval.runtime.files import file_sha256
 
-__all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index", "file_sha256", "read_image_failure"]
+__all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index", "read_image_failure"]
 
 # What Pillow raises for a file that is not an image, is truncated, or decodes to too many pixels.
 _IMAGE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
@@ -73,10 +74,10 @@ class ImageEncoder:
     def from_checkpoint(cls, path: str | Path, device: str = "auto") -> ImageEncoder:
         """Load a `retrieval train` checkpoint; architecture, image size and eval transform are the run's own."""
         path = Path(path)
-        checkpoint = load_checkpoint(path)
-        model = restore_embedder(checkpoint)
-        model_config = {**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}
-        config = config_from_dict(checkpoint["config"])
+        checkpoint = Checkpoint.load(path)
+        model = checkpoint.embedder()
+        model_config = {**dataclasses.asdict(checkpoint.model_config), "pretrained": False, "weights": None}
+        config = checkpoint.config()
         return cls(
             model,
             config.data.image_size,
@@ -176,15 +177,6 @@ def _collate_readable(items: list[tuple[int, torch.Tensor | None, str | None]]):
     ok = [position for position, tensor, _ in items if tensor is not None]
     failed = [(position, reason) for position, tensor, reason in items if tensor is None]
     return tensors, ok, failed
-
-
-def file_sha256(path: str | Path) -> str:
-    """sha256 of a file's bytes, read in 1 MiB blocks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def encoder_for_index(

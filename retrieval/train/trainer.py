@@ -24,24 +24,24 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from torch.utils.data import DistributedSampler
 from tqdm import tqdm
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.config import Config, config_to_dict, save_config
 from retrieval.data import EvalSplit, build_data
 from retrieval.data.balanced_sampler import balanced_sampler
-from retrieval.engine.checkpoint import evaluation_payload, load_checkpoint, save_checkpoint
-from retrieval.engine.device import amp_dtype, place_model, resolve_device, uses_channels_last
-from retrieval.engine.diagnostics import EpochDiagnostics
-from retrieval.engine.distributed import DistributedContext, GatheredLoss
-from retrieval.engine.environment import apply_runtime_settings, describe_environment
-from retrieval.engine.evaluate import SplitEvaluator
-from retrieval.engine.loaders import build_pk_sampler, build_train_loader
-from retrieval.engine.plots import plot_curves, plot_run
-from retrieval.engine.schedule import LrSchedule, lr_factor
-from retrieval.engine.train_step import LossTracker, TrainStep
-from retrieval.engine.uncertainty import record_uncertainty
 from retrieval.errors import UserError
+from retrieval.evaluate.evaluator import SplitEvaluator
+from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.losses import PAIR_LOSSES, build_loss
 from retrieval.metrics import check_queries_have_positives, class_counts, frequency_groups
 from retrieval.models import Embedder
+from retrieval.report.plots import plot_curves, plot_run
+from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.runtime.distributed import DistributedContext, GatheredLoss
+from retrieval.runtime.environment import apply_runtime_settings, describe_environment
+from retrieval.train.diagnostics import EpochDiagnostics
+from retrieval.train.loaders import build_pk_sampler, build_train_loader
+from retrieval.train.schedule import LrSchedule, lr_factor
+from retrieval.train.step import LossTracker, TrainStep
 
 __all__ = ["Trainer", "TrainResult", "lr_factor"]
 
@@ -238,14 +238,14 @@ class Trainer:
         """Metrics of the current model on `val` or `test`, with per-group results on closed-set data."""
         return self.evaluators[split](self.model, getattr(self.loss_fn, "proxies", None))
 
-    def resume(self, checkpoint: dict[str, Any]) -> None:
+    def resume(self, checkpoint: Checkpoint) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, epoch and best score."""
-        self.model.load_state_dict(checkpoint["model"])
-        self.loss_fn.load_state_dict(checkpoint["loss"])
-        self.optimizer.load_state_dict(checkpoint["optimizer"])
-        self.start_epoch = int(checkpoint["epoch"]) + 1
-        self.best_score = float(checkpoint["best_score"])
-        self.best_epoch = int(checkpoint["best_epoch"])
+        self.model.load_state_dict(checkpoint.model)
+        self.loss_fn.load_state_dict(checkpoint.loss)
+        self.optimizer.load_state_dict(checkpoint.optimizer or {})
+        self.start_epoch = checkpoint.epoch + 1
+        self.best_score = checkpoint.best_score
+        self.best_epoch = checkpoint.best_epoch
 
     def fit(self) -> TrainResult:
         """Train all remaining epochs, then score the selected checkpoint on the test set once."""
@@ -390,22 +390,22 @@ class Trainer:
             self.best_score, self.best_epoch = record[key], epoch + 1
         if not self.context.is_main:
             return
-        payload = {
-            "model": self.model.state_dict(),
-            "loss": self.loss_fn.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "epoch": epoch,
-            "best_score": self.best_score,
-            "best_epoch": self.best_epoch,
-            "config": config_to_dict(self.config),
-            "num_classes": self.data.num_classes,
-        }
-        model_config = dataclasses.asdict(self.config.model)
+        checkpoint = Checkpoint(
+            model=self.model.state_dict(),
+            model_config=self.config.model,
+            run_config=config_to_dict(self.config),
+            num_classes=self.data.num_classes,
+            epoch=epoch,
+            best_score=self.best_score,
+            best_epoch=self.best_epoch,
+            loss=self.loss_fn.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+        )
         checkpoints = self.run_dir / "checkpoints"
-        save_checkpoint(checkpoints / "last.pt", payload, model_config)
+        checkpoint.save(checkpoints / "last.pt")
         # Without a selection split, the run's result is its last epoch: best.pt follows last.pt.
         if improved or self.selection_split is None:
-            save_checkpoint(checkpoints / "best.pt", evaluation_payload(payload), model_config)
+            checkpoint.slim().save(checkpoints / "best.pt")
 
     def _final_result(self) -> TrainResult:
         """Test metrics of the selected checkpoint, with per-query scores (`per_query.npz`) and their CIs."""
@@ -413,9 +413,9 @@ class Trainer:
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
         if chosen != last_epoch:
             if self.context.is_main:  # the one process that wrote it (other nodes may not see the file)
-                best = load_checkpoint(self.run_dir / "checkpoints" / "best.pt")
-                self.model.load_state_dict(best["model"])
-                self.loss_fn.load_state_dict(best["loss"])
+                best = Checkpoint.load(self.run_dir / "checkpoints" / "best.pt")
+                self.model.load_state_dict(best.model)
+                self.loss_fn.load_state_dict(best.loss)
             self.context.broadcast_state(self.model)
             self.context.broadcast_state(self.loss_fn)
         test, scores = self.evaluators["test"].score(self.model, getattr(self.loss_fn, "proxies", None))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import numpy as np
@@ -9,12 +10,12 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.config import config_from_dict
 from retrieval.data import load_image
 from retrieval.data.transforms import build_eval_transform
-from retrieval.engine.checkpoint import load_checkpoint
-from retrieval.engine.encoder import ImageEncoder, encoder_for_index
 from retrieval.errors import UserError
+from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.models import Embedder
 
 
@@ -27,10 +28,10 @@ def images(tmp_path_factory, csv_dataset_factory):
 
 def _reference(checkpoint_path, paths) -> np.ndarray:
     """One image at a time through a freshly built Embedder and the run's eval transform, as evaluation reads it."""
-    checkpoint = load_checkpoint(checkpoint_path)
-    model = Embedder(**{**checkpoint["manifest"]["model_config"], "pretrained": False, "weights": None}).eval()
-    model.load_state_dict(checkpoint["model"])
-    config = config_from_dict(checkpoint["config"])
+    checkpoint = Checkpoint.load(checkpoint_path)
+    model = Embedder(**{**dataclasses.asdict(checkpoint.model_config), "pretrained": False, "weights": None}).eval()
+    model.load_state_dict(checkpoint.model)
+    config = config_from_dict(checkpoint.run_config)
     transform = build_eval_transform(config.augment, config.data.image_size, model.data_config(), config.model.in_chans)
     with torch.no_grad():
         return np.concatenate([model(transform(load_image(p))[None]).numpy() for p in paths])

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from retrieval.engine.device import amp_dtype
-from retrieval.engine.trainer import lr_factor
 from retrieval.errors import UserError
+from retrieval.runtime.device import amp_dtype
+from retrieval.train.trainer import lr_factor
 
 
 def test_warmup_rises_linearly_then_cosine_decays_to_zero():

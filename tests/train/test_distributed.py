@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from retrieval.config import load_config
-from retrieval.engine.distributed import DistributedContext, shard_range
-from retrieval.engine.trainer import Trainer
+from retrieval.runtime.distributed import DistributedContext, shard_range
+from retrieval.train.trainer import Trainer
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 # The digits demo, shrunk to seconds. BatchNorm frozen: without SyncBatchNorm (GPU only) each rank

@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from retrieval.engine.plots import save_figure  # noqa: E402
+from retrieval.report.plots import save_figure  # noqa: E402
 
 __all__ = ["plot_classification"]
 

@@ -11,9 +11,9 @@ from torch.utils.data import WeightedRandomSampler
 
 from retrieval.config import load_config
 from retrieval.data.longtail import make_longtail_csv
-from retrieval.engine.trainer import Trainer
 from retrieval.errors import UserError
 from retrieval.losses.class_weights import class_weights
+from retrieval.train.trainer import Trainer
 
 TINY = [
     "data.name=csv",

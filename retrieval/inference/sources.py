@@ -14,8 +14,8 @@ import numpy as np
 
 from retrieval.config import DataConfig
 from retrieval.data import CsvSplit, list_images, read_splits
-from retrieval.engine.encoder import ImageEncoder
 from retrieval.errors import UserError
+from retrieval.inference.encoder import ImageEncoder
 
 __all__ = ["SPLITS", "ImageSource", "dataset_source", "embed_source", "image_files", "read_source"]
 

@@ -13,9 +13,9 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from retrieval.data import EvalSplit, ImageLoader
-from retrieval.engine.distributed import DistributedContext, gather_rows, shard_range
 from retrieval.errors import UserError
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
+from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
 
 __all__ = [
     "KS",

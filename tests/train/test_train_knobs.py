@@ -8,14 +8,14 @@ import re
 import pytest
 import torch
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.config import load_config
-from retrieval.engine.checkpoint import EVALUATION_KEYS, load_checkpoint, restore_embedder
-from retrieval.engine.schedule import LrSchedule, lr_factor
-from retrieval.engine.train_step import LossTracker
-from retrieval.engine.trainer import Trainer
 from retrieval.errors import UserError
 from retrieval.losses import AnchorLoss
+from retrieval.train.schedule import LrSchedule, lr_factor
+from retrieval.train.step import LossTracker
+from retrieval.train.trainer import Trainer
 
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 
@@ -118,11 +118,11 @@ def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, c
     run = tmp_path / "run"
     args = [f"--set={o}" for o in [*TINY, "train.epochs=1", "data.val_fraction=0.2"]]
     assert main(["train", *args, "--output-dir", str(run)]) == 0
-    best, last = load_checkpoint(run / "checkpoints/best.pt"), load_checkpoint(run / "checkpoints/last.pt")
-    assert set(best) == {*EVALUATION_KEYS, "manifest"}
-    assert {"optimizer", "loss"} <= set(last)
+    best, last = Checkpoint.load(run / "checkpoints/best.pt"), Checkpoint.load(run / "checkpoints/last.pt")
+    assert not best.resumable and best.proxies is not None
+    assert last.resumable and last.proxies is not None
     assert (run / "checkpoints/best.pt").stat().st_size < 0.6 * (run / "checkpoints/last.pt").stat().st_size
-    model = restore_embedder(best).eval()
+    model = best.embedder()
     assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 16)
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]

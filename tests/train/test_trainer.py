@@ -12,7 +12,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.data import PKSampler
-from retrieval.engine.trainer import Trainer
+from retrieval.train.trainer import Trainer
 
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 

@@ -12,8 +12,8 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from retrieval.config import DataConfig
 from retrieval.data import ImageLoader, PKSampler
-from retrieval.engine.distributed import DistributedContext
 from retrieval.errors import UserError
+from retrieval.runtime.distributed import DistributedContext
 
 __all__ = ["build_pk_sampler", "build_train_loader"]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval.engine.diagnostics import B_RANGE, HIST_BINS, P_T_EDGES, EpochDiagnostics, logit_gradient_norms
 from retrieval.losses import build_loss
+from retrieval.train.diagnostics import B_RANGE, HIST_BINS, P_T_EDGES, EpochDiagnostics, logit_gradient_norms
 
 
 @pytest.mark.parametrize("weighted", [False, True])

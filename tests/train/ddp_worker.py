@@ -18,8 +18,8 @@ import torch
 
 from retrieval.cli.main import main
 from retrieval.config import load_config
-from retrieval.engine.distributed import process_group
-from retrieval.engine.trainer import Trainer
+from retrieval.runtime.distributed import process_group
+from retrieval.train.trainer import Trainer
 
 
 def first_step(trainer: Trainer, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any]:

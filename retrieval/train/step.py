@@ -12,7 +12,7 @@ import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from retrieval.engine.distributed import DistributedContext
+from retrieval.runtime.distributed import DistributedContext
 
 __all__ = ["LossTracker", "TrainStep"]
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.config import Config
 from retrieval.data import EvalSplit
 from retrieval.errors import UserError
@@ -33,13 +34,13 @@ class ProxyClassifier:
         return self.scale * proxy_predictions(embeddings, self.proxies).astype(np.float64)
 
 
-def load_proxy_classifier(checkpoint: dict[str, Any], config: Config) -> ProxyClassifier | None:
+def load_proxy_classifier(checkpoint: Checkpoint, config: Config) -> ProxyClassifier | None:
     """The checkpoint's proxy classifier, or None when its loss has no proxies (pair losses).
 
     The scale is the loss's base scale: `scale` of a fixed-scale loss, `gamma` of the Anchor Loss
     (its per-sample c_i masks the true class, unknown at test time); 1.0 when the loss has neither.
     """
-    proxies = checkpoint.get("loss", {}).get("proxies")
+    proxies = checkpoint.proxies
     if proxies is None:
         return None
     loss = build_loss(config.loss.name, config.loss.params, proxies.shape[0], proxies.shape[1])

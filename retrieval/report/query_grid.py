@@ -20,7 +20,7 @@ import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
 
 from retrieval.data import EvalSplit  # noqa: E402
-from retrieval.engine.plots import save_figure  # noqa: E402
+from retrieval.report.plots import save_figure  # noqa: E402
 
 __all__ = ["GRID_MODES", "RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
 

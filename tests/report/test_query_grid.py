@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from retrieval.data import EvalSplit
-from retrieval.engine.query_grid import draw_query_grid, rank_queries, select_queries
+from retrieval.report.query_grid import draw_query_grid, rank_queries, select_queries
 
 
 def _split(seed: int = 0, n: int = 40, masks: bool = False):

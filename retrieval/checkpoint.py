@@ -1,0 +1,192 @@
+"""Checkpoints: one `Checkpoint` type, written atomically with a manifest, loaded as data and checked.
+
+On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: data, never code):
+
+    model        the embedder's state dict
+    loss         the loss's state dict (the proxies of proxy losses; empty for pair losses)
+    optimizer    the optimizer's state dict (`last.pt` only: what a resume needs)
+    epoch        the last trained epoch (0-based)
+    best_score   the selection metric's best value so far, and `best_epoch` (1-based) where it was reached
+    config       the run's resolved config as plain dicts (`config_to_dict`)
+    num_classes  training classes (one proxy each)
+    manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights
+
+`best.pt` is the same without `optimizer` (`Checkpoint.slim`). Version 2 files (this layout) are
+what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from retrieval import __version__
+from retrieval.config import Config, ModelConfig, apply_overrides, config_from_dict, load_config
+from retrieval.errors import UserError
+from retrieval.models import Embedder
+from retrieval.runtime.files import atomic_write
+
+__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpoint", "state_checksum"]
+
+CHECKPOINT_FORMAT = "retrieval-checkpoint"
+CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
+
+StateDict = dict[str, Any]
+
+
+@dataclass
+class Checkpoint:
+    """A trained embedder with what evaluation, indexing and resuming need (see the module docstring)."""
+
+    model: dict[str, Tensor]  # the embedder's state dict
+    model_config: ModelConfig  # builds the embedder (pretrained/weights are ignored: the weights are in `model`)
+    run_config: dict[str, Any]  # the run's resolved config, plain nested dicts
+    num_classes: int  # training classes
+    epoch: int = 0  # last trained epoch, 0-based
+    best_score: float = -1.0  # selection metric of the best epoch so far (-1: none yet)
+    best_epoch: int = 0  # 1-based epoch of best_score (0: none yet)
+    loss: StateDict = field(default_factory=dict)  # the loss's state (proxies)
+    optimizer: StateDict | None = None  # None in best.pt: evaluation needs no optimizer state
+    toolkit_version: str = __version__  # the version that wrote it
+
+    @property
+    def resumable(self) -> bool:
+        """Whether `--resume` can continue from it (a `last.pt`, which holds the optimizer state)."""
+        return self.optimizer is not None
+
+    @property
+    def embedding_dim(self) -> int:
+        """Size D of the embeddings the model outputs."""
+        return int(self.model_config.embedding_dim)
+
+    @property
+    def proxies(self) -> Tensor | None:
+        """`(K, D)` class proxies of a proxy loss, or None (pair losses have none)."""
+        proxies = self.loss.get("proxies")
+        return proxies if isinstance(proxies, Tensor) else None
+
+    def slim(self) -> Checkpoint:
+        """The same checkpoint without the optimizer state: what `best.pt` holds."""
+        return dataclasses.replace(self, optimizer=None)
+
+    def embedder(self) -> Embedder:
+        """The trained `Embedder` (eval mode, CPU); nothing is downloaded or read from `model.weights`."""
+        config = dataclasses.replace(self.model_config, pretrained=False, weights=None)
+        model = Embedder(**dataclasses.asdict(config))
+        model.load_state_dict(self.model)
+        return model.eval()
+
+    def config(self, config_file: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
+        """The run's config with `--set` `overrides`, or `config_file` (plus overrides) when one is given."""
+        if config_file is not None:
+            return load_config(config_file, overrides)
+        return config_from_dict(apply_overrides(_plain_copy(self.run_config), overrides))
+
+    def save(self, path: str | Path) -> None:
+        """Write the checkpoint with its manifest to `path` atomically (temporary file + rename)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload: dict[str, Any] = {
+            "model": self.model,
+            "loss": self.loss,
+            "epoch": self.epoch,
+            "best_score": self.best_score,
+            "best_epoch": self.best_epoch,
+            "config": self.run_config,
+            "num_classes": self.num_classes,
+            "manifest": {
+                "format": CHECKPOINT_FORMAT,
+                "version": CHECKPOINT_VERSION,
+                "toolkit_version": self.toolkit_version,
+                "embedding_dim": self.embedding_dim,
+                "model_config": dataclasses.asdict(self.model_config),
+                "checksum": state_checksum(self.model),
+            },
+        }
+        if self.optimizer is not None:
+            payload["optimizer"] = self.optimizer
+        with atomic_write(path) as temporary:
+            torch.save(payload, temporary)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Checkpoint:
+        """Read a checkpoint on the CPU and check its format, version and weights checksum.
+
+        Raises:
+            UserError: the file is missing, unreadable, not a retrieval checkpoint, newer than this
+                toolkit, or its weights do not match the manifest's checksum.
+        """
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
+        try:
+            raw = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as exc:  # torch raises many types for truncated or foreign files
+            raise UserError(
+                f"cannot read checkpoint {path} ({exc.__class__.__name__}); is it a retrieval checkpoint?"
+            ) from exc
+        manifest = raw.get("manifest") if isinstance(raw, dict) else None
+        if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
+            raise UserError(f"{path} is not a retrieval checkpoint (no manifest); train one with `retrieval train`")
+        try:
+            return cls._from_payload(raw, manifest, path)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UserError(f"{path} is a damaged retrieval checkpoint ({exc.__class__.__name__}: {exc})") from exc
+
+    @classmethod
+    def _from_payload(cls, raw: dict[str, Any], manifest: dict[str, Any], path: Path) -> Checkpoint:
+        version = int(manifest["version"])
+        if version > CHECKPOINT_VERSION:
+            raise UserError(
+                f"{path} has checkpoint version {version}, newer than this toolkit reads "
+                f"({CHECKPOINT_VERSION}); upgrade retrieval (written by {manifest['toolkit_version']})"
+            )
+        if state_checksum(raw["model"]) != manifest["checksum"]:
+            raise UserError(f"{path} is corrupt: model weights do not match the manifest checksum")
+        return cls(
+            model=raw["model"],
+            model_config=_model_config(manifest["model_config"]),
+            run_config=raw["config"],
+            num_classes=int(raw.get("num_classes", 0)),
+            epoch=int(raw.get("epoch", 0)),
+            best_score=float(raw.get("best_score", -1.0)),
+            best_epoch=int(raw.get("best_epoch", 0)),
+            loss=raw.get("loss") or {},
+            # Resuming needs the selection state too: files older than version 2 lack it.
+            optimizer=raw.get("optimizer") if "best_epoch" in raw else None,
+            toolkit_version=str(manifest.get("toolkit_version", "unknown")),
+        )
+
+
+def state_checksum(state: dict[str, Tensor]) -> str:
+    """sha256 over the names and bytes of a state dict's tensors, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        digest.update(name.encode())
+        digest.update(state[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _model_config(values: dict[str, Any]) -> ModelConfig:
+    """The manifest's model config as a `ModelConfig`; keys a newer toolkit added are refused by name."""
+    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown model_config keys {unknown}; a newer toolkit wrote it")
+    return ModelConfig(**values)
+
+
+def _plain_copy(value: Any) -> Any:
+    """A deep copy of nested dicts and lists (overrides edit the copy, never the checkpoint's own config)."""
+    if isinstance(value, dict):
+        return {key: _plain_copy(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_plain_copy(item) for item in value]
+    return value

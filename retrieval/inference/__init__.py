@@ -1,0 +1,1 @@
+"""Inference: images to embeddings with a trained checkpoint, the images to read, and embeddings files."""

@@ -1,0 +1,1 @@
+"""Pictures of a run: training curves and diagnostics, classification plots and query grids."""

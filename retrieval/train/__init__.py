@@ -1,0 +1,1 @@
+"""Training: typed parts built from a config, the optimizer step, the schedule and the epoch loop."""

@@ -1,0 +1,131 @@
+"""Checkpoints are atomic, carry a manifest, and loading says what is wrong with a bad file."""
+
+import dataclasses
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from retrieval.checkpoint import CHECKPOINT_VERSION, Checkpoint
+from retrieval.config import ModelConfig
+from retrieval.errors import UserError
+
+MODEL_CONFIG = ModelConfig(backbone="resnet10t", embedding_dim=8)
+FIXTURES = Path(__file__).with_name("fixtures")
+
+
+def _checkpoint(**changes) -> Checkpoint:
+    weights = {"w": torch.arange(6.0).reshape(2, 3), "n": torch.tensor(3)}
+    return dataclasses.replace(
+        Checkpoint(model=weights, model_config=MODEL_CONFIG, run_config={}, num_classes=2, epoch=4), **changes
+    )
+
+
+def test_round_trip_with_manifest_and_no_temporary_left(tmp_path):
+    path = tmp_path / "ckpt" / "best.pt"
+    _checkpoint().save(path)
+    loaded = Checkpoint.load(path)
+    assert loaded.epoch == 4 and torch.equal(loaded.model["w"], _checkpoint().model["w"])
+    manifest = torch.load(path, weights_only=True)["manifest"]
+    assert manifest["version"] == CHECKPOINT_VERSION and manifest["embedding_dim"] == 8
+    assert manifest["model_config"] == dataclasses.asdict(MODEL_CONFIG) and len(manifest["checksum"]) == 64
+    assert loaded.model_config == MODEL_CONFIG and loaded.embedding_dim == 8
+    assert [p.name for p in path.parent.iterdir()] == ["best.pt"]
+
+
+def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    _checkpoint().save(path)
+
+    def broken_save(obj, f):
+        open(f, "wb").write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(OSError, match="disk full"):
+        _checkpoint(epoch=5).save(path)
+    monkeypatch.undo()
+    assert Checkpoint.load(path).epoch == 4
+    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_tampered_weights_fail_the_checksum(tmp_path):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["model"]["w"][0, 0] = 42.0
+    torch.save(checkpoint, path)
+    with pytest.raises(UserError, match="corrupt: model weights do not match"):
+        Checkpoint.load(path)
+
+
+def test_newer_version_and_foreign_files_are_explained(tmp_path):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+    checkpoint = torch.load(path, weights_only=True)
+    checkpoint["manifest"]["version"] = CHECKPOINT_VERSION + 1
+    torch.save(checkpoint, path)
+    with pytest.raises(UserError, match="newer than this toolkit reads"):
+        Checkpoint.load(path)
+    torch.save({"state_dict": {}}, path)
+    with pytest.raises(UserError, match="not a retrieval checkpoint"):
+        Checkpoint.load(path)
+    path.write_bytes(b"garbage")
+    with pytest.raises(UserError, match="cannot read checkpoint"):
+        Checkpoint.load(path)
+    with pytest.raises(UserError, match="checkpoint not found"):
+        Checkpoint.load(tmp_path / "missing.pt")
+
+
+def test_a_hand_edited_manifest_is_one_line_not_a_key_error(tmp_path):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+    checkpoint = torch.load(path, weights_only=True)
+    del checkpoint["manifest"]["checksum"]
+    torch.save(checkpoint, path)
+    with pytest.raises(UserError, match="damaged retrieval checkpoint"):
+        Checkpoint.load(path)
+
+
+def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_path):
+    # The proxies are the classifier of `evaluate --classification/--calibrate`; the optimizer only resumes.
+    full = _checkpoint(optimizer={"state": {}}, loss={"proxies": torch.ones(2, 2)})
+    path = tmp_path / "best.pt"
+    full.slim().save(path)
+    assert sorted(torch.load(path, weights_only=True)) == [
+        "best_epoch",
+        "best_score",
+        "config",
+        "epoch",
+        "loss",
+        "manifest",
+        "model",
+        "num_classes",
+    ]
+    loaded = Checkpoint.load(path)
+    assert not loaded.resumable and full.resumable
+    assert loaded.proxies is not None and torch.equal(loaded.proxies, torch.ones(2, 2))
+
+
+def test_a_checkpoint_written_by_version_2_still_loads_and_embeds_the_same():
+    # tests/fixtures/checkpoint_v2.pt and its embeddings were written by the code of the release that
+    # introduced checkpoint version 2 (test_resnet, 8-d, a demo config); reading it must not change.
+    checkpoint = Checkpoint.load(FIXTURES / "checkpoint_v2.pt")
+    assert checkpoint.resumable and checkpoint.epoch == 2 and checkpoint.best_epoch == 2
+    assert checkpoint.num_classes == 10 and checkpoint.model_config.backbone == "test_resnet"
+    assert checkpoint.proxies is not None and tuple(checkpoint.proxies.shape) == (10, 8)
+    config = checkpoint.config(overrides=["train.epochs=3"])
+    assert config.model == checkpoint.model_config and config.train.epochs == 3
+    images = torch.linspace(-1, 1, 2 * 3 * 32 * 32).reshape(2, 3, 32, 32)
+    with torch.no_grad():
+        embeddings = checkpoint.embedder()(images).numpy()
+    # Same weights (the manifest checksum held); the forward pass may reorder float32 sums with the thread count.
+    np.testing.assert_allclose(embeddings, np.load(FIXTURES / "checkpoint_v2_embeddings.npy"), rtol=0, atol=1e-6)
+
+
+def test_overrides_edit_a_copy_of_the_checkpoints_config():
+    checkpoint = Checkpoint.load(FIXTURES / "checkpoint_v2.pt")
+    before = checkpoint.run_config["train"]["epochs"]
+    checkpoint.config(overrides=[f"train.epochs={before + 7}"])
+    assert checkpoint.run_config["train"]["epochs"] == before

@@ -36,7 +36,6 @@ import platform
 import re
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,6 +44,8 @@ from pathlib import Path
 import pytorch_metric_learning
 import timm
 import torch
+
+from retrieval.runtime.files import atomic_write, write_text
 
 __all__ = ["Row", "build_rows", "main", "parse_metrics", "strip_val_rows", "val_as_test", "write_table"]
 
@@ -96,12 +97,10 @@ def _rewrite_splits(csv_path: Path, suffix: str, mapping: dict[str, str]) -> Pat
         reader = csv.DictReader(handle)
         rows = [{**row, "split": mapping[row["split"]]} for row in reader if row["split"] in mapping]
         fields = reader.fieldnames or []
-    handle = tempfile.NamedTemporaryFile("w", newline="", dir=out.parent, suffix=".tmp", delete=False)
-    with handle:
+    with atomic_write(out) as temporary, temporary.open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=fields)
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(handle.name, out)
     return out
 
 
@@ -177,7 +176,7 @@ def run_row(row: Row, out: Path, threads: int, toolkit_root: Path, force: bool) 
     result |= {"command": row.command, "toolkit_root": str(toolkit_root)}
     if code != 0 or "recall@1" not in result:
         result["error"] = (output.strip().splitlines() or ["no output"])[-1]
-    result_path.write_text(json.dumps(result, indent=2))
+    write_text(result_path, json.dumps(result, indent=2))
     print(f"[{row.name}] {_cells(result)}", flush=True)
     return result
 
@@ -247,8 +246,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     rows = build_rows(args, peer_csv, toolkit_csv, args.out)
     results = [run_row(row, args.out, args.threads, args.toolkit_root, args.force) for row in rows]
     table = write_table(results, _footer(args, peer_csv, toolkit_csv))
-    (args.out / "table.md").write_text(table)
-    (args.out / "results.json").write_text(json.dumps(results, indent=2))
+    write_text(args.out / "table.md", table)
+    write_text(args.out / "results.json", json.dumps(results, indent=2))
     print(table)
 
 

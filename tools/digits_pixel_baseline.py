@@ -8,6 +8,9 @@ retrieval is the same exact FAISS search `retrieval evaluate` uses.
 
 from __future__ import annotations
 
+import argparse
+from collections.abc import Sequence
+
 import torch.nn.functional as F
 
 from retrieval.data import load_digits_split
@@ -15,7 +18,9 @@ from retrieval.evaluate.evaluator import KS, format_metrics
 from retrieval.metrics import retrieval_metrics
 
 
-def main() -> None:
+def main(argv: Sequence[str] | None = None) -> None:
+    """Print the Recall@K / MAP@R lines of raw pixels (the script takes no options; `--help` says what it does)."""
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args(argv)
     images, labels = load_digits_split("test", image_size=32)
     pixels = images[:, 0].flatten(1)
     embeddings = F.normalize(pixels - pixels.mean(dim=0), dim=1)

@@ -14,15 +14,15 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 from PIL import Image
 from tqdm import tqdm
+
+from retrieval.runtime.files import atomic_write
 
 __all__ = ["IDX_DIR", "main", "read_idx", "stratified_holdout", "write_dataset"]
 
@@ -75,12 +75,10 @@ def write_dataset(out: Path, idx_dir: Path = IDX_DIR, val_fraction: float = 0.1,
             name = f"images/{part}/{i:05d}.png"
             Image.fromarray(images[i], mode="L").save(out / name)
             rows.append((name, int(labels[i]), splits[i]))
-    handle = tempfile.NamedTemporaryFile("w", newline="", dir=out, suffix=".tmp", delete=False)
-    with handle:
+    with atomic_write(out / "dataset.csv") as temporary, temporary.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["path", "label", "split"])
         writer.writerows(rows)
-    os.replace(handle.name, out / "dataset.csv")
     return {split: sum(row[2] == split for row in rows) for split in ("train", "val", "test")}
 
 

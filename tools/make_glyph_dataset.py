@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import functools
-import os
 import sys
-import tempfile
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +37,8 @@ import numpy as np
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
 from tqdm import tqdm
+
+from retrieval.runtime.files import atomic_write
 
 __all__ = ["FAMILIES", "Font", "find_fonts", "glyph_classes", "main", "make_dataset", "render"]
 
@@ -198,12 +198,10 @@ def _pick(rng: np.random.Generator, fonts: Sequence[Font], n: int) -> list[Font]
 
 
 def _write_csv(path: Path, rows: list[tuple]) -> None:
-    handle = tempfile.NamedTemporaryFile("w", newline="", dir=path.parent, suffix=".tmp", delete=False)
-    with handle:
+    with atomic_write(path) as temporary, temporary.open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["path", "label", "split", "is_query", "is_gallery"])
         writer.writerows(rows)
-    os.replace(handle.name, path)
 
 
 _FONT_CACHE: dict[tuple[Path, int], ImageFont.FreeTypeFont] = {}

@@ -14,6 +14,7 @@ from retrieval.evaluate.uncertainty import (
     uncertainty_summary,
 )
 from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES
+from retrieval.runtime.files import write_text
 
 __all__ = ["add_parser", "run"]
 
@@ -48,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
         print(f"  {name}: {estimate:+.4f} [{low:+.4f}, {high:+.4f}]  {verdict}")
     if args.json:
         payload = {**summaries, "difference": {key: list(value) for key, value in differences.items()}}
-        args.json.write_text(json.dumps(payload, indent=2) + "\n")
+        write_text(args.json, json.dumps(payload, indent=2) + "\n")
     return 0

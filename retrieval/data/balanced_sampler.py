@@ -33,5 +33,5 @@ def balanced_sampler(labels: np.ndarray, generator: torch.Generator | None = Non
     if labels.ndim != 1 or len(labels) == 0:
         raise ValueError(f"labels must be a non-empty (N,) array, got shape {labels.shape}")
     _, codes, counts = np.unique(labels, return_inverse=True, return_counts=True)
-    weights = torch.from_numpy(1.0 / counts[codes.reshape(-1)])
+    weights = (1.0 / counts[codes.reshape(-1)]).tolist()  # the sampler makes these float64 again
     return WeightedRandomSampler(weights, num_samples=len(labels), replacement=True, generator=generator)

@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.runtime.files import write_text
 
 __all__ = ["LongTailSummary", "longtail_counts", "make_longtail_csv"]
 
@@ -94,9 +95,9 @@ def make_longtail_csv(source: Path, destination: Path, ratio: float, seed: int =
     targets = longtail_counts(len(names), int(sizes.max()), ratio)
     keep = np.zeros(len(rows), dtype=bool)
     keep[[i for i, row in enumerate(rows) if row["split"] != "train"]] = True
-    train = np.array(train)
+    train_rows = np.array(train)
     for rank, code in enumerate(ranking):
-        members = train[codes.reshape(-1) == code]
+        members = train_rows[codes.reshape(-1) == code]
         kept = min(int(targets[rank]), len(members))
         keep[rng.choice(members, size=kept, replace=False)] = True
     out_rows = [_relocated(row, source, destination) for row, kept in zip(rows, keep, strict=True) if kept]
@@ -139,6 +140,4 @@ def _write(path: Path, fieldnames: list[str], rows: list[dict[str, str]]) -> Non
     writer.writerows(rows)
     if not path.resolve().parent.is_dir():
         raise UserError(f"the folder of {path} does not exist; create it first")
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(buffer.getvalue())
-    os.replace(temporary, path)
+    write_text(path, buffer.getvalue())

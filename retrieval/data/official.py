@@ -106,9 +106,14 @@ def read_inshop(root: Path, check_images: bool = True) -> dict[str, CsvSplit]:
     train, test = np.flatnonzero(status == "train"), np.flatnonzero(status != "train")
     splits = {}
     for split, chosen in (("train", train), ("test", test)):
-        masks = (status[chosen] == "query", status[chosen] == "gallery") if split == "test" else (None, None)
+        is_test = split == "test"
         splits[split] = labeled_split(
-            [paths[i] for i in chosen], [items[i] for i in chosen], partition, *masks, check_images=check_images
+            [paths[i] for i in chosen],
+            [items[i] for i in chosen],
+            partition,
+            query_mask=status[chosen] == "query" if is_test else None,
+            gallery_mask=status[chosen] == "gallery" if is_test else None,
+            check_images=check_images,
         )
     return splits
 

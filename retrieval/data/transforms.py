@@ -29,7 +29,7 @@ from retrieval.errors import UserError
 
 __all__ = ["build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
 
-Fill = int | tuple[int, ...]
+Fill = int | tuple[int, int, int]
 
 
 def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -75,7 +75,8 @@ def build_train_transform(
         scale=augment.crop_scale,
         ratio=augment.crop_ratio,
         hflip=0.0,
-        color_jitter=augment.color_jitter or None,
+        # timm adds no ColorJitter for None (0 would add one that draws random numbers); its hint omits None.
+        color_jitter=augment.color_jitter or None,  # type: ignore[arg-type]
         auto_augment=augment.auto_augment,
         interpolation=interpolation,
         mean=mean,
@@ -163,5 +164,7 @@ def _fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
         return 255
     if fill == "black":
         return 0
-    values = tuple(round(255 * m) for m in mean)
-    return values[0] if len(values) == 1 else values
+    if len(mean) == 1:
+        return round(255 * mean[0])
+    red, green, blue = (round(255 * m) for m in mean)
+    return red, green, blue

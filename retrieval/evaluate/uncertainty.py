@@ -8,7 +8,6 @@ reported Recall@1 / MAP@R carries a 95% interval from resampling classes
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import numpy as np
 from retrieval.errors import UserError
 from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES, Interval, bootstrap_interval, paired_difference
 from retrieval.metrics.retrieval import PerQuery
+from retrieval.runtime.files import atomic_write
 
 __all__ = [
     "INTERVAL_METRICS",
@@ -97,14 +97,14 @@ def record_uncertainty(run_dir: Path, scores: PerQuery) -> dict[str, Any]:
 
 
 def save_query_values(path: Path, values: QueryValues) -> None:
-    """Write `values` as an `.npz` (rows, labels, one array per metric), atomically."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp.npz")
-    try:
-        np.savez(temporary, rows=values.rows, labels=values.labels, **values.values)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    """Write `values` as an `.npz` (rows, labels, one array per metric), atomically.
+
+    `np.savez` gets an open file: given a name, it would append `.npz` to the temporary one.
+    """
+    # Any: numpy's stub lets `**arrays` bind to savez's `allow_pickle: bool` as well as to the array names.
+    arrays: dict[str, Any] = {"rows": values.rows, "labels": values.labels, **values.values}
+    with atomic_write(path) as temporary, temporary.open("wb") as handle:
+        np.savez(handle, **arrays)
 
 
 def load_query_values(path: Path) -> QueryValues:

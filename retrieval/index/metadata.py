@@ -10,16 +10,18 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 
 from retrieval.errors import UserError
 
-__all__ = ["ID_COLUMN", "Metadata"]
+__all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
 
 ID_COLUMN = "id"
+# Rows given for new vectors: an Arrow table, a dict of columns, or None for ids only.
+MetadataInput: TypeAlias = "pa.Table | Mapping[str, Sequence[Any]] | None"
 
 
 class Metadata:
@@ -30,7 +32,7 @@ class Metadata:
         self._ids = _ids_of(table)
 
     @classmethod
-    def from_rows(cls, ids: np.ndarray, rows: pa.Table | Mapping[str, Sequence[Any]] | None) -> Metadata:
+    def from_rows(cls, ids: np.ndarray, rows: MetadataInput) -> Metadata:
         """Metadata for new vectors: `rows` (N rows, any columns but `id`) keyed by `ids` (N,).
 
         Raises:

@@ -21,7 +21,7 @@ from tqdm.auto import tqdm
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
-from retrieval.index.metadata import Metadata
+from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -30,11 +30,17 @@ from retrieval.index.storage import (
     read_verified_manifest,
     write_index_directory,
 )
-from retrieval.index.tuning import Measurement, exact_neighbors, measure, tune_search_parameters
+from retrieval.index.tuning import (
+    Measurement,
+    apply_search_parameters,
+    exact_neighbors,
+    find_index,
+    measure,
+    tune_search_parameters,
+)
 
 __all__ = ["SearchIndex"]
 
-MetadataInput = pa.Table | Mapping[str, Sequence[Any]] | None
 _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
 _TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
@@ -154,8 +160,9 @@ class SearchIndex:
         inserted = np.setdiff1d(ids, held_out, assume_unique=True)
 
         index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
-        if "ef_construction" in plan.parameters:
-            faiss.downcast_index(index.index).hnsw.efConstruction = plan.parameters["ef_construction"]
+        graph = find_index(index, faiss.IndexHNSW)
+        if graph is not None and "ef_construction" in plan.parameters:
+            graph.hnsw.efConstruction = plan.parameters["ef_construction"]
         if plan.trained:
             sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
             index.train(vectors[np.sort(sample)])
@@ -223,8 +230,9 @@ class SearchIndex:
         if len(self._tombstones):
             keep = (ids >= 0) & ~np.isin(ids, self._tombstones)
             order = np.argsort(~keep, axis=1, kind="stable")
-            scores, ids, keep = (np.take_along_axis(a, order, axis=1) for a in (scores, ids, keep))
-            ids[~keep] = -1
+            scores = np.take_along_axis(scores, order, axis=1)
+            ids = np.take_along_axis(ids, order, axis=1)
+            ids[~np.take_along_axis(keep, order, axis=1)] = -1
         scores, ids = _padded(scores[:, :k], ids[:, :k], k)
         scores[ids < 0] = -np.inf
         return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
@@ -232,15 +240,16 @@ class SearchIndex:
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - the public name is the API
         """The stored `(D,)` vector of `id` (decoded, hence approximate, for ivfpq); `UserError` if unknown."""
         self._metadata.rows_of([id])
+        vector = np.empty(self.dim, dtype=np.float32)
         if isinstance(self._index, faiss.IndexIVF):
             list_numbers, offsets, ids = self._ivf_directory()
             position = np.searchsorted(ids, id)
-            vector = np.empty(self.dim, dtype=np.float32)
             self._index.reconstruct_from_offset(
                 int(list_numbers[position]), int(offsets[position]), faiss.swig_ptr(vector)
             )
-            return vector
-        return self._index.reconstruct(int(id))
+        else:
+            self._index.reconstruct(int(id), vector)
+        return vector
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
@@ -398,7 +407,7 @@ class SearchIndex:
             ids = faiss.vector_to_array(self._index.id_map)
             vectors = inner.reconstruct_n(0, inner.ntotal) if inner.ntotal else np.zeros((0, self.dim), np.float32)
         else:  # IVF-Flat: the inverted lists hold the raw float32 vectors
-            invlists, parts, id_parts = self._index.invlists, [], []
+            invlists, parts, id_parts = _inverted_lists(self._index), [], []
             for number in range(invlists.nlist):
                 size = invlists.list_size(number)
                 if size:
@@ -414,7 +423,7 @@ class SearchIndex:
     def _ivf_directory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`(list numbers, offsets, ids)` of every vector of an IVF index, sorted by id; cached until changed."""
         if self._directory is None:
-            invlists = self._index.invlists
+            invlists = _inverted_lists(self._index)
             parts = []
             for number in range(invlists.nlist):
                 size = invlists.list_size(number)
@@ -474,7 +483,15 @@ def _label_space(index: faiss.Index) -> tuple[faiss.Index, Any]:
 def _set_search_parameters(index: faiss.Index, parameters: Mapping[str, int]) -> None:
     if parameters:
         target = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
-        faiss.ParameterSpace().set_index_parameters(target, ",".join(f"{k}={v}" for k, v in parameters.items()))
+        apply_search_parameters(target, ",".join(f"{k}={v}" for k, v in parameters.items()))
+
+
+def _inverted_lists(index: faiss.Index) -> faiss.InvertedLists:
+    """The inverted lists of an IVF index (the index itself or the one it wraps)."""
+    invlists = faiss.extract_index_ivf(index).invlists
+    if invlists is None:
+        raise RuntimeError(f"{type(index).__name__} has no inverted lists")  # a built IVF index always has them
+    return invlists
 
 
 def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

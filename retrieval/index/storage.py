@@ -16,7 +16,6 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import errno
-import hashlib
 import json
 import os
 import shutil
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.errors import UserError
+from retrieval.runtime.files import file_sha256
 
 __all__ = [
     "FORMAT",
@@ -123,20 +123,12 @@ def _verify(path: Path, expected: Mapping[str, Any]) -> None:
         raise UserError(f"{path} is truncated: {size:,} bytes, the manifest says {expected['size']:,}")
     if size > expected["size"]:
         raise UserError(f"{path} has {size:,} bytes, the manifest says {expected['size']:,}: it was modified")
-    if _sha256(path) != expected["sha256"]:
+    if file_sha256(path) != expected["sha256"]:
         raise UserError(f"{path} is corrupt: its sha256 does not match the manifest; rebuild or restore it")
 
 
 def _describe(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "sha256": _sha256(path)}
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(1 << 22):
-            digest.update(chunk)
-    return digest.hexdigest()
+    return {"size": path.stat().st_size, "sha256": file_sha256(path)}
 
 
 def _fsync(path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import faiss
 import numpy as np
@@ -22,7 +23,9 @@ from retrieval.errors import UserError
 __all__ = [
     "MIN_SELF_RECALL",
     "Measurement",
+    "apply_search_parameters",
     "exact_neighbors",
+    "find_index",
     "measure",
     "recall_at_k",
     "search_parameter_ranges",
@@ -31,6 +34,8 @@ __all__ = [
 
 MIN_SELF_RECALL = 0.999  # share of stored vectors that must find themselves first under tuned parameters
 _LATENCY_QUERIES = 1000  # single-query timings per measurement: enough for a stable p99
+
+IndexT = TypeVar("IndexT", bound=faiss.Index)
 
 
 @dataclass(frozen=True)
@@ -115,12 +120,12 @@ def search_parameter_ranges(index: faiss.Index) -> dict[str, list[int]]:
     ranges go up to nprobe = nlist, which on a large index costs minutes of exploring.
     """
     ranges: dict[str, list[int]] = {}
-    ivf = _find(index, faiss.IndexIVF)
+    ivf = find_index(index, faiss.IndexIVF)
     if ivf is not None:
         ranges["nprobe"] = [2**p for p in range(11) if 2**p <= ivf.nlist] or [1]
-    if _find(index, faiss.IndexHNSW) is not None:
+    if find_index(index, faiss.IndexHNSW) is not None:
         ranges["efSearch"] = [2**p for p in range(4, 12)]
-    if _find(index, faiss.IndexRefine) is not None:
+    if find_index(index, faiss.IndexRefine) is not None:
         ranges["k_factor_rf"] = [2**p for p in range(7)]
     return ranges
 
@@ -167,16 +172,16 @@ def tune_search_parameters(
     ranges = search_parameter_ranges(index)
     if not ranges:
         return {}, 1.0
-    space = faiss.ParameterSpace()
     criterion = faiss.IntersectionCriterion(len(queries), k)
-    criterion.set_groundtruth(None, np.ascontiguousarray(true_labels, dtype=np.int64))
+    # FAISS's Python wrapper takes (D, I), D unused by this criterion; the stub describes the C++ (gt_nnn, D, I).
+    criterion.set_groundtruth(None, np.ascontiguousarray(true_labels, dtype=np.int64))  # type: ignore[call-overload]
     points, finds_itself = faiss.OperatingPoints(), {}
     (first, first_values), *rest = ranges.items()
     for second in rest[0][1] if rest else [None]:
         for value in first_values:
             setting = {first: value} if second is None else {first: value, rest[0][0]: second}
             key = ",".join(f"{name}={number}" for name, number in setting.items())
-            space.set_index_parameters(index, key)
+            apply_search_parameters(index, key)
             distances, labels = index.search(queries, k)
             recall = criterion.evaluate(faiss.swig_ptr(distances), faiss.swig_ptr(labels))
             points.add(recall, _bytes_read(index, setting, k), key)
@@ -193,7 +198,7 @@ def tune_search_parameters(
             "or use a more exact kind (hnsw, ivf, flat), more nlist or larger pq_bytes"
         )
     cheapest = min(reached, key=lambda point: point.t)
-    space.set_index_parameters(index, cheapest.key)
+    apply_search_parameters(index, cheapest.key)
     parameters = {name: int(value) for name, value in (item.split("=") for item in cheapest.key.split(","))}
     return parameters, float(cheapest.perf)
 
@@ -211,8 +216,8 @@ def _bytes_read(index: faiss.Index, setting: dict[str, int], k: int) -> float:
     search visits about efSearch nodes (only its order matters: it is tuned alone).
     """
     cost = 0.0
-    if "nprobe" in setting:
-        ivf = _find(index, faiss.IndexIVF)
+    ivf = find_index(index, faiss.IndexIVF)
+    if "nprobe" in setting and ivf is not None:
         cost += setting["nprobe"] * ivf.ntotal / ivf.nlist * ivf.code_size
     if "k_factor_rf" in setting:
         cost += k * setting["k_factor_rf"] * 4 * index.d
@@ -221,15 +226,21 @@ def _bytes_read(index: faiss.Index, setting: dict[str, int], k: int) -> float:
     return cost
 
 
-def _find(index: faiss.Index, kind: type) -> faiss.Index | None:
-    """The first index of type `kind` in the chain under `index` (IDMap, pre-transform, refine)."""
-    index = faiss.downcast_index(index)
-    while index is not None:
-        if isinstance(index, kind):
-            return index
+def apply_search_parameters(index: faiss.Index, setting: str) -> None:
+    """Set `index`'s search parameters from a string such as `"nprobe=32,k_factor_rf=4"` (FAISS's `ParameterSpace`)."""
+    # The stub declares the (index, int) and (index, str) variants without @overload, so only the int one is seen.
+    faiss.ParameterSpace().set_index_parameters(index, setting)  # type: ignore[arg-type]
+
+
+def find_index(index: faiss.Index, kind: type[IndexT]) -> IndexT | None:
+    """The first index of type `kind` in the chain under `index` (IDMap, pre-transform, refine), downcast."""
+    current: faiss.Index | None = faiss.downcast_index(index)
+    while current is not None:
+        if isinstance(current, kind):
+            return current
         for attribute in ("index", "base_index"):
-            if hasattr(index, attribute):
-                index = faiss.downcast_index(getattr(index, attribute))
+            if hasattr(current, attribute):
+                current = faiss.downcast_index(getattr(current, attribute))
                 break
         else:
             return None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, cast
 
 import timm
 import torch.nn.functional as F
@@ -14,6 +14,21 @@ from retrieval.errors import UserError
 from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
 
 __all__ = ["Embedder", "create_backbone"]
+
+
+class _TimmModel(Protocol):
+    """The contract every timm model honours beyond `nn.Module`, which `timm.create_model` is annotated to return."""
+
+    num_features: int  # width of the pooled features, before any classifier
+
+    def forward_features(self, x: Tensor) -> Tensor: ...
+
+    def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor: ...
+
+
+def _timm(backbone: nn.Module) -> _TimmModel:
+    """`backbone` seen through timm's model contract (every model `create_backbone` builds honours it)."""
+    return cast(_TimmModel, backbone)
 
 
 class Embedder(nn.Module):
@@ -70,7 +85,7 @@ class Embedder(nn.Module):
         )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
-        self.head = nn.Linear(self.backbone.num_features, embedding_dim)
+        self.head = nn.Linear(_timm(self.backbone).num_features, embedding_dim)
         self.embedding_dim = embedding_dim
         self.flip_average = flip_average
 
@@ -83,13 +98,13 @@ class Embedder(nn.Module):
 
     def embed(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` float32 unit vectors of the images as they are."""
-        embeddings = self.head(self.pool_features(self.backbone.forward_features(images)))
+        embeddings = self.head(self.pool_features(_timm(self.backbone).forward_features(images)))
         return F.normalize(embeddings.float(), dim=1)
 
     def pool_features(self, features: Tensor) -> Tensor:
         """The backbone's `forward_features` output -> `(B, num_features)`, before the Linear head."""
         if self.pool is None:
-            return self.backbone.forward_head(features, pre_logits=True)
+            return _timm(self.backbone).forward_head(features, pre_logits=True)
         if features.ndim != 4:
             raise UserError(
                 f"model.pooling={self.pool.kind} pools CNN feature maps, but {self.backbone_name} gives "
@@ -128,7 +143,8 @@ def create_backbone(
             raise UserError(f"model.weights file not found: {path}; give the path to a .safetensors or .pth state dict")
         overlay = {"file": str(path)}
         pretrained = True
-    extra = {} if output_stride is None else {"output_stride": output_stride}
+    # The model's own constructor arguments, which timm passes on untyped (`**kwargs: Any`).
+    extra: dict[str, Any] = {} if output_stride is None else {"output_stride": output_stride}
     try:
         return timm.create_model(
             name,

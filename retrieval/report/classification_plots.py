@@ -5,13 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from retrieval.report.plots import save_figure  # noqa: E402
+from retrieval.report.plots import save_figure
 
 __all__ = ["plot_classification"]
 
@@ -34,7 +31,8 @@ def plot_classification(report: dict[str, Any], out_dir: Path, calibrated: dict[
 
 
 def _pr_curves(report: dict[str, Any], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 5))
+    fig = Figure(figsize=(6, 5))
+    ax = fig.subplots()
     for k, curve in enumerate(report.get("pr_curves", [])):
         if curve is not None:
             ax.plot(
@@ -67,7 +65,8 @@ def _pr_curves(report: dict[str, Any], path: Path) -> Path:
 def _confusion(report: dict[str, Any], path: Path) -> Path:
     counts = np.asarray(report["confusion"])
     normalized = np.asarray(report["confusion_normalized"])
-    fig, axes = plt.subplots(1, 2, figsize=(12, 5))
+    fig = Figure(figsize=(12, 5))
+    axes = fig.subplots(1, 2)
     for ax, matrix, title, fmt in ((axes[0], counts, "counts", "d"), (axes[1], normalized, "row-normalized", ".2f")):
         image = ax.imshow(matrix, cmap="Blues")
         fig.colorbar(image, ax=ax, fraction=0.046)
@@ -83,7 +82,8 @@ def _confusion(report: dict[str, Any], path: Path) -> Path:
 
 def _reliability(report: dict[str, Any], calibrated: dict[str, Any] | None, path: Path) -> Path:
     panels = [("raw softmax", report)] + ([("temperature-scaled", calibrated)] if calibrated else [])
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 5), squeeze=False)
+    fig = Figure(figsize=(5.5 * len(panels), 5))
+    axes = fig.subplots(1, len(panels), squeeze=False)
     for ax, (name, summary) in zip(axes[0], panels, strict=True):
         bins = summary["reliability"]
         edges = np.asarray(bins["edges"])

@@ -9,7 +9,10 @@
 - `gradients.png`: the share of the logit-gradient norm per p_t bucket and per correct / wrong
   prediction, per epoch.
 
-Each diagnostic figure is drawn only when the run logged its inputs (see `engine/diagnostics.py`).
+Each diagnostic figure is drawn only when the run logged its inputs (see `train/diagnostics.py`).
+
+Figures are drawn with matplotlib's object-oriented API (`Figure`, no pyplot): it needs no GUI
+backend, so importing or calling this module never changes the caller's matplotlib backend.
 """
 
 from __future__ import annotations
@@ -18,17 +21,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from retrieval.errors import UserError  # noqa: E402
-from retrieval.metrics.groups import GROUP_NAMES  # noqa: E402
-from retrieval.train.diagnostics import P_T_BUCKETS  # noqa: E402
+from retrieval.errors import UserError
+from retrieval.metrics.groups import GROUP_NAMES
+from retrieval.runtime.files import atomic_write
+from retrieval.train.diagnostics import P_T_BUCKETS
 
 __all__ = [
     "plot_curves",
@@ -73,7 +74,8 @@ def plot_curves(records: _Records, path: Path) -> Path:
     """Loss, learning rate, Recall@K / MAP@R, and (closed-set splits) results per frequency group."""
     epochs = [r["epoch"] for r in records]
     grouped = any(f"val/{GROUP_NAMES[0]}/recall@1" in r or f"test/{GROUP_NAMES[0]}/recall@1" in r for r in records)
-    fig, axes = plt.subplots(1, 4 if grouped else 3, figsize=(20 if grouped else 15, 4))
+    fig = Figure(figsize=(20 if grouped else 15, 4))
+    axes = fig.subplots(1, 4 if grouped else 3)
     ax_loss, ax_lr, ax_recall = axes[:3]
     ax_loss.plot(epochs, [r["loss"] for r in records], marker="o")
     ax_loss.set(title="training loss", xlabel="epoch")
@@ -101,7 +103,8 @@ def plot_curves(records: _Records, path: Path) -> Path:
 
 def plot_difficulty(records: _Records, path: Path) -> Path:
     """c_i over epochs: histogram heat map and min / p10-p90 / median / max bands."""
-    fig, (ax_map, ax_band) = plt.subplots(1, 2, figsize=(12, 4))
+    fig = Figure(figsize=(12, 4))
+    ax_map, ax_band = fig.subplots(1, 2)
     _heat_map(ax_map, records, "c_hist", "semantic difficulty c_i: share of samples per bin")
     _quantile_bands(ax_band, records, "c", "c_i quantiles (1 = no confusion; s_i = gamma * c_i)")
     return save_figure(fig, path)
@@ -109,7 +112,8 @@ def plot_difficulty(records: _Records, path: Path) -> Path:
 
 def plot_gating(records: _Records, path: Path) -> Path:
     """b_i over epochs: histogram heat map, median per frequency group and the fraction gated."""
-    fig, (ax_map, ax_median) = plt.subplots(1, 2, figsize=(12, 4))
+    fig = Figure(figsize=(12, 4))
+    ax_map, ax_median = fig.subplots(1, 2)
     _heat_map(ax_map, records, "b_hist", "balance degree b_i: share of samples per bin")
     for name in GROUP_NAMES:
         _plot_key(ax_median, records, f"b_median/{name}", "-", f"median b_i, {name}")
@@ -131,7 +135,8 @@ def plot_gradients(records: _Records, path: Path) -> Path:
     epochs = np.array([r["epoch"] for r in rows])
     sums = np.array([r["grad"]["p_t_sum"] for r in rows])
     shares = sums / np.maximum(sums.sum(axis=1, keepdims=True), 1e-30)
-    fig, (ax_buckets, ax_wrong) = plt.subplots(1, 2, figsize=(12, 4))
+    fig = Figure(figsize=(12, 4))
+    ax_buckets, ax_wrong = fig.subplots(1, 2)
     ax_buckets.stackplot(epochs, shares.T, labels=[f"p_t in {b}" for b in P_T_BUCKETS], alpha=0.85)
     ax_buckets.set(title="share of gradient norm at the logits, per p_t", xlabel="epoch", ylim=(0, 1))
     ax_buckets.legend(fontsize=7, loc="upper right")
@@ -211,14 +216,15 @@ def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
     ax.legend(fontsize=7)
 
 
-def save_figure(fig: plt.Figure, path: Path, dpi: int = 100) -> Path:
-    """Lay out, save atomically (temp file + rename, so a reader never sees half a PNG) and close `fig`."""
+def save_figure(fig: Figure, path: Path, dpi: int = 100) -> Path:
+    """Lay out `fig` and write it to `path` atomically, so a reader never sees half a PNG.
+
+    The format follows `path`'s suffix (PNG without one): the temporary file beside it has none to go by.
+    """
     for ax in fig.axes:
         if ax.get_xlabel() == "epoch":
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    temporary = path.with_name(f".{path.name}.tmp.png")
     fig.tight_layout()
-    fig.savefig(temporary, dpi=dpi)
-    plt.close(fig)
-    temporary.replace(path)
+    with atomic_write(path) as temporary:
+        fig.savefig(temporary, dpi=dpi, format=path.suffix.lstrip(".") or "png")
     return path

@@ -11,16 +11,14 @@ from pathlib import Path
 from typing import NamedTuple
 
 import faiss
-import matplotlib
+import numpy as np
+import torch
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from torch import Tensor
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from torch import Tensor  # noqa: E402
-
-from retrieval.data import EvalSplit  # noqa: E402
-from retrieval.report.plots import save_figure  # noqa: E402
+from retrieval.data import EvalSplit
+from retrieval.report.plots import save_figure
 
 __all__ = ["GRID_MODES", "RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
 
@@ -108,7 +106,8 @@ def draw_query_grid(
         path: the PNG to write.
         title: figure title (says how the queries were chosen).
     """
-    fig, axes = plt.subplots(len(chosen), TOP + 1, figsize=(1.8 * (TOP + 1), 1.9 * len(chosen)), squeeze=False)
+    fig = Figure(figsize=(1.8 * (TOP + 1), 1.9 * len(chosen)))
+    axes = fig.subplots(len(chosen), TOP + 1, squeeze=False)
     for axes_row, position in zip(axes, chosen, strict=True):
         query = ranked.rows[position]
         _show(
@@ -128,7 +127,7 @@ def draw_query_grid(
     return save_figure(fig, path, dpi=90)
 
 
-def _show(ax: plt.Axes, image: np.ndarray, colour: str, caption: str) -> None:
+def _show(ax: Axes, image: np.ndarray, colour: str, caption: str) -> None:
     ax.imshow(image, cmap="gray" if image.ndim == 2 else None, vmin=0, vmax=1)
     ax.set_xticks([])
     ax.set_yticks([])

@@ -13,23 +13,21 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
-
-from retrieval.evaluate.evaluator import format_mean_sd  # noqa: E402
-from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values  # noqa: E402
-from retrieval.metrics.bootstrap import Interval, bootstrap_interval  # noqa: E402
-from retrieval.sweep.grid import Cell  # noqa: E402
+from retrieval.evaluate.evaluator import format_mean_sd
+from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values
+from retrieval.metrics.bootstrap import Interval, bootstrap_interval
+from retrieval.report.plots import save_figure
+from retrieval.runtime.files import write_text
+from retrieval.sweep.grid import Cell
 
 __all__ = ["CellSummary", "summarize", "write_reports"]
 
@@ -92,8 +90,8 @@ def write_reports(summaries: Sequence[CellSummary], output_dir: Path, select_on:
         The paths written.
     """
     paths = [output_dir / "sweep.csv", output_dir / "sweep.md", output_dir / "sweep.png"]
-    _write_text(paths[0], _csv(summaries))
-    _write_text(paths[1], _markdown(summaries, select_on))
+    write_text(paths[0], _csv(summaries))
+    write_text(paths[1], _markdown(summaries, select_on))
     _plot(summaries, paths[2])
     return paths
 
@@ -211,7 +209,8 @@ def _plot(summaries: Sequence[CellSummary], path: Path) -> None:
     With several parameters, each panel draws one line per combination of the others.
     """
     keys = [key for key, _ in summaries[0].values]
-    fig, axes = plt.subplots(2, len(keys), figsize=(max(7, 5 * len(keys)), 7.5), squeeze=False)
+    fig = Figure(figsize=(max(7, 5 * len(keys)), 7.5))
+    axes = fig.subplots(2, len(keys), squeeze=False)
     for column, key in enumerate(keys):
         position = keys.index(key)
         others = sorted({tuple(v for i, v in enumerate(s.values) if i != position) for s in summaries})
@@ -249,11 +248,7 @@ def _plot(summaries: Sequence[CellSummary], path: Path) -> None:
         "mean ± sd over seeds, dots: seeds, band: 95% class-bootstrap CI of the seed average",
         fontsize="medium",
     )
-    fig.tight_layout()
-    temporary = path.with_name(f".{path.stem}.{os.getpid()}.tmp{path.suffix}")
-    fig.savefig(temporary, dpi=100)
-    plt.close(fig)
-    os.replace(temporary, path)
+    save_figure(fig, path)
 
 
 def _numeric(values: Sequence[str]) -> bool:
@@ -267,9 +262,3 @@ def _numeric(values: Sequence[str]) -> bool:
 def _log_scale(values: Sequence[float]) -> bool:
     """Positive values spanning a factor of 8 or more read better on a log axis (e.g. 4, 8, 16, 32)."""
     return min(values) > 0 and max(values) / min(values) >= 8
-
-
-def _write_text(path: Path, text: str) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(text)
-    os.replace(temporary, path)

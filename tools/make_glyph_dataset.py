@@ -18,8 +18,11 @@ from a generator seeded by (seed, code point): the output depends only on the ar
     python tools/make_glyph_dataset.py --out /data/glyphs            # dataset.csv + images/
     retrieval train --config configs/csv_glyph.yaml --set data.path=/data/glyphs/dataset.csv
 
-Fonts: fonts-dejavu-core/extra, fonts-liberation2, fonts-freefont-ttf, fonts-noto-core,
-fonts-urw-base35 (families that are not installed are skipped; each group needs two).
+Fonts: the dataset is rendered from a pinned list of families (`FAMILIES`) and from no other
+font, so it is the same on every machine that has them, whatever else is installed. Every family
+is required: a missing one stops the tool, naming the Debian packages to install
+(`FONT_PACKAGES`: fonts-dejavu-core fonts-dejavu-extra fonts-liberation2 fonts-freefont-ttf
+fonts-noto-core fonts-noto-mono fonts-urw-base35).
 """
 
 from __future__ import annotations
@@ -40,7 +43,17 @@ from tqdm import tqdm
 
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["FAMILIES", "Font", "find_fonts", "glyph_classes", "main", "make_dataset", "render"]
+__all__ = [
+    "FAMILIES",
+    "FONT_PACKAGES",
+    "Font",
+    "MissingFonts",
+    "find_fonts",
+    "glyph_classes",
+    "main",
+    "make_dataset",
+    "render",
+]
 
 FONT_ROOT = Path("/usr/share/fonts")
 
@@ -69,6 +82,24 @@ FAMILIES: dict[str, tuple[str, tuple[str, ...]]] = {
     "URW Gothic": ("other", ("opentype/urw-base35/URWGothic-*.otf",)),
 }
 
+# The Debian package that installs each family's files (FAMILIES' globs): what to install when one is missing.
+_PACKAGE_OF_FOLDER = {
+    "truetype/dejavu/DejaVu": "fonts-dejavu-core fonts-dejavu-extra",
+    "truetype/liberation2/": "fonts-liberation2",
+    "truetype/freefont/": "fonts-freefont-ttf",
+    "truetype/noto/NotoSansMono": "fonts-noto-mono",
+    "truetype/noto/NotoS": "fonts-noto-core",
+    "opentype/urw-base35/": "fonts-urw-base35",
+}
+FONT_PACKAGES = tuple(sorted({name for names in _PACKAGE_OF_FOLDER.values() for name in names.split()}))
+
+
+def _packages_of(patterns: Sequence[str]) -> list[str]:
+    """The Debian packages that install files matching `patterns` (the longest matching prefix of each)."""
+    found = {max((f for f in _PACKAGE_OF_FOLDER if p.startswith(f)), key=len) for p in patterns}
+    return sorted({name for folder in found for name in _PACKAGE_OF_FOLDER[folder].split()})
+
+
 # Unicode blocks the classes come from (the fonts' common cover decides what is left).
 _BLOCKS = ((0x21, 0x7E), (0xA1, 0x17F), (0x370, 0x3FF), (0x400, 0x4FF), (0x2010, 0x20CF), (0x2100, 0x22FF))
 _KEPT_CATEGORIES = ("L", "N", "P", "S")  # letters, numbers, punctuation, symbols (no marks, spaces, controls)
@@ -87,12 +118,29 @@ class Font:
     group: str  # "serif" (queries) or "other" (gallery)
 
 
+class MissingFonts(RuntimeError):
+    """Some pinned font families are not installed; the message names them and the packages to install."""
+
+
 def find_fonts(root: Path = FONT_ROOT, families: dict[str, tuple[str, tuple[str, ...]]] = FAMILIES) -> list[Font]:
-    """The installed font files of `families`, sorted by family then path."""
-    fonts = []
+    """The font files of every family in `families`, sorted by family then path.
+
+    Raises:
+        MissingFonts: a family has no file under `root`; the dataset would then depend on which
+            fonts this machine happens to have, so nothing is rendered.
+    """
+    fonts, missing = [], []
     for family, (group, patterns) in families.items():
         paths = sorted({path for pattern in patterns for path in root.glob(pattern)})
         fonts.extend(Font(path, family, group) for path in paths)
+        if not paths:
+            missing.append(family)
+    if missing:
+        packages = sorted({package for family in missing for package in _packages_of(families[family][1])})
+        raise MissingFonts(
+            f"font families not installed under {root}: {', '.join(missing)}; "
+            f"install them with: apt-get install {' '.join(packages)}"
+        )
     return fonts
 
 
@@ -156,7 +204,10 @@ def make_dataset(
     fonts: Sequence[Font] | None = None,
 ) -> dict[str, int]:
     """Write `out/images/<split>/*.png` and `out/dataset.csv`; returns the number of rows per split."""
-    fonts = list(fonts if fonts is not None else find_fonts())
+    try:
+        fonts = list(fonts if fonts is not None else find_fonts())
+    except MissingFonts as exc:
+        raise SystemExit(f"error: {exc}") from None
     groups = {group: [f for f in fonts if f.group == group] for group in ("serif", "other")}
     for group, members in groups.items():
         if len({f.family for f in members}) < 2:

@@ -22,13 +22,15 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
 from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
 from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
+from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
 from retrieval.metrics.classification import calibration_summary, classification_report
 from retrieval.models import Embedder
 from retrieval.report.classification_plots import plot_classification
 from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
-from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.runtime.device import place_model, resolve_device
+from retrieval.runtime.files import write_text
 
 __all__ = ["add_parser", "run"]
 
@@ -74,10 +76,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     checkpoint = Checkpoint.load(args.checkpoint)
     config = checkpoint.config(args.config, args.overrides)
-    model = checkpoint.embedder()
     device = resolve_device(config.train.device)
-    channels_last = uses_channels_last(config.train.channels_last, device)
-    model = place_model(model, device, channels_last)
+    precision = Precision.for_run(config.train, device)
+    model = place_model(checkpoint.embedder(), device, precision.channels_last)
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 
     def embed(split: EvalSplit) -> np.ndarray:
@@ -87,8 +88,8 @@ def run(args: argparse.Namespace) -> int:
             config.data.eval_batch_size,
             device,
             num_workers=config.data.num_workers,
-            amp_dtype=amp_dtype(config.train.amp, device),
-            channels_last=channels_last,
+            amp_dtype=precision.amp_dtype,
+            channels_last=precision.channels_last,
             pin_memory=config.data.pin_memory and device.type == "cuda",
         )
 
@@ -117,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
-        args.json.write_text(json.dumps({**metrics, **extras}, indent=2) + "\n")
+        write_text(args.json, json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
 
@@ -187,9 +188,7 @@ def _classification(
         report["calibrated"] = {"temperature": calibrated["temperature"], **after}
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_classification(report, out_dir, after)
-    temporary = out_dir / ".classification.json.tmp"
-    temporary.write_text(json.dumps(report) + "\n")
-    temporary.replace(out_dir / "classification.json")
+    write_text(out_dir / "classification.json", json.dumps(report) + "\n")
     return report
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
     config = checkpoint.config(args.config, args.overrides)
     device = resolve_device(config.train.device)
     precision = Precision.for_run(config.train, device)
-    model = place_model(checkpoint.embedder(), device, precision.channels_last)
+    model = checkpoint.embedder()
+    place_model(model, device, precision.channels_last)  # moves the module in place
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 
     def embed(split: EvalSplit) -> np.ndarray:
@@ -108,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
     extras: dict[str, Any] = {"uncertainty": uncertainty}
     calibrated = None
     if args.calibrate:
-        calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data, classifier)
+        assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
+        calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data.test, data.val, classifier)
         notes.append(_calibration_line(calibrated))
     if args.classification:
+        assert classifier is not None  # _check_requests refused the request otherwise
         report = _classification(args.classification, embeddings, data.test, classifier, calibrated)
         extras["classification"] = {"directory": str(args.classification), "accuracy": report["accuracy"]}
         notes.append(f"classification: accuracy {report['accuracy']:.4f}, written to {args.classification}")
@@ -153,21 +157,32 @@ def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None
 
 
 def _calibration(
-    args: argparse.Namespace, embed: Any, test_embeddings: np.ndarray, data: RetrievalData, classifier: ProxyClassifier
+    args: argparse.Namespace,
+    embed: Callable[[EvalSplit], np.ndarray],
+    test_embeddings: np.ndarray,
+    test: EvalSplit,
+    val: EvalSplit,
+    classifier: ProxyClassifier,
 ) -> dict[str, Any]:
     """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
-    val_rows = closed_set_rows(data.val, "--calibrate (validation split)")
+    val_rows, _ = _closed_set(val, "--calibrate (validation split)")
     if args.calibration_share < 1:
         count = max(1, round(args.calibration_share * len(val_rows)))
         val_rows = np.sort(np.random.default_rng(0).choice(val_rows, size=count, replace=False))
-    val_embeddings = embed(data.val)
-    test_rows = closed_set_rows(data.test, "--calibrate")
+    val_embeddings = embed(val)
+    test_rows, test_classes = _closed_set(test, "--calibrate")
     result = calibrate(
         classifier,
-        (val_embeddings[val_rows], data.val.train_class[val_rows]),
-        (test_embeddings[test_rows], data.test.train_class[test_rows]),
+        (val_embeddings[val_rows], np.asarray(val.train_class)[val_rows]),
+        (test_embeddings[test_rows], test_classes),
     )
     return {**result, "calibration_share": args.calibration_share}
+
+
+def _closed_set(split: EvalSplit, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `split` whose class trained, and those classes (`closed_set_rows` refuses a split without any)."""
+    rows = closed_set_rows(split, what)
+    return rows, np.asarray(split.train_class)[rows]
 
 
 def _classification(
@@ -177,8 +192,7 @@ def _classification(
     classifier: ProxyClassifier,
     calibrated: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    rows = closed_set_rows(test, "--classification")
-    targets = test.train_class[rows]
+    rows, targets = _closed_set(test, "--classification")
     probabilities = temperature_softmax(classifier.logits(embeddings[rows]))
     report = {"logit_scale": classifier.scale, **classification_report(probabilities, targets)}
     after = None

@@ -181,13 +181,16 @@ def _split_of(
     csv_path: Path, chosen: list[dict[str, str]], has_flags: bool, multi_label: bool, check_images: bool
 ) -> CsvSplit:
     paths = [csv_path.parent / row["path"] for row in chosen]
-    masks = [_flag_mask(chosen, flag) if has_flags else None for flag in _FLAGS]
+    query_mask, gallery_mask = (_flag_mask(chosen, flag) if has_flags else None for flag in _FLAGS)
     if multi_label:
         if check_images:
             _check_images_exist(csv_path, paths, _CSV_PATHS_HINT)
-        return CsvSplit(paths, *_multi_hot([row["label"] for row in chosen]), *masks)
+        labels, class_names = _multi_hot([row["label"] for row in chosen])
+        return CsvSplit(paths, labels, class_names, query_mask, gallery_mask)
     names = [row["label"] for row in chosen]
-    return labeled_split(paths, names, csv_path, *masks, check_images=check_images, hint=_CSV_PATHS_HINT)
+    return labeled_split(
+        paths, names, csv_path, query_mask, gallery_mask, check_images=check_images, hint=_CSV_PATHS_HINT
+    )
 
 
 def labeled_split(

@@ -30,7 +30,7 @@ __all__ = ["BAD_IMAGE_POLICIES", "BadImage", "BadImageLog", "ImageLoader", "coll
 class BadImage(NamedTuple):
     """What a dataset returns instead of `(image, label)` for an image it cannot read."""
 
-    index: int  # position in the dataset
+    position: int  # index of the item in the dataset
     message: str  # one line: "cannot read image PATH: REASON; ..."
     path: str
     reason: str  # the REASON part alone, e.g. "UnidentifiedImageError: cannot identify image file ..."
@@ -80,21 +80,21 @@ def collate_images(items: list[tuple[Tensor, int] | BadImage]) -> _Batch:
 class ImageLoader(DataLoader):
     """A `DataLoader` whose batches are `(images, labels)` and that applies the dataset's bad-image policy.
 
-    Takes `DataLoader`'s arguments (not `collate_fn`). The policy is the dataset's `bad_images`
+    Takes `DataLoader`'s keyword arguments (not `collate_fn`). The policy is the dataset's `bad_images`
     (`BadImageLog`), looked up under `Subset`s (a torchrun shard); a dataset without one (in-memory
     digits) never yields a `BadImage`.
     After (or during) a pass, `skipped` holds the images left out in that pass and `skipped_indices`
     their dataset positions, so an in-order evaluation knows which rows its embeddings lack.
     """
 
-    def __init__(self, dataset: Dataset, *args: Any, **kwargs: Any) -> None:
-        super().__init__(dataset, *args, collate_fn=collate_images, **kwargs)
+    def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
+        super().__init__(dataset, collate_fn=collate_images, **kwargs)
         self.skipped: list[BadImage] = []
 
     @property
     def skipped_indices(self) -> list[int]:
         """Dataset positions of the images left out in the current (or last) pass, in order."""
-        return [bad.index for bad in self.skipped]
+        return [bad.position for bad in self.skipped]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:  # type: ignore[override]
         log = _bad_image_log(self.dataset)

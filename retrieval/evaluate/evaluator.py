@@ -161,8 +161,8 @@ class SplitEvaluator:
         self.device = device
         self.context = context or DistributedContext()
         self.precision = Precision(amp_dtype, channels_last)
-        shard = shard_range(len(split.dataset), self.context)
-        dataset = split.dataset if len(shard) == len(split.dataset) else Subset(split.dataset, shard)
+        shard = shard_range(len(split.labels), self.context)  # labels: one row per item of split.dataset
+        dataset = split.dataset if len(shard) == len(split.labels) else Subset(split.dataset, shard)
         self.loader = ImageLoader(
             dataset,
             batch_size=batch_size,

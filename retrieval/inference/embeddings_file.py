@@ -96,7 +96,7 @@ def _labels_array(labels: Sequence[str]) -> np.ndarray:
 
 def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
     with path.open("wb") as handle:  # a file object: np.savez would append .npz to a name
-        np.savez(handle, embeddings=embeddings, **columns)
+        np.savez(handle, allow_pickle=False, embeddings=embeddings, **columns)
 
 
 def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:

@@ -65,7 +65,8 @@ class ImageEncoder:
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
     ) -> None:
-        self.model = place_model(model, device, precision.channels_last).eval()
+        self.model = model.eval()
+        place_model(model, device, precision.channels_last)  # moves the module in place
         self.model_config = model_config
         self.image_size = image_size
         self.device = device
@@ -138,7 +139,7 @@ class ImageEncoder:
         # One batch: worker processes would only add their start-up time.
         loader = ImageLoader(dataset, batch_size=batch_size, num_workers=num_workers if len(files) > batch_size else 0)
         embeddings = embed_loader(self.model, loader, self.device, self.precision, progress)
-        failed = {bad.index: bad.reason for bad in loader.skipped}
+        failed = {bad.position: bad.reason for bad in loader.skipped}
         positions = np.asarray([i for i in range(len(files)) if i not in failed], dtype=np.int64)
         failures = [(str(files[i]), failed[i]) for i in sorted(failed)]
         return EmbeddedFiles(embeddings[positions], positions, failures)

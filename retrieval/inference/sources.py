@@ -41,9 +41,13 @@ class ImageSource:
 
 def read_source(csv_path: Path | None, images_dir: Path | None, split: str = "all") -> ImageSource:
     """Images of `--csv FILE` (rows of `split`) or of `--images DIR` (labels: first-level subfolder names)."""
-    source = _read_csv(csv_path, split) if csv_path is not None else _read_folder(images_dir)
+    if csv_path is not None:
+        source, where = _read_csv(csv_path, split), f"{csv_path} (split={split})"
+    elif images_dir is not None:
+        source, where = _read_folder(images_dir), str(images_dir)
+    else:
+        raise UserError("no images given; pass --csv FILE or --images DIR")
     if not source.paths:
-        where = f"{csv_path} (split={split})" if csv_path is not None else str(images_dir)
         raise UserError(f"no images to index in {where}; check the path and --split")
     return source
 
@@ -80,7 +84,8 @@ def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
 def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool) -> ImageSource:
     """One split's rows: `gallery_only` keeps its gallery images; `has_flags` adds is_query / is_gallery."""
     everything = np.ones(len(part.paths), dtype=bool)
-    query, gallery = (part.query_mask, part.gallery_mask) if part.query_mask is not None else (everything, everything)
+    query = part.query_mask if part.query_mask is not None else everything
+    gallery = part.gallery_mask if part.gallery_mask is not None else everything
     if name != "test":  # training and validation images are neither queries nor gallery
         query, gallery = ~everything, ~everything
     rows = np.flatnonzero(gallery) if gallery_only else np.flatnonzero(everything)

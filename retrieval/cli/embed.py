@@ -5,7 +5,8 @@
 The images come from a dataset CSV, a folder (labels: the first-level subfolder names), or a
 dataset configured with `--set data.*` on top of the checkpoint's own data section (e.g.
 `--set data.name=cub200 --set data.root=/data/CUB_200_2011`). `--split` picks rows as for
-`index build`. The model and its evaluation preprocessing are the checkpoint's own (`ImageEncoder`).
+`index build`. The model, its evaluation preprocessing and its precision are the checkpoint's own, as
+`retrieval evaluate` runs them (`ImageEncoder`).
 `--out` ends in `.npz`, `.npy` or `.parquet`; each holds the embeddings, ids (absolute image
 paths) and labels, as described in `retrieval.inference.embeddings_file`. Unreadable images are
 left out and listed on stderr, as `index build` does.

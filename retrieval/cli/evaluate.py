@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,15 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
 from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
 from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
+from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
 from retrieval.metrics.classification import calibration_summary, classification_report
 from retrieval.models import Embedder
 from retrieval.report.classification_plots import plot_classification
 from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
-from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.runtime.device import place_model, resolve_device
+from retrieval.runtime.files import write_text
 
 __all__ = ["add_parser", "run"]
 
@@ -74,10 +77,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     checkpoint = Checkpoint.load(args.checkpoint)
     config = checkpoint.config(args.config, args.overrides)
-    model = checkpoint.embedder()
     device = resolve_device(config.train.device)
-    channels_last = uses_channels_last(config.train.channels_last, device)
-    model = place_model(model, device, channels_last)
+    precision = Precision.for_run(config.train, device)
+    model = checkpoint.embedder()
+    place_model(model, device, precision.channels_last)  # moves the module in place
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 
     def embed(split: EvalSplit) -> np.ndarray:
@@ -87,8 +90,8 @@ def run(args: argparse.Namespace) -> int:
             config.data.eval_batch_size,
             device,
             num_workers=config.data.num_workers,
-            amp_dtype=amp_dtype(config.train.amp, device),
-            channels_last=channels_last,
+            amp_dtype=precision.amp_dtype,
+            channels_last=precision.channels_last,
             pin_memory=config.data.pin_memory and device.type == "cuda",
         )
 
@@ -107,9 +110,11 @@ def run(args: argparse.Namespace) -> int:
     extras: dict[str, Any] = {"uncertainty": uncertainty}
     calibrated = None
     if args.calibrate:
-        calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data, classifier)
+        assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
+        calibrated = extras["calibration"] = _calibration(args, embed, embeddings, data.test, data.val, classifier)
         notes.append(_calibration_line(calibrated))
     if args.classification:
+        assert classifier is not None  # _check_requests refused the request otherwise
         report = _classification(args.classification, embeddings, data.test, classifier, calibrated)
         extras["classification"] = {"directory": str(args.classification), "accuracy": report["accuracy"]}
         notes.append(f"classification: accuracy {report['accuracy']:.4f}, written to {args.classification}")
@@ -117,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
-        args.json.write_text(json.dumps({**metrics, **extras}, indent=2) + "\n")
+        write_text(args.json, json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
 
@@ -152,21 +157,32 @@ def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None
 
 
 def _calibration(
-    args: argparse.Namespace, embed: Any, test_embeddings: np.ndarray, data: RetrievalData, classifier: ProxyClassifier
+    args: argparse.Namespace,
+    embed: Callable[[EvalSplit], np.ndarray],
+    test_embeddings: np.ndarray,
+    test: EvalSplit,
+    val: EvalSplit,
+    classifier: ProxyClassifier,
 ) -> dict[str, Any]:
     """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
-    val_rows = closed_set_rows(data.val, "--calibrate (validation split)")
+    val_rows, _ = _closed_set(val, "--calibrate (validation split)")
     if args.calibration_share < 1:
         count = max(1, round(args.calibration_share * len(val_rows)))
         val_rows = np.sort(np.random.default_rng(0).choice(val_rows, size=count, replace=False))
-    val_embeddings = embed(data.val)
-    test_rows = closed_set_rows(data.test, "--calibrate")
+    val_embeddings = embed(val)
+    test_rows, test_classes = _closed_set(test, "--calibrate")
     result = calibrate(
         classifier,
-        (val_embeddings[val_rows], data.val.train_class[val_rows]),
-        (test_embeddings[test_rows], data.test.train_class[test_rows]),
+        (val_embeddings[val_rows], np.asarray(val.train_class)[val_rows]),
+        (test_embeddings[test_rows], test_classes),
     )
     return {**result, "calibration_share": args.calibration_share}
+
+
+def _closed_set(split: EvalSplit, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of `split` whose class trained, and those classes (`closed_set_rows` refuses a split without any)."""
+    rows = closed_set_rows(split, what)
+    return rows, np.asarray(split.train_class)[rows]
 
 
 def _classification(
@@ -176,8 +192,7 @@ def _classification(
     classifier: ProxyClassifier,
     calibrated: dict[str, Any] | None,
 ) -> dict[str, Any]:
-    rows = closed_set_rows(test, "--classification")
-    targets = test.train_class[rows]
+    rows, targets = _closed_set(test, "--classification")
     probabilities = temperature_softmax(classifier.logits(embeddings[rows]))
     report = {"logit_scale": classifier.scale, **classification_report(probabilities, targets)}
     after = None
@@ -187,9 +202,7 @@ def _classification(
         report["calibrated"] = {"temperature": calibrated["temperature"], **after}
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_classification(report, out_dir, after)
-    temporary = out_dir / ".classification.json.tmp"
-    temporary.write_text(json.dumps(report) + "\n")
-    temporary.replace(out_dir / "classification.json")
+    write_text(out_dir / "classification.json", json.dumps(report) + "\n")
     return report
 
 

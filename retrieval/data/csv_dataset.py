@@ -1,4 +1,4 @@
-"""The generic CSV dataset format of design.md: `path,label,split[,is_query,is_gallery]`.
+"""The generic CSV format of design.md, `path,label,split[,is_query,is_gallery]`, and reading image files.
 
 Paths are relative to the CSV file's folder. `label` is any class id (int or string); each
 split's classes are numbered 0..C-1 in sorted order (numeric ids numerically). A row may carry
@@ -6,6 +6,15 @@ several labels joined by `|` (`cat|indoor`): a CSV with any such row is multi-la
 split's labels are then `(N, C)` multi-hot rows. Test rows without
 `is_query`/`is_gallery` all query all other test rows (CUB/Cars/SOP protocol); with them,
 queries search the gallery rows only (In-Shop protocol).
+
+`read_csv_rows` is the one CSV reader of every command: training and evaluation read a dataset
+CSV (`DATASET_CSV`), `index build|add` and `embed` a list of images (`IMAGE_LIST_CSV`, where
+only `path` is required). Both check every value they hold the same way: a `split` other than
+train/val/test, a query/gallery flag other than 0/1, true/false or yes/no (empty: false), or an
+empty label in a `|`-joined list is a one-line error naming the file, the line and the value.
+
+`load_image` is the one way an image file is read (training, evaluation, embedding, indexing),
+and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a readable image".
 """
 
 from __future__ import annotations
@@ -14,10 +23,11 @@ import csv
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
@@ -25,21 +35,58 @@ from retrieval.data.loader import BadImage, BadImageLog
 from retrieval.errors import UserError
 
 __all__ = [
+    "DATASET_CSV",
+    "IMAGE_ERRORS",
+    "IMAGE_LIST_CSV",
+    "CsvFormat",
+    "CsvRows",
     "CsvSplit",
     "ImageDataset",
+    "UnreadableImage",
+    "flag_is_set",
     "flatten_image",
+    "image_error_reason",
     "labeled_split",
     "load_image",
+    "read_csv_rows",
     "read_csv_split",
     "read_csv_splits",
 ]
 
-_REQUIRED = ("path", "label", "split")
 _FLAGS = ("is_query", "is_gallery")
 _SPLITS = ("train", "val", "test")
-_TRUE, _FALSE = {"1", "true", "yes"}, {"0", "false", "no", ""}
+# The values of an is_query / is_gallery cell (compared lower-case); anything else is an error.
+_FLAG_TRUE, _FLAG_FALSE = frozenset({"1", "true", "yes"}), frozenset({"0", "false", "no", ""})
 _CSV_PATHS_HINT = "paths are relative to the CSV's folder"
 _MULTI = "|"  # joins the labels of a multi-label row
+
+
+@dataclass(frozen=True)
+class CsvFormat:
+    """What a command needs of a CSV: the columns it requires, and the words its errors use."""
+
+    name: str  # what errors call the file, e.g. "dataset CSV"
+    required: tuple[str, ...]  # columns every file must have
+    header: str  # the header errors suggest
+    fix_missing_file: str  # how to fix a path that is not a file
+
+
+DATASET_CSV = CsvFormat(
+    "dataset CSV",
+    ("path", "label", "split"),
+    "path,label,split[,is_query,is_gallery]",
+    "set data.path to a CSV with columns path,label,split",
+)
+IMAGE_LIST_CSV = CsvFormat(
+    "CSV", ("path",), "path[,label,split,is_query,is_gallery,...]", "pass a file with columns path[,label,split,...]"
+)
+
+
+class CsvRows(NamedTuple):
+    """A CSV read by `read_csv_rows`: its column names and its rows, every cell a stripped string."""
+
+    columns: list[str]
+    rows: list[dict[str, str]]  # one dict per data row, keyed by every column (a missing cell is "")
 
 
 @dataclass(frozen=True)
@@ -51,6 +98,50 @@ class CsvSplit:
     class_names: list[str]  # class_names[c] is the CSV label of index c
     query_mask: np.ndarray | None  # (N,) bool, None when the CSV has no is_query column
     gallery_mask: np.ndarray | None
+
+
+def read_csv_rows(csv_path: str | Path, csv_format: CsvFormat = DATASET_CSV) -> CsvRows:
+    """Read a CSV and check every value of the format's columns (see the module docstring).
+
+    Columns with an empty name (a trailing comma in the header) are dropped; other unknown
+    columns are kept as they are (an index keeps them as metadata).
+
+    Raises:
+        UserError: the file is missing, lacks a required column, or a `split`, flag or label value
+            is not one the format allows (the message names the file and line).
+    """
+    csv_path = Path(csv_path)
+    if not csv_path.is_file():
+        raise UserError(f"{csv_format.name} not found: {csv_path}; {csv_format.fix_missing_file}")
+    with csv_path.open(newline="") as handle:
+        reader = csv.DictReader(handle)
+        columns = [name for name in reader.fieldnames or [] if name]
+        missing = [name for name in csv_format.required if name not in columns]
+        if missing:
+            raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
+        rows = []
+        for row in reader:
+            cells = {name: (row.get(name) or "").strip() for name in columns}
+            _check_row(csv_path, reader.line_num, cells)
+            rows.append(cells)
+    return CsvRows(columns, rows)
+
+
+def flag_is_set(cell: str) -> bool:
+    """Whether an `is_query` / `is_gallery` cell that `read_csv_rows` accepted says yes."""
+    return cell.lower() in _FLAG_TRUE
+
+
+def _check_row(csv_path: Path, line: int, row: dict[str, str]) -> None:
+    """Refuse a row whose split, flags or labels are not values of the format."""
+    if "split" in row and row["split"] not in _SPLITS:
+        raise UserError(f"{csv_path}:{line}: split must be train, val or test, got {row['split']!r}")
+    for flag in _FLAGS:
+        if flag in row and row[flag].lower() not in _FLAG_TRUE | _FLAG_FALSE:
+            raise UserError(f"{csv_path}:{line}: {flag} must be 0/1, true/false or yes/no, got {row[flag]!r}")
+    label = row.get("label", "")
+    if _MULTI in label and not all(name.strip() for name in label.split(_MULTI)):
+        raise UserError(f"{csv_path}:{line}: empty label in {label!r}; give each row one or more labels")
 
 
 def read_csv_split(csv_path: str | Path, split: str) -> CsvSplit:
@@ -67,14 +158,22 @@ def read_csv_splits(csv_path: str | Path, check_images: bool = True) -> dict[str
     `check_images=False` skips the check that every listed image exists (`data.on_bad_image: skip`).
     """
     csv_path = Path(csv_path)
-    rows = _read_rows(csv_path)
-    has_flags = _FLAGS[0] in rows[0]  # _read_rows checked that both flags or neither are columns
+    columns, rows = read_csv_rows(csv_path, DATASET_CSV)
+    flags = [flag for flag in _FLAGS if flag in columns]
+    if len(flags) == 1:
+        missing_flag = next(flag for flag in _FLAGS if flag not in flags)
+        raise UserError(
+            f"{csv_path} has column {flags[0]} but not {missing_flag}; give both (In-Shop style query/gallery) "
+            "or neither (every test image queries all others)"
+        )
+    if not rows:
+        raise UserError(f"{csv_path} has a header but no rows")
     multi_label = any(_MULTI in row["label"] for row in rows)
     splits = {}
     for split in _SPLITS:
         chosen = [row for row in rows if row["split"] == split]
         if chosen:
-            splits[split] = _split_of(csv_path, chosen, has_flags, multi_label, check_images)
+            splits[split] = _split_of(csv_path, chosen, bool(flags), multi_label, check_images)
     return splits
 
 
@@ -82,13 +181,16 @@ def _split_of(
     csv_path: Path, chosen: list[dict[str, str]], has_flags: bool, multi_label: bool, check_images: bool
 ) -> CsvSplit:
     paths = [csv_path.parent / row["path"] for row in chosen]
-    masks = [_flag_mask(csv_path, chosen, flag) if has_flags else None for flag in _FLAGS]
+    query_mask, gallery_mask = (_flag_mask(chosen, flag) if has_flags else None for flag in _FLAGS)
     if multi_label:
         if check_images:
             _check_images_exist(csv_path, paths, _CSV_PATHS_HINT)
-        return CsvSplit(paths, *_multi_hot([row["label"] for row in chosen]), *masks)
+        labels, class_names = _multi_hot([row["label"] for row in chosen])
+        return CsvSplit(paths, labels, class_names, query_mask, gallery_mask)
     names = [row["label"] for row in chosen]
-    return labeled_split(paths, names, csv_path, *masks, check_images=check_images, hint=_CSV_PATHS_HINT)
+    return labeled_split(
+        paths, names, csv_path, query_mask, gallery_mask, check_images=check_images, hint=_CSV_PATHS_HINT
+    )
 
 
 def labeled_split(
@@ -141,41 +243,8 @@ def _multi_hot(cells: list[str]) -> tuple[np.ndarray, list[str]]:
     return labels, class_names
 
 
-def _read_rows(csv_path: Path) -> list[dict[str, str]]:
-    if not csv_path.is_file():
-        raise UserError(f"dataset CSV not found: {csv_path}; set data.path to a CSV with columns path,label,split")
-    with csv_path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        missing = [col for col in _REQUIRED if col not in (reader.fieldnames or [])]
-        if missing:
-            raise UserError(
-                f"{csv_path} lacks column(s) {', '.join(missing)}; "
-                "the header must be path,label,split[,is_query,is_gallery]"
-            )
-        flags = [flag for flag in _FLAGS if flag in (reader.fieldnames or [])]
-        if len(flags) == 1:
-            missing_flag = next(flag for flag in _FLAGS if flag not in flags)
-            raise UserError(
-                f"{csv_path} has column {flags[0]} but not {missing_flag}; give both (In-Shop style query/gallery) "
-                "or neither (every test image queries all others)"
-            )
-        rows = [{key: (value or "").strip() for key, value in row.items() if key is not None} for row in reader]
-    if not rows:
-        raise UserError(f"{csv_path} has a header but no rows")
-    for line, row in enumerate(rows, start=2):
-        if row["split"] not in _SPLITS:
-            raise UserError(f"{csv_path}:{line}: split must be train, val or test, got {row['split']!r}")
-        if _MULTI in row["label"] and not all(name.strip() for name in row["label"].split(_MULTI)):
-            raise UserError(f"{csv_path}:{line}: empty label in {row['label']!r}; give each row one or more labels")
-    return rows
-
-
-def _flag_mask(csv_path: Path, rows: list[dict[str, str]], flag: str) -> np.ndarray:
-    values = [row.get(flag, "").lower() for row in rows]
-    bad = next((v for v in values if v not in _TRUE | _FALSE), None)
-    if bad is not None:
-        raise UserError(f"{csv_path}: column {flag} must be 0/1 or true/false, got {bad!r}")
-    return np.array([v in _TRUE for v in values], dtype=bool)
+def _flag_mask(rows: list[dict[str, str]], flag: str) -> np.ndarray:
+    return np.array([flag_is_set(row[flag]) for row in rows], dtype=bool)
 
 
 def _class_sort_key(name: str) -> tuple[int, int, str]:
@@ -186,22 +255,40 @@ def _class_sort_key(name: str) -> tuple[int, int, str]:
 # Modes that `load_image` keeps grayscale; every other mode becomes RGB.
 _GRAY_MODES = ("1", "L", "LA", "La", "I", "I;16", "I;16L", "I;16B", "F")
 _SIXTEEN_BIT = ("I;16", "I;16L", "I;16B")
-# What Pillow raises for a missing file, a file that is not an image, a truncated one, or a decompression bomb.
-_IMAGE_ERRORS = (UnidentifiedImageError, OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+# What Pillow raises for a missing file (OSError), a file that is not an image (UnidentifiedImageError, an
+# OSError), a truncated one (OSError, SyntaxError, ValueError), or a decompression bomb.
+IMAGE_ERRORS: tuple[type[Exception], ...] = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+
+
+class UnreadableImage(UserError):
+    """An image file that cannot be read: `cannot read image PATH: REASON; replace or remove the file`."""
+
+    def __init__(self, path: str | Path, reason: str) -> None:
+        super().__init__(f"cannot read image {path}: {reason}; replace or remove the file")
+        self.path = str(path)
+        self.reason = reason  # e.g. "UnidentifiedImageError: cannot identify image file ..."
+
+    def __reduce__(self) -> tuple[type[UnreadableImage], tuple[str, str]]:
+        return type(self), (self.path, self.reason)
+
+
+def image_error_reason(exc: BaseException) -> str:
+    """A one-line reason for one of `IMAGE_ERRORS`, e.g. `UnidentifiedImageError: cannot identify image file ...`."""
+    message = str(exc).splitlines()[0][:160] if str(exc) else ""
+    return f"{exc.__class__.__name__}: {message}" if message else exc.__class__.__name__
 
 
 def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
     """Read an image file as `RGB` or `L`, with transparent pixels composited onto white (`flatten_image`).
 
     Raises:
-        UserError: if the file cannot be read as an image.
+        UnreadableImage: the file is missing or cannot be decoded as an image.
     """
     try:
         with Image.open(path) as image:
             return flatten_image(image, mode)
-    except _IMAGE_ERRORS as exc:
-        reason = f"{exc.__class__.__name__}: {str(exc).splitlines()[0][:160]}" if str(exc) else exc.__class__.__name__
-        raise UserError(f"cannot read image {path}: {reason}; replace or remove the file") from exc
+    except IMAGE_ERRORS as exc:
+        raise UnreadableImage(path, image_error_reason(exc)) from exc
 
 
 def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
@@ -237,7 +324,8 @@ class ImageDataset(Dataset):
         labels: `(N,)` class indices, or `(N, C)` bool multi-hot rows (an item's label is then a
             `(C,)` bool tensor, batched to `(B, C)`).
         transform: applied to each PIL image (`retrieval.data.transforms`; it converts to the model's channels).
-        on_bad_image: `fail` or `skip` (`data.on_bad_image`).
+        on_bad_image: `fail` or `skip` (`data.on_bad_image`), or a `BadImageLog` (e.g. a quiet one whose
+            caller reports the skipped images itself).
     """
 
     def __init__(
@@ -245,14 +333,14 @@ class ImageDataset(Dataset):
         paths: list[Path],
         labels: np.ndarray,
         transform: Callable[[Image.Image], Tensor],
-        on_bad_image: str = "fail",
+        on_bad_image: str | BadImageLog = "fail",
     ) -> None:
         if len(paths) != len(labels):
             raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
         self.paths = paths
         self.labels = labels
         self.transform = transform
-        self.bad_images = BadImageLog(on_bad_image)
+        self.bad_images = on_bad_image if isinstance(on_bad_image, BadImageLog) else BadImageLog(on_bad_image)
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -260,8 +348,8 @@ class ImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[Tensor, int | Tensor] | BadImage:
         try:
             image = load_image(self.paths[index])
-        except UserError as exc:
-            bad = BadImage(index, str(exc), str(self.paths[index]))
+        except UnreadableImage as exc:
+            bad = BadImage(index, str(exc), exc.path, exc.reason)
             if self.bad_images.policy == "fail" and get_worker_info() is None:
                 self.bad_images.handle(bad)  # raises; a worker hands `bad` to ImageLoader instead
             return bad

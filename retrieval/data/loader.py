@@ -30,9 +30,10 @@ __all__ = ["BAD_IMAGE_POLICIES", "BadImage", "BadImageLog", "ImageLoader", "coll
 class BadImage(NamedTuple):
     """What a dataset returns instead of `(image, label)` for an image it cannot read."""
 
-    index: int  # position in the dataset
+    position: int  # index of the item in the dataset
     message: str  # one line: "cannot read image PATH: REASON; ..."
     path: str
+    reason: str  # the REASON part alone, e.g. "UnidentifiedImageError: cannot identify image file ..."
 
 
 class BadImageLog:
@@ -40,19 +41,22 @@ class BadImageLog:
 
     Args:
         policy: `fail` or `skip` (`data.on_bad_image`).
+        announce: under `skip`, log each skipped path and each pass's count on stderr; off for
+            callers that report the skipped images themselves (`retrieval embed`, `index build`).
     """
 
-    def __init__(self, policy: str = "fail") -> None:
+    def __init__(self, policy: str = "fail", announce: bool = True) -> None:
         if policy not in BAD_IMAGE_POLICIES:
             raise UserError(f"data.on_bad_image must be one of {', '.join(BAD_IMAGE_POLICIES)}, got {policy!r}")
         self.policy = policy
+        self.announce = announce
         self.logged: set[str] = set()
 
     def handle(self, bad: BadImage) -> None:
         """Raise `bad` as a `UserError` (`fail`), or log its path the first time it is seen (`skip`)."""
         if self.policy == "fail":
             raise UserError(f"{bad.message} (or set data.on_bad_image=skip to leave unreadable images out)")
-        if bad.path not in self.logged:
+        if self.announce and bad.path not in self.logged:
             self.logged.add(bad.path)
             tqdm.write(f"skipping unreadable image: {bad.message}", file=sys.stderr)
 
@@ -76,29 +80,34 @@ def collate_images(items: list[tuple[Tensor, int] | BadImage]) -> _Batch:
 class ImageLoader(DataLoader):
     """A `DataLoader` whose batches are `(images, labels)` and that applies the dataset's bad-image policy.
 
-    Takes `DataLoader`'s arguments (not `collate_fn`). The policy is the dataset's `bad_images`
+    Takes `DataLoader`'s keyword arguments (not `collate_fn`). The policy is the dataset's `bad_images`
     (`BadImageLog`), looked up under `Subset`s (a torchrun shard); a dataset without one (in-memory
     digits) never yields a `BadImage`.
-    After (or during) a pass, `skipped_indices` lists the dataset positions left out in that pass,
-    so an in-order evaluation knows which rows its embeddings lack.
+    After (or during) a pass, `skipped` holds the images left out in that pass and `skipped_indices`
+    their dataset positions, so an in-order evaluation knows which rows its embeddings lack.
     """
 
-    def __init__(self, dataset: Dataset, *args: Any, **kwargs: Any) -> None:
-        super().__init__(dataset, *args, collate_fn=collate_images, **kwargs)
-        self.skipped_indices: list[int] = []
+    def __init__(self, dataset: Dataset, **kwargs: Any) -> None:
+        super().__init__(dataset, collate_fn=collate_images, **kwargs)
+        self.skipped: list[BadImage] = []
+
+    @property
+    def skipped_indices(self) -> list[int]:
+        """Dataset positions of the images left out in the current (or last) pass, in order."""
+        return [bad.position for bad in self.skipped]
 
     def __iter__(self) -> Iterator[tuple[Tensor, Tensor]]:  # type: ignore[override]
         log = _bad_image_log(self.dataset)
-        self.skipped_indices = []
+        self.skipped = []
         for batch in super().__iter__():
             for bad in batch.bad:
                 log.handle(bad)
-                self.skipped_indices.append(bad.index)
+                self.skipped.append(bad)
             if batch.images is not None:
                 yield batch.images, batch.labels
-        if self.skipped_indices:
+        if self.skipped and log.announce:
             tqdm.write(
-                f"skipped {len(self.skipped_indices)} unreadable image(s) in this pass (data.on_bad_image=skip)",
+                f"skipped {len(self.skipped)} unreadable image(s) in this pass (data.on_bad_image=skip)",
                 file=sys.stderr,
             )
 

@@ -1,19 +1,22 @@
-"""Embed a dataset and score retrieval on it."""
+"""Embed a dataset and score retrieval on it.
+
+Embedding goes through `retrieval.inference.embedding`, the path `retrieval embed`, `index` and
+`serve` share, so the embeddings scored here are the ones an index of the same checkpoint stores.
+"""
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from contextlib import nullcontext
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
-from tqdm import tqdm
 
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
+from retrieval.inference.embedding import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
 
@@ -22,7 +25,6 @@ __all__ = [
     "SplitEvaluator",
     "closing_lines",
     "embed_dataset",
-    "embed_loader",
     "evaluate_model",
     "format_mean_sd",
     "format_metrics",
@@ -32,46 +34,14 @@ __all__ = [
 KS = (1, 2, 4, 8)
 
 
-@torch.no_grad()
-def embed_loader(
-    model: nn.Module,
-    loader: DataLoader,
-    device: torch.device,
-    amp_dtype: torch.dtype | None = None,
-    channels_last: bool = False,
-    progress: bool = True,
+def _embed_all(
+    model: nn.Module, loader: DataLoader, device: torch.device, precision: Precision, progress: bool = True
 ) -> np.ndarray:
-    """`(N, D)` float32 embeddings of every `(images, labels)` batch of `loader`, in order (eval mode)."""
-    was_training = model.training
-    model.eval()
-    autocast = torch.autocast(device.type, dtype=amp_dtype) if amp_dtype is not None else nullcontext()
-    chunks = []
-    for images, _ in tqdm(loader, desc="embed", leave=False, disable=None if progress else True):
-        images = images.to(device, non_blocking=True)
-        if channels_last:
-            images = images.contiguous(memory_format=torch.channels_last)
-        with autocast:
-            chunks.append(model(images).float())
-    model.train(was_training)
-    skipped = getattr(loader, "skipped_indices", [])  # an ImageLoader's images skipped under on_bad_image: skip
-    if skipped and not chunks:
+    """`embed_loader`, refusing a split whose every image was skipped under `data.on_bad_image: skip`."""
+    embeddings = embed_loader(model, loader, device, precision, progress)
+    skipped = getattr(loader, "skipped_indices", [])
+    if skipped and len(skipped) == len(embeddings):
         raise UserError(f"none of the {len(skipped)} images could be read (data.on_bad_image=skip skipped them all)")
-    dim = getattr(model, "embedding_dim", 0)
-    embedded = torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, dim), dtype=np.float32)
-    return _with_skipped_rows(embedded, loader.dataset, skipped)
-
-
-def _with_skipped_rows(embedded: np.ndarray, dataset: Dataset, skipped: list[int]) -> np.ndarray:
-    """NaN rows put back where images were skipped, so row i is still item i of `dataset`.
-
-    `skipped` holds positions in the underlying dataset; a `Subset` shard is contiguous, so its
-    positions are offset by its first index.
-    """
-    if not skipped:
-        return embedded
-    offset = dataset.indices[0] if isinstance(dataset, Subset) else 0
-    embeddings = np.full((len(dataset), embedded.shape[1]), np.nan, dtype=np.float32)
-    embeddings[np.setdiff1d(np.arange(len(dataset)), np.asarray(skipped) - offset)] = embedded
     return embeddings
 
 
@@ -90,7 +60,7 @@ def embed_dataset(
     The rows of images left out under `data.on_bad_image: skip` are NaN (`score_split` drops them).
     """
     loader = ImageLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
-    return embed_loader(model, loader, device, amp_dtype, channels_last)
+    return _embed_all(model, loader, device, Precision(amp_dtype, channels_last))
 
 
 def evaluate_model(
@@ -190,10 +160,9 @@ class SplitEvaluator:
         self.class_groups = class_groups
         self.device = device
         self.context = context or DistributedContext()
-        self.amp_dtype = amp_dtype
-        self.channels_last = channels_last
-        shard = shard_range(len(split.dataset), self.context)
-        dataset = split.dataset if len(shard) == len(split.dataset) else Subset(split.dataset, shard)
+        self.precision = Precision(amp_dtype, channels_last)
+        shard = shard_range(len(split.labels), self.context)  # labels: one row per item of split.dataset
+        dataset = split.dataset if len(shard) == len(split.labels) else Subset(split.dataset, shard)
         self.loader = ImageLoader(
             dataset,
             batch_size=batch_size,
@@ -208,7 +177,7 @@ class SplitEvaluator:
 
     def score(self, model: nn.Module, proxies: torch.Tensor | None = None) -> tuple[dict[str, float], PerQuery | None]:
         """The metrics (on every rank) and every query's scores (on rank 0, None elsewhere)."""
-        local = embed_loader(model, self.loader, self.device, self.amp_dtype, self.channels_last, self.context.is_main)
+        local = _embed_all(model, self.loader, self.device, self.precision, self.context.is_main)
         embeddings = gather_rows(local, self.context, self.device)
         metrics, scores = None, None
         if self.context.is_main:

@@ -14,20 +14,19 @@ plus any other metadata column of the source (e.g. `split`, `is_query`, `is_gall
 | `.npy` | one structured array, fields `id`, `label`, extras, `embedding` (D,) | `np.load(path)["embedding"]` |
 | `.parquet` | columns `id`, `label`, extras, `embedding` (fixed-size list of D float32) | `pq.read_table(path)` |
 
-No format needs `allow_pickle`. Files are written to a temporary name beside the target and renamed
-into place, so a reader never sees a half-written file.
+No format needs `allow_pickle`. Files are written with `retrieval.runtime.files.atomic_write`
+(a temporary name beside the target, renamed into place), so a reader never sees a half-written file.
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.runtime.files import atomic_write
 
 __all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
 
@@ -58,7 +57,12 @@ def write_embeddings(
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     if any(len(values) != len(embeddings) for values in columns.values()):
         raise ValueError(f"{len(embeddings)} embeddings but columns of {[len(v) for v in columns.values()]} rows")
-    _atomic_write(path, lambda temporary: writer(temporary, embeddings, columns))
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_write(path) as temporary:
+            writer(temporary, embeddings, columns)
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --out") from exc
 
 
 def read_embeddings(path: str | Path) -> dict[str, np.ndarray]:
@@ -92,7 +96,7 @@ def _labels_array(labels: Sequence[str]) -> np.ndarray:
 
 def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
     with path.open("wb") as handle:  # a file object: np.savez would append .npz to a name
-        np.savez(handle, embeddings=embeddings, **columns)
+        np.savez(handle, allow_pickle=False, embeddings=embeddings, **columns)
 
 
 def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
@@ -120,21 +124,3 @@ _WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, np.ndarray]], None]] =
     ".npy": _write_npy,
     ".parquet": _write_parquet,
 }
-
-
-def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
-    """`write` a temporary file beside `path`, flush it to disk, then rename it over `path`."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        handle, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise UserError(f"cannot write {path}: {exc.strerror}; choose another --out") from exc
-    os.close(handle)
-    temporary = Path(name)
-    try:
-        write(temporary)
-        with temporary.open("rb") as flushed:
-            os.fsync(flushed.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)

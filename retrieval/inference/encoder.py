@@ -1,4 +1,4 @@
-"""Images to embeddings with a trained checkpoint: the one model + preprocessing that index, query and serve share.
+"""Images to embeddings with a trained checkpoint: the one model + preprocessing of embed, index, query and serve.
 
 An index is only meaningful with the exact model and preprocessing that embedded its gallery, so
 the encoder records the checkpoint's sha256, its model config and a description of the transform
@@ -15,22 +15,19 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset
-from tqdm import tqdm
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.config import AugmentConfig
-from retrieval.data import flatten_image
+from retrieval.config import AugmentConfig, ModelConfig
+from retrieval.data.csv_dataset import ImageDataset, flatten_image
+from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
+from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.models import Embedder
-from retrieval.runtime.device import resolve_device
+from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
 
-__all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index", "read_image_failure"]
-
-# What Pillow raises for a file that is not an image, is truncated, or decodes to too many pixels.
-_IMAGE_ERRORS = (OSError, SyntaxError, ValueError, Image.DecompressionBombError)
+__all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index"]
 
 
 class EmbeddedFiles(NamedTuple):
@@ -42,50 +39,61 @@ class EmbeddedFiles(NamedTuple):
 
 
 class ImageEncoder:
-    """A trained `Embedder` in eval mode with its evaluation preprocessing.
+    """A trained `Embedder` in eval mode with its evaluation preprocessing and precision.
 
     Build one with `ImageEncoder.from_checkpoint`; `embed_files` and `embed_images` return
-    `(M, D)` float32 unit vectors, computed in float32 (the same numbers on every device type
-    up to rounding, so an index built on a GPU can be queried on a CPU).
+    `(M, D)` float32 unit vectors. Files are read with `retrieval.data.load_image` by an
+    `ImageDataset`, and every batch goes through `retrieval.inference.embedding.embed_batch`: the
+    reading, transform, autocast and memory format of evaluation.
+
+    Precision: the run's `train.amp` and `train.channels_last` resolved for the device
+    (`Precision.for_run`), exactly as `retrieval evaluate` does, so the embeddings an index
+    stores are the ones evaluation scored on that device. On the CPU that is float32 whatever
+    the run trained with (unless it asked for `train.amp: bf16` explicitly); on a GPU `auto` is
+    bf16, whose embeddings differ from float32 ones by rounding only, so an index built on a GPU
+    can still be queried on a CPU.
     """
 
     def __init__(
         self,
         model: Embedder,
+        model_config: ModelConfig,
         image_size: int,
         augment: AugmentConfig,
         device: torch.device,
-        checkpoint_path: Path,
-        checkpoint_sha256: str,
-        model_config: dict[str, Any],
+        precision: Precision = FLOAT32,
+        checkpoint_path: Path | None = None,
+        checkpoint_sha256: str = "",
     ) -> None:
-        self.model = model.to(device).eval()
+        self.model = model.eval()
+        place_model(model, device, precision.channels_last)  # moves the module in place
+        self.model_config = model_config
         self.image_size = image_size
         self.device = device
+        self.precision = precision
         self.checkpoint_path = checkpoint_path
         self.checkpoint_sha256 = checkpoint_sha256
-        self.model_config = model_config
         # The run's own evaluation preprocessing (augment.eval_mode, channels), so queries match the gallery.
-        stats, in_chans = model.data_config(), int(model_config.get("in_chans", 3))
-        self._transform = build_eval_transform(augment, image_size, stats, in_chans)
-        self.transform = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
+        stats, in_chans = model.data_config(), model_config.in_chans
+        self.transform = build_eval_transform(augment, image_size, stats, in_chans)
+        self.transform_info = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto") -> ImageEncoder:
-        """Load a `retrieval train` checkpoint; architecture, image size and eval transform are the run's own."""
+        """Load a `retrieval train` checkpoint; architecture, image size, eval transform and precision are the run's."""
         path = Path(path)
         checkpoint = Checkpoint.load(path)
-        model = checkpoint.embedder()
-        model_config = {**dataclasses.asdict(checkpoint.model_config), "pretrained": False, "weights": None}
         config = checkpoint.config()
+        where = resolve_device(device)
         return cls(
-            model,
+            checkpoint.embedder(),
+            dataclasses.replace(checkpoint.model_config, pretrained=False, weights=None),
             config.data.image_size,
             config.augment,
-            resolve_device(device),
+            where,
+            Precision.for_run(config.train, where),
             path.resolve(),
             file_sha256(path),
-            model_config,
         )
 
     @property
@@ -98,26 +106,22 @@ class ImageEncoder:
         return {
             "checkpoint": str(self.checkpoint_path),
             "checkpoint_sha256": self.checkpoint_sha256,
-            "model_config": self.model_config,
+            "model_config": dataclasses.asdict(self.model_config),
             "embedding_dim": self.dim,
             "image_size": self.image_size,
-            "transform": self.transform,
+            "transform": self.transform_info,
         }
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
-        """A PIL image -> the model's `(C, H, W)` float input; the one place where that happens."""
-        return self._transform(flatten_image(image))
-
-    @torch.no_grad()
-    def embed_tensors(self, batch: torch.Tensor) -> np.ndarray:
-        """`(B, C, H, W)` preprocessed images -> `(B, D)` float32 unit vectors."""
-        return self.model(batch.to(self.device)).float().cpu().numpy()
+        """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""
+        return self.transform(flatten_image(image))
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
         if not images:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self.embed_tensors(torch.stack([self.preprocess(image) for image in images]))
+        batch = torch.stack([self.preprocess(image) for image in images])
+        return embed_batch(self.model, batch, self.device, self.precision).cpu().numpy()
 
     def embed_files(
         self, paths: Sequence[str | Path], batch_size: int = 64, num_workers: int = 0, progress: bool = True
@@ -129,54 +133,16 @@ class ImageEncoder:
         """
         if batch_size < 1:
             raise UserError(f"batch size must be >= 1, got {batch_size}")
-        loader = DataLoader(
-            _ImageFiles(list(paths), self.preprocess),
-            batch_size=batch_size,
-            num_workers=num_workers if len(paths) > batch_size else 0,  # one batch: workers only add start-up
-            collate_fn=_collate_readable,
-        )
-        chunks, positions, failures = [], [], []
-        bar = tqdm(total=len(paths), desc="embed", unit="img", disable=not progress or None)
-        for tensors, ok, failed in loader:
-            if ok:
-                chunks.append(self.embed_tensors(torch.stack(tensors)))
-                positions.extend(ok)
-            failures.extend((str(paths[position]), reason) for position, reason in failed)
-            bar.update(len(ok) + len(failed))
-        bar.close()
-        embeddings = np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
-        return EmbeddedFiles(embeddings, np.asarray(positions, dtype=np.int64), failures)
-
-
-def read_image_failure(exc: BaseException) -> str:
-    """A short reason for an image that cannot be read, e.g. `UnidentifiedImageError: cannot identify ...`."""
-    message = str(exc).splitlines()[0][:160] if str(exc) else ""
-    return f"{exc.__class__.__name__}: {message}" if message else exc.__class__.__name__
-
-
-class _ImageFiles(Dataset):
-    """Items are `(position, tensor or None, failure reason or None)`: unreadable files become failures."""
-
-    def __init__(self, paths: list[str | Path], preprocess) -> None:
-        self.paths = paths
-        self.preprocess = preprocess
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, position: int) -> tuple[int, torch.Tensor | None, str | None]:
-        try:
-            with Image.open(self.paths[position]) as image:
-                return position, self.preprocess(image), None
-        except _IMAGE_ERRORS as exc:
-            return position, None, read_image_failure(exc)
-
-
-def _collate_readable(items: list[tuple[int, torch.Tensor | None, str | None]]):
-    tensors = [tensor for _, tensor, _ in items if tensor is not None]
-    ok = [position for position, tensor, _ in items if tensor is not None]
-    failed = [(position, reason) for position, tensor, reason in items if tensor is None]
-    return tensors, ok, failed
+        files = [Path(path) for path in paths]
+        quiet_skip = BadImageLog("skip", announce=False)  # the caller reports `failures` its own way
+        dataset = ImageDataset(files, np.arange(len(files)), self.transform, quiet_skip)
+        # One batch: worker processes would only add their start-up time.
+        loader = ImageLoader(dataset, batch_size=batch_size, num_workers=num_workers if len(files) > batch_size else 0)
+        embeddings = embed_loader(self.model, loader, self.device, self.precision, progress)
+        failed = {bad.position: bad.reason for bad in loader.skipped}
+        positions = np.asarray([i for i in range(len(files)) if i not in failed], dtype=np.int64)
+        failures = [(str(files[i]), failed[i]) for i in sorted(failed)]
+        return EmbeddedFiles(embeddings[positions], positions, failures)
 
 
 def encoder_for_index(

@@ -1,11 +1,12 @@
 """The images that `index` and `embed` read: rows of a dataset CSV, every image under a folder, or a dataset's splits.
 
-`embed_source` embeds them with a checkpoint's `ImageEncoder`, reporting unreadable files on stderr.
+A CSV is read by `retrieval.data.csv_dataset.read_csv_rows`, the reader training uses, so a value
+it does not know (a split, an is_gallery flag) is the same one-line error in every command.
+`embed_source` embeds the images with a checkpoint's `ImageEncoder`, reporting unreadable files on stderr.
 """
 
 from __future__ import annotations
 
-import csv
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ import numpy as np
 
 from retrieval.config import DataConfig
 from retrieval.data import CsvSplit, list_images, read_splits
+from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
 from retrieval.errors import UserError
 from retrieval.inference.encoder import ImageEncoder
 
@@ -22,7 +24,6 @@ __all__ = ["SPLITS", "ImageSource", "dataset_source", "embed_source", "image_fil
 # `--split` values: which CSV rows are indexed. `gallery`: test rows with is_gallery=1 (all test rows
 # when the CSV has no is_gallery column): the images a benchmark's queries search.
 SPLITS = ("all", "train", "val", "test", "gallery")
-_TRUE = {"1", "true", "yes"}
 _MAX_SHOWN_FAILURES = 20
 
 
@@ -40,9 +41,13 @@ class ImageSource:
 
 def read_source(csv_path: Path | None, images_dir: Path | None, split: str = "all") -> ImageSource:
     """Images of `--csv FILE` (rows of `split`) or of `--images DIR` (labels: first-level subfolder names)."""
-    source = _read_csv(csv_path, split) if csv_path is not None else _read_folder(images_dir)
+    if csv_path is not None:
+        source, where = _read_csv(csv_path, split), f"{csv_path} (split={split})"
+    elif images_dir is not None:
+        source, where = _read_folder(images_dir), str(images_dir)
+    else:
+        raise UserError("no images given; pass --csv FILE or --images DIR")
     if not source.paths:
-        where = f"{csv_path} (split={split})" if csv_path is not None else str(images_dir)
         raise UserError(f"no images to index in {where}; check the path and --split")
     return source
 
@@ -79,7 +84,8 @@ def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
 def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool) -> ImageSource:
     """One split's rows: `gallery_only` keeps its gallery images; `has_flags` adds is_query / is_gallery."""
     everything = np.ones(len(part.paths), dtype=bool)
-    query, gallery = (part.query_mask, part.gallery_mask) if part.query_mask is not None else (everything, everything)
+    query = part.query_mask if part.query_mask is not None else everything
+    gallery = part.gallery_mask if part.gallery_mask is not None else everything
     if name != "test":  # training and validation images are neither queries nor gallery
         query, gallery = ~everything, ~everything
     rows = np.flatnonzero(gallery) if gallery_only else np.flatnonzero(everything)
@@ -123,28 +129,23 @@ def _read_folder(directory: Path) -> ImageSource:
 
 
 def _read_csv(csv_path: Path, split: str) -> ImageSource:
+    """The rows of `split` in a CSV read by the one strict reader (only `path` is required)."""
     if split not in SPLITS:
         raise UserError(f"unknown --split {split!r}; use one of: {', '.join(SPLITS)}")
-    if not csv_path.is_file():
-        raise UserError(f"CSV not found: {csv_path}; pass a file with columns path[,label,split,...]")
-    with csv_path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields = [name for name in reader.fieldnames or [] if name]
-        if "path" not in fields:
-            raise UserError(f"{csv_path} has no 'path' column; the header must start path,label,split")
-        rows = [{key: (row.get(key) or "").strip() for key in fields} for row in reader]
-    if split != "all" and "split" not in fields:
+    columns, rows = read_csv_rows(csv_path, IMAGE_LIST_CSV)
+    if split != "all" and "split" not in columns:
         raise UserError(f"--split {split} needs a 'split' column in {csv_path}; use --split all")
     rows = [row for row in rows if _in_split(row, split)]
     paths = [(csv_path.parent / row["path"]).resolve() for row in rows]
-    columns = {"path": [str(p) for p in paths], "label": [row.get("label", "") for row in rows]}
-    columns.update({name: [row[name] for row in rows] for name in fields if name not in columns})
-    return ImageSource(paths, columns)
+    metadata = {"path": [str(p) for p in paths], "label": [row.get("label", "") for row in rows]}
+    metadata.update({name: [row[name] for row in rows] for name in columns if name not in metadata})
+    return ImageSource(paths, metadata)
 
 
 def _in_split(row: dict[str, str], split: str) -> bool:
+    """Whether a row belongs to `--split` (`gallery`: a test row whose is_gallery flag, if any, is set)."""
     if split == "all":
         return True
     if split == "gallery":
-        return row["split"] == "test" and row.get("is_gallery", "1").lower() in _TRUE
+        return row["split"] == "test" and flag_is_set(row.get("is_gallery", "1"))
     return row["split"] == split

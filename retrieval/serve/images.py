@@ -6,8 +6,8 @@ import io
 
 from PIL import Image, UnidentifiedImageError
 
+from retrieval.data.csv_dataset import IMAGE_ERRORS, image_error_reason
 from retrieval.errors import UserError
-from retrieval.inference.encoder import read_image_failure
 
 __all__ = ["ALLOWED_FORMATS", "ImageTooLarge", "decode_image", "thumbnail"]
 
@@ -45,8 +45,8 @@ def decode_image(data: bytes, max_pixels: int, draft_size: int | None = None) ->
         image.draft("RGB", (draft_size, draft_size))
     try:
         image.load()
-    except (OSError, SyntaxError, ValueError) as exc:
-        raise UserError(f"cannot decode the image ({read_image_failure(exc)}); is the file truncated?") from exc
+    except IMAGE_ERRORS as exc:
+        raise UserError(f"cannot decode the image ({image_error_reason(exc)}); is the file truncated?") from exc
     return image
 
 

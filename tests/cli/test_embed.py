@@ -107,6 +107,18 @@ def test_bad_inputs_exit_2_with_one_line(tmp_path, tiny_checkpoint, capsys, monk
     assert not any(tmp_path.glob("x.*"))
 
 
+def test_an_unknown_split_value_in_the_csv_is_one_line(tmp_path, tiny_checkpoint, csv_dataset_factory, capsys):
+    """`embed` reads a CSV with the training reader: a split it does not know names the file and line."""
+    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=1, test_classes=1, per_class=2)
+    lines = csv_path.read_text().splitlines()
+    lines[3] = lines[3].replace(",test", ",testing")
+    csv_path.write_text("\n".join(lines) + "\n")
+    assert _embed("--checkpoint", tiny_checkpoint, "--csv", csv_path, "--out", tmp_path / "x.npz") == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [f"error: {csv_path}:4: split must be train, val or test, got 'testing'"]
+    assert not (tmp_path / "x.npz").exists()
+
+
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
     assert _embed("--checkpoint", tmp_path / "none.pt", "--images", tmp_path, "--out", tmp_path / "x.npz") == 2
     assert "checkpoint not found" in capsys.readouterr().err

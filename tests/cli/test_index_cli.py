@@ -125,6 +125,52 @@ def test_a_split_of_the_csv(tmp_path, tiny_checkpoint, csv_dataset, capsys):
     assert {r["path"] for r in answer["results"]} == test_paths
 
 
+def test_a_csv_of_paths_only_builds_an_index(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+    with csv_dataset.open(newline="") as handle:
+        paths = [row["path"] for row in csv.DictReader(handle)][:5]
+    only_paths = csv_dataset.parent / "paths.csv"
+    only_paths.write_text("path\n" + "\n".join(paths) + "\n")
+    index = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(only_paths), "--out", str(index)]
+    assert main([*args, *NO_WORKERS]) == 0
+    assert "vectors: 5 of 5 images" in capsys.readouterr().out
+
+
+def _flagged_csv(csv_dataset: Path, gallery_flags: list[str]) -> Path:
+    """The dataset CSV plus an is_gallery column cycling through `gallery_flags` (test rows only are flagged)."""
+    with csv_dataset.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    test_rows = [row for row in rows if row["split"] == "test"]
+    for i, row in enumerate(test_rows):
+        row["is_gallery"] = gallery_flags[i % len(gallery_flags)]
+    flagged = csv_dataset.parent / "flagged.csv"
+    with flagged.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=["path", "label", "split", "is_gallery"])
+        writer.writeheader()
+        writer.writerows(rows)
+    return flagged
+
+
+def test_the_gallery_split_reads_every_spelling_of_the_flag(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+    flagged = _flagged_csv(csv_dataset, ["yes", "No", "TRUE", "", "0", "1"])
+    index = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(flagged), "--out", str(index)]
+    assert main([*args, "--split", "gallery", *NO_WORKERS]) == 0
+    assert "vectors: 6 of 6 images" in capsys.readouterr().out  # 3 of each 6 of the 12 test rows
+
+
+@pytest.mark.parametrize("split", ["gallery", "all"])
+def test_an_unknown_flag_value_is_one_line_naming_the_file_line_and_value(
+    split, tmp_path, tiny_checkpoint, csv_dataset, capsys
+):
+    """A value the format does not know is an error wherever it is, not a silent 'no'."""
+    flagged = _flagged_csv(csv_dataset, ["1", "0", "maybe"])
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(flagged), "--out", str(tmp_path)]
+    assert main([*args, "--split", split, *NO_WORKERS]) == 2
+    line = _error_line(capsys)
+    assert line == f"error: {flagged}:20: is_gallery must be 0/1, true/false or yes/no, got 'maybe'"
+
+
 def test_a_checkpoint_other_than_the_index_one_is_refused(built, other_checkpoint, capsys):
     csv_path, index, _ = built
     image = csv_path.parent / "images" / "train_0_0.png"

@@ -101,3 +101,27 @@ def test_only_one_query_gallery_column_is_an_error(csv_dataset, flag):
     _rewrite(csv_dataset, rows, ["path", "label", "split", flag])
     with pytest.raises(UserError, match=f"has column {flag} but not is_"):
         read_csv_split(csv_dataset, "test")
+
+
+@pytest.mark.parametrize(("flag", "value"), [("is_query", "maybe"), ("is_gallery", "2")])
+def test_an_unknown_flag_value_names_the_file_line_and_value(csv_dataset, flag, value):
+    rows = _rows(csv_dataset)
+    for row in rows:
+        row["is_query"], row["is_gallery"] = "1", "yes"
+    rows[6][flag] = value
+    _rewrite(csv_dataset, rows, ["path", "label", "split", "is_query", "is_gallery"])
+    with pytest.raises(UserError, match=rf"dataset.csv:8: {flag} must be 0/1, true/false or yes/no, got '{value}'$"):
+        read_csv_splits(csv_dataset)
+
+
+def test_flag_values_are_read_case_insensitively_and_an_empty_cell_is_false(csv_dataset):
+    rows = _rows(csv_dataset)
+    spellings = ["1", "0", "TRUE", "False", "Yes", "no", ""]
+    for i, row in enumerate(rows):
+        row["is_query"], row["is_gallery"] = spellings[i % 7], spellings[(i + 1) % 7]
+    _rewrite(csv_dataset, rows, ["path", "label", "split", "is_query", "is_gallery"])
+    test = read_csv_split(csv_dataset, "test")
+    test_rows = [row for row in rows if row["split"] == "test"]
+    set_values = {"1", "true", "yes"}
+    np.testing.assert_array_equal(test.query_mask, [row["is_query"].lower() in set_values for row in test_rows])
+    np.testing.assert_array_equal(test.gallery_mask, [row["is_gallery"].lower() in set_values for row in test_rows])

@@ -51,6 +51,7 @@ __all__ = [
 DEMO_CONFIG = Path(str(importlib.resources.files("retrieval.resources") / "digits_demo.yaml"))
 
 _RULE = "rule"  # the `field(metadata=...)` key of a field's range rule
+_WORDING = "wording"  # the `field(metadata=...)` key of how errors word a Literal field's choices
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,11 @@ def _accepts(test: Callable[[Any], bool], expected: str) -> dict[str, _Rule]:
 def _at_least(low: int, note: str = "") -> dict[str, _Rule]:
     """Field metadata for an integer >= `low`; `note` says what the number means."""
     return _accepts(lambda value: value >= low, f"an integer >= {low}" + (f" ({note})" if note else ""))
+
+
+def _worded(text: str) -> dict[str, str]:
+    """Field metadata for a `Literal` field whose choices read better as `text` than as "one of a, b"."""
+    return {_WORDING: text}
 
 
 def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
@@ -109,7 +115,7 @@ class ModelConfig(_Section):
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
     in_chans: int = field(default=3, metadata=_at_least(1, "1 = grayscale, 3 = RGB"))  # input channels
     # timm's dilated CNNs: 8 | 16 dilate the last stages (bigger maps, small images); null: as is
-    output_stride: Literal[8, 16, 32] | None = None
+    output_stride: Literal[8, 16, 32] | None = field(default=None, metadata=_worded("null, 8, 16 or 32"))
     flip_average: bool = False  # eval: unit mean of the embeddings of an image and its mirror (symmetric objects)
 
 
@@ -227,7 +233,8 @@ class TrainConfig(_Section):
     channels_last: bool = True  # NHWC memory format on GPU (ignored on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     eval_every: int = field(default=1, metadata=_at_least(1))  # validate every N epochs (and always after the last)
-    select_on: Literal["recall@1", "map@r"] = "recall@1"  # the validation metric that picks checkpoints/best.pt
+    # the validation metric that picks checkpoints/best.pt
+    select_on: Literal["recall@1", "map@r"] = field(default="recall@1", metadata=_worded("recall@1 or map@r"))
     select_on_test: bool = False  # no validation split: pick best.pt on the TEST set (optimistic; labelled so)
     log_test: bool = False  # also evaluate the test set every epoch (logged, never used for selection)
     # CPU threads for torch (null: torch's default); results depend on it
@@ -439,7 +446,7 @@ def _check_field(key: str, value: Any, annotation: Any, metadata: Mapping[str, A
     """Raise UserError when `value` is not one of the field's `Literal` choices or fails its range rule."""
     choices = _choices(annotation)
     if choices and not any(value == choice and type(value) is type(choice) for choice in choices):
-        raise _bad_value(key, _choices_text(choices), value)
+        raise _bad_value(key, metadata.get(_WORDING) or _choices_text(choices), value)
     rule = metadata.get(_RULE)
     if rule is not None and not _passes(rule, value):
         raise _bad_value(key, rule.expected, value)
@@ -466,11 +473,7 @@ def _choices(annotation: Any) -> tuple[Any, ...]:
 
 
 def _choices_text(choices: tuple[Any, ...]) -> str:
-    """`one of a, b, c`; with two choices or null among them a plain list: `a or b`, `null, 8, 16 or 32`."""
-    names = ["null"] * (None in choices) + [str(choice) for choice in choices if choice is not None]
-    if len(names) > 2 and None not in choices:
-        return f"one of {', '.join(names)}"
-    return f"{', '.join(names[:-1])} or {names[-1]}"
+    return "one of " + ", ".join("null" if choice is None else str(choice) for choice in choices)
 
 
 def _union_members(annotation: Any) -> tuple[Any, ...]:
@@ -492,8 +495,8 @@ def _coerce(key: str, value: Any, annotation: Any) -> Any:
     members = _union_members(annotation)
     candidates = [_yaml_value(value), str(value)] if isinstance(value, _OverrideString) else [value]
     if candidates[0] is None:
-        if type(None) in members or Any in members:
-            return None
+        if type(None) in members or Any in members or _choices(annotation):
+            return None  # a Literal field rejects it when its section is built, in the field's wording
         raise _bad_value(key, _expected(annotation), value)
     for candidate in candidates:
         for member in members:
@@ -533,8 +536,8 @@ _TRUE, _FALSE = ("true", "yes", "on", "1"), ("false", "no", "off", "0")
 
 def _convert(value: Any, target: Any) -> Any:
     """`value` as type `target`, or `_FAIL`; numbers also from their text (`3e-4`), which YAML 1.1 leaves a string."""
-    if typing.get_origin(target) is Literal:
-        target = type(typing.get_args(target)[0])  # the choice itself is checked when the section is built
+    if typing.get_origin(target) is Literal:  # the choice is checked when the section is built
+        return value if isinstance(value, (str, int, float)) else _FAIL
     if typing.get_origin(target) is tuple:
         return _convert_pair(value, typing.get_args(target))
     if target is Any:

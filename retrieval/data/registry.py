@@ -68,6 +68,10 @@ DATASETS: dict[str, DatasetSpec] = {
 def dataset_spec(name: str) -> DatasetSpec:
     """The registered dataset `name`.
 
+    Example:
+        >>> dataset_spec("cub200").augment_preset, dataset_spec("csv").augment_preset, dataset_spec("folder").reads_root
+        ('natural', 'light', True)
+
     Raises:
         UserError: `name` is not registered; the message lists the valid names.
     """

@@ -9,7 +9,7 @@ import pytest
 from official_layouts import write_cars, write_class_folders, write_cub, write_image, write_inshop, write_sop
 
 from retrieval.config import load_config
-from retrieval.data import DATASETS, build_data, read_splits
+from retrieval.data import DATASETS, DatasetSpec, build_data, read_splits
 from retrieval.errors import UserError
 
 WRITERS = {"cub200": write_cub, "cars196": write_cars, "sop": write_sop, "inshop": write_inshop}
@@ -135,6 +135,13 @@ def test_every_registered_dataset_is_accepted_by_the_config_and_built(tmp_path, 
     assert data.num_classes >= 2 and len(data.train) == len(data.train_labels)
     image, label = data.test.dataset[0]
     assert image.shape == (3, 16, 16) and label == data.test.labels[0]
+
+
+def test_a_dataset_spec_reads_files_or_loads_tensors_not_both():
+    with pytest.raises(ValueError, match="exactly one of read_files and load_tensors"):
+        DatasetSpec()
+    with pytest.raises(ValueError, match="exactly one of read_files and load_tensors"):
+        DatasetSpec(read_files=DATASETS["csv"].read_files, load_tensors=DATASETS["digits"].load_tensors)
 
 
 def test_an_unknown_dataset_is_one_line_listing_the_registry():

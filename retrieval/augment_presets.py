@@ -1,23 +1,31 @@
 """Named augmentation presets: every `augment.*` knob at once, for one kind of image.
 
-A plain table (no imports from the rest of the package), so that `retrieval.config` can resolve
-presets without importing `retrieval.data`. `retrieval.data.transforms` turns the resolved
-values into timm / torchvision transforms; `retrieval.config.AugmentConfig` documents each knob.
+A plain table (no imports from the rest of the package), so that `retrieval.config` and the dataset
+registry (`retrieval.data.registry`, which names each dataset's preset) can use it without importing
+each other. `retrieval.data.transforms` turns the resolved values into timm / torchvision transforms;
+`retrieval.config.AugmentConfig` documents each knob.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import typing
+from typing import Any, Literal
 
-__all__ = ["AUTO_PRESET", "EVAL_MODES", "FILLS", "PRESETS", "preset_for_dataset"]
+__all__ = ["AUTO_PRESET", "EVAL_MODES", "FILLS", "PRESETS", "EvalMode", "Fill", "PresetName"]
 
-EVAL_MODES = ("center_crop", "resize", "pad_square")
-FILLS = ("white", "black", "mean")
+PresetName = Literal["natural", "glyph", "document", "sketch", "light"]
+EvalMode = Literal["center_crop", "resize", "pad_square"]
+Fill = Literal["white", "black", "mean"]
+EVAL_MODES: tuple[str, ...] = typing.get_args(EvalMode)
+FILLS: tuple[str, ...] = typing.get_args(Fill)
+
+# `augment.preset: auto` stands for the preset its dataset names (`DatasetSpec.augment_preset`).
+AUTO_PRESET = "auto"
 
 # ImageNet's RandomResizedCrop range and aspect ratios; only used when `crop_scale` is set.
 _RRC_RATIO = (3 / 4, 4 / 3)
 
-PRESETS: dict[str, dict[str, Any]] = {
+PRESETS: dict[PresetName, dict[str, Any]] = {
     # Natural photos (CUB, Cars, SOP, In-Shop): the benchmark recipe, RandomResizedCrop + flip,
     # eval Resize(size / 0.875) + CenterCrop(size).
     "natural": {
@@ -104,18 +112,3 @@ PRESETS: dict[str, dict[str, Any]] = {
         "fill": "mean",
     },
 }
-
-# `augment.preset: auto` picks by `data.name`: the natural-photo benchmarks get their recipe,
-# every other source (csv, folder, digits) the safe `light` preset.
-AUTO_PRESET = "auto"
-_NATURAL_DATASETS = ("cub200", "cars196", "sop", "inshop")
-
-
-def preset_for_dataset(data_name: str) -> str:
-    """The preset `auto` stands for with dataset `data_name`: `natural` for photo benchmarks, else `light`.
-
-    Example:
-        >>> preset_for_dataset("cub200"), preset_for_dataset("csv")
-        ('natural', 'light')
-    """
-    return "natural" if data_name in _NATURAL_DATASETS else "light"

@@ -2,15 +2,31 @@
 
 import dataclasses
 import re
+import subprocess
+import sys
+import typing
 from pathlib import Path
 
 import pytest
 import yaml
 
-from retrieval.augment_presets import PRESETS
-from retrieval.config import DEMO_CONFIG, AugmentConfig, config_from_dict, config_to_dict, load_config, save_config
+from retrieval.augment_presets import PRESETS, PresetName
+from retrieval.config import (
+    BAD_IMAGE_POLICIES,
+    DEMO_CONFIG,
+    SCHEDULES,
+    AugmentConfig,
+    Config,
+    DataConfig,
+    ModelConfig,
+    config_from_dict,
+    config_to_dict,
+    load_config,
+    save_config,
+)
 from retrieval.errors import UserError
 from retrieval.losses import LOSSES, build_loss
+from retrieval.models.pooling import POOLINGS
 
 CONFIGS = sorted(Path(__file__).resolve().parent.parent.joinpath("configs").glob("*.yaml"))
 
@@ -218,3 +234,76 @@ def test_resolved_augment_round_trips_through_yaml(tmp_path):
     assert saved["augment"]["crop_scale"] == [0.5, 1.0] and saved["augment"]["preset"] == "document"
     assert set(saved["augment"]) == {f.name for f in dataclasses.fields(AugmentConfig)}
     assert config_from_dict(saved) == config
+
+
+def test_set_null_switches_off_an_optional_value_the_file_set(tmp_path):
+    path = tmp_path / "config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {"data": {"name": "digits", "val_fraction": 0.2}, "train": {"grad_clip": 1.0}, "model": {"weights": "w.pt"}}
+        )
+    )
+    assert load_config(path).data.val_fraction == 0.2
+    config = load_config(path, ["data.val_fraction=null", "train.grad_clip=~", "model.weights=null"])
+    assert config.data.val_fraction is None and config.train.grad_clip is None and config.model.weights is None
+
+
+def test_set_values_are_read_as_yaml_and_typed_by_the_field():
+    config = load_config(
+        None,
+        [
+            "augment.affine_scale=[0.8, 1.2]",
+            "augment.crop_ratio=0.5,2.0",
+            "train.lr=1.5e-3",
+            "model.output_stride=16",
+            "data.path=123",
+            "train.freeze_bn=1",
+            "loss.gate=null",
+        ],
+    )
+    assert config.augment.affine_scale == (0.8, 1.2) and config.augment.crop_ratio == (0.5, 2.0)
+    assert config.train.lr == pytest.approx(1.5e-3) and isinstance(config.train.lr, float)
+    assert config.model.output_stride == 16 and config.data.path == "123" and config.train.freeze_bn is True
+    assert config.loss.params["gate"] is None
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            "model.backbone=null",
+            "model.backbone must be str, got 'null'; fix it in the config or with --set model.backbone",
+        ),
+        ("train.epochs=null", "train.epochs must be int, got 'null'"),
+        ("train.epochs=[1, 2]", "train.epochs must be int, got '[1, 2]'"),
+        ("augment.hflip=[0.5]", "augment.hflip must be float, got '[0.5]'"),
+        ("train.amp=null", "train.amp must be one of none, bf16, auto, got None"),
+        ("train.schedule=linear", "train.schedule must be one of cosine, step, got 'linear'"),
+        ("train.select_on=[map@r]", "train.select_on must be recall@1 or map@r, got '[map@r]'"),
+        ("model.output_stride=abc", "model.output_stride must be null, 8, 16 or 32, got 'abc'"),
+    ],
+)
+def test_a_bad_set_value_is_one_line_naming_what_the_key_accepts(override, message):
+    with pytest.raises(UserError, match=re.escape(message)) as caught:
+        load_config(None, [override])
+    assert "\n" not in str(caught.value)
+
+
+def test_sections_built_in_python_check_their_fields():
+    with pytest.raises(UserError, match=re.escape("data.batch_size must be an integer >= 2, got 1; fix it")):
+        DataConfig(batch_size=1)
+    with pytest.raises(UserError, match=re.escape("model.pooling must be one of avg, max, token, avgmax, gem")):
+        ModelConfig(pooling="mean")
+    assert Config().augment.preset == "light"  # data.name csv's preset
+
+
+def test_choice_lists_match_the_modules_that_implement_them():
+    assert typing.get_args(typing.get_type_hints(ModelConfig)["pooling"]) == POOLINGS
+    assert tuple(PRESETS) == typing.get_args(PresetName)
+    assert BAD_IMAGE_POLICIES == ("fail", "skip") and SCHEDULES == ("cosine", "step")
+
+
+def test_importing_the_config_imports_neither_torch_nor_timm():
+    code = "import sys, retrieval.config; print(sorted({'torch', 'timm', 'retrieval.data'} & set(sys.modules)))"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"

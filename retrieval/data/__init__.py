@@ -1,4 +1,4 @@
-"""Datasets, transforms and samplers."""
+"""Datasets, transforms and samplers; `registry.DATASETS` names every dataset `data.name` can be."""
 
 from retrieval.data.csv_dataset import (
     CsvSplit,
@@ -9,20 +9,21 @@ from retrieval.data.csv_dataset import (
     read_csv_split,
     read_csv_splits,
 )
-from retrieval.data.datasets import DATASETS, EvalSplit, RetrievalData, build_data, read_splits
+from retrieval.data.datasets import EvalSplit, RetrievalData, build_data, read_splits
 from retrieval.data.digits import DigitsDataset, load_digits_split
 from retrieval.data.folder import list_images, read_folder
 from retrieval.data.loader import BAD_IMAGE_POLICIES, BadImage, ImageLoader
-from retrieval.data.official import OFFICIAL_READERS, read_cars196, read_cub200, read_inshop, read_sop
+from retrieval.data.official import read_cars196, read_cub200, read_inshop, read_sop
 from retrieval.data.pk_sampler import PKSampler
+from retrieval.data.registry import DATASETS, DatasetSpec, dataset_spec
 from retrieval.data.validation import holdout_classes, holdout_images
 
 __all__ = [
     "BAD_IMAGE_POLICIES",
     "DATASETS",
-    "OFFICIAL_READERS",
     "BadImage",
     "CsvSplit",
+    "DatasetSpec",
     "DigitsDataset",
     "EvalSplit",
     "ImageDataset",
@@ -30,6 +31,7 @@ __all__ = [
     "PKSampler",
     "RetrievalData",
     "build_data",
+    "dataset_spec",
     "flatten_image",
     "holdout_classes",
     "holdout_images",

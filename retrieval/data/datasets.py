@@ -1,4 +1,4 @@
-"""Build the train, validation and test sets named by `data.name` (a registry of dataset builders)."""
+"""Build the train, validation and test sets of `data.name` (read as `retrieval.data.registry` says)."""
 
 from __future__ import annotations
 
@@ -11,18 +11,14 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from retrieval.config import AugmentConfig, DataConfig
-from retrieval.data.csv_dataset import CsvSplit, ImageDataset, read_csv_splits
-from retrieval.data.digits import DigitsDataset, load_digits_split
-from retrieval.data.folder import read_folder
-from retrieval.data.official import OFFICIAL_READERS
+from retrieval.data.csv_dataset import CsvSplit, ImageDataset
+from retrieval.data.digits import DigitsDataset
+from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
 from retrieval.data.transforms import build_eval_transform, build_train_transform
 from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
-__all__ = ["DATASETS", "EvalSplit", "RetrievalData", "build_data", "read_splits"]
-
-# data.name -> (data.root, check that listed images exist) -> splits.
-_ROOT_READERS: dict[str, Callable[[Path, bool], dict[str, CsvSplit]]] = {"folder": read_folder, **OFFICIAL_READERS}
+__all__ = ["EvalSplit", "RetrievalData", "build_data", "read_splits"]
 
 # (indices into the training rows, their labels, transform) -> a dataset of those rows.
 _MakeSubset = Callable[[np.ndarray, np.ndarray, Callable], Dataset]
@@ -50,9 +46,10 @@ class RetrievalData:
     val: EvalSplit | None = None  # None: no validation split, the run's result is its last epoch
 
 
-def _digits(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
-    images, labels = load_digits_split("train", cfg.image_size)
-    test_images, test_labels = load_digits_split("test", cfg.image_size)
+def _tensors(cfg: DataConfig, load: TensorLoader, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
+    """A dataset held in memory (digits): `load` gives each split's images and labels."""
+    images, labels = load("train", cfg.image_size)
+    test_images, test_labels = load("test", cfg.image_size)
     test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels, train_class=test_labels)
 
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
@@ -86,19 +83,23 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
         UserError: `data.name` is not a dataset of files (digits), its path/root is unset or
             missing, or the layout does not match (the message names the file).
     """
+    spec = dataset_spec(cfg.name)
+    if spec.read_files is None:
+        files = ", ".join(name for name, other in DATASETS.items() if other.read_files is not None)
+        raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use {files}")
     check_images = cfg.on_bad_image == "fail"  # with skip, a missing image is skipped when read
-    if cfg.name == "csv":
+    if not spec.reads_root:
         if not cfg.path:
-            raise UserError("data.name is csv but data.path is not set; use --set data.path=path/to/dataset.csv")
-        return read_csv_splits(cfg.path, check_images)
-    if cfg.name not in _ROOT_READERS:
-        raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use csv, {', '.join(_ROOT_READERS)}")
+            raise UserError(
+                f"data.name is {cfg.name} but data.path is not set; use --set data.path=path/to/dataset.csv"
+            )
+        return spec.read_files(Path(cfg.path), check_images)
     if not cfg.root:
         raise UserError(f"data.name is {cfg.name} but data.root is not set; use --set data.root=path/to/dataset")
     root = Path(cfg.root).expanduser()
     if not root.is_dir():
         raise UserError(f"data.root {root} is not a folder; set data.root to the extracted {cfg.name} dataset")
-    return _ROOT_READERS[cfg.name](root, check_images)
+    return spec.read_files(root, check_images)
 
 
 def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_names: list[str]) -> EvalSplit:
@@ -142,8 +143,10 @@ def _with_validation(
                 f"{cfg.path or cfg.root} has its own validation split (split=val rows, or a val/ folder) and "
                 "data.val_classes/val_fraction is set too; use one validation split"
             )
-        holdout = holdout_classes if cfg.val_classes else holdout_images
-        train_idx, val_idx = holdout(labels, cfg.val_classes or cfg.val_fraction)
+        if cfg.val_classes:
+            train_idx, val_idx = holdout_classes(labels, cfg.val_classes)
+        else:
+            train_idx, val_idx = holdout_images(labels, cfg.val_fraction or 0.0)
     if labels.ndim == 2:  # multi-hot rows of a multi-label CSV: every column is a training label
         train = subset(train_idx, labels, train_tf)
         return RetrievalData(train, labels, labels.shape[1], test, val)
@@ -164,15 +167,6 @@ def _renumbered(codes: np.ndarray, trained: np.ndarray) -> np.ndarray:
     return np.where((codes >= 0) & (trained[position] == codes), position, -1)
 
 
-# (data config, train transform, eval transform) -> the datasets.
-DATASETS: dict[str, Callable[[DataConfig, Callable, Callable], RetrievalData]] = {
-    "digits": _digits,
-    "csv": _image_files,
-    "folder": _image_files,
-    **{name: _image_files for name in OFFICIAL_READERS},
-}
-
-
 def build_data(
     cfg: DataConfig, model_data_config: dict[str, Any], augment: AugmentConfig, in_chans: int = 3
 ) -> RetrievalData:
@@ -183,9 +177,13 @@ def build_data(
         model_data_config: the backbone's timm preprocessing (`Embedder.data_config()`): mean, std, interpolation.
         augment: the resolved augment section.
         in_chans: the backbone's input channels: 1 gives grayscale tensors, 3 RGB.
+
+    Raises:
+        UserError: `cfg.name` is not registered (the message lists the valid names), or its data cannot be read.
     """
-    if cfg.name not in DATASETS:
-        raise UserError(f"unknown data.name {cfg.name!r}; valid names: {', '.join(DATASETS)}")
+    spec = dataset_spec(cfg.name)
     train_tf = build_train_transform(augment, cfg.image_size, model_data_config, in_chans)
     eval_tf = build_eval_transform(augment, cfg.image_size, model_data_config, in_chans)
-    return DATASETS[cfg.name](cfg, train_tf, eval_tf)
+    if spec.load_tensors is not None:
+        return _tensors(cfg, spec.load_tensors, train_tf, eval_tf)
+    return _image_files(cfg, train_tf, eval_tf)

@@ -6,14 +6,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from official_layouts import write_cars, write_class_folders, write_cub, write_inshop, write_sop
+from official_layouts import write_cars, write_class_folders, write_cub, write_image, write_inshop, write_sop
 
-from retrieval.config import ROOT_DATASETS, load_config
-from retrieval.data import DATASETS, build_data, read_splits
+from retrieval.config import load_config
+from retrieval.data import DATASETS, DatasetSpec, build_data, read_splits
 from retrieval.errors import UserError
 
 WRITERS = {"cub200": write_cub, "cars196": write_cars, "sop": write_sop, "inshop": write_inshop}
 STATS = {"mean": (0.5,) * 3, "std": (0.5,) * 3}
+ROOT_DATASETS = [name for name, spec in DATASETS.items() if spec.reads_root]
 
 
 def _config(name, root, *overrides):
@@ -95,8 +96,58 @@ def test_class_folders_under_train_val_test_are_the_splits(tmp_path):
     assert data.val is not None and len(data.val.dataset) == 4
 
 
-def test_every_root_dataset_is_registered():
-    assert set(ROOT_DATASETS) <= set(DATASETS)
+def test_every_root_dataset_has_a_fake_layout_here():
+    assert set(ROOT_DATASETS) == {"folder", *WRITERS}
+
+
+def _write_dataset(name, root):
+    """Write a tiny copy of registered dataset `name` under `root`; returns the --set keys that point to it."""
+    if name == "digits":
+        return []  # scikit-learn's bundled copy
+    if name == "csv":
+        splits = {"a": "train", "b": "train", "c": "test", "d": "test"}
+        rows = [f"{label}{i}.png,{label},{split}" for label, split in splits.items() for i in range(2)]
+        for seed, row in enumerate(rows):
+            write_image(root / row.split(",")[0], seed)
+        (root / "data.csv").write_text("\n".join(["path,label,split", *rows]) + "\n")
+        return [f"data.path={root / 'data.csv'}"]
+    if name == "folder":
+        write_class_folders(root, ["a", "b", "c", "d"])
+    else:
+        WRITERS[name](root)
+    return [f"data.root={root}"]
+
+
+@pytest.mark.parametrize("name", list(DATASETS))
+def test_every_registered_dataset_is_accepted_by_the_config_and_built(tmp_path, name):
+    config = load_config(
+        None,
+        [
+            f"data.name={name}",
+            "data.image_size=16",
+            "data.val_fraction=0",
+            "augment.preset=auto",
+            *_write_dataset(name, tmp_path),
+        ],
+    )
+    assert config.augment.preset == DATASETS[name].augment_preset
+    data = build_data(config.data, STATS, config.augment)
+    assert data.num_classes >= 2 and len(data.train) == len(data.train_labels)
+    image, label = data.test.dataset[0]
+    assert image.shape == (3, 16, 16) and label == data.test.labels[0]
+
+
+def test_a_dataset_spec_reads_files_or_loads_tensors_not_both():
+    with pytest.raises(ValueError, match="exactly one of read_files and load_tensors"):
+        DatasetSpec()
+    with pytest.raises(ValueError, match="exactly one of read_files and load_tensors"):
+        DatasetSpec(read_files=DATASETS["csv"].read_files, load_tensors=DATASETS["digits"].load_tensors)
+
+
+def test_an_unknown_dataset_is_one_line_listing_the_registry():
+    with pytest.raises(UserError, match="unknown data.name 'cub'; valid names: digits, csv, folder, cub200") as caught:
+        load_config(None, ["data.name=cub"])
+    assert "\n" not in str(caught.value)
 
 
 @pytest.mark.parametrize("name", ROOT_DATASETS)

@@ -3,12 +3,14 @@
 Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ...) own their
 proxies and train on shuffled batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K
 batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
-multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar.
+multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar; all of them are a
+`MetricLoss`, the interface the trainer and the proxy classifier rely on.
 """
 
 from retrieval.losses.anchor import AnchorLoss
 from retrieval.losses.arcface import ArcFaceLoss
 from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
@@ -26,6 +28,7 @@ __all__ = [
     "CircleLoss",
     "CosFaceLoss",
     "FocalProxyLoss",
+    "MetricLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
     "TripletLoss",

@@ -16,7 +16,7 @@ from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
-from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss
+from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss, registry_name
 from retrieval.losses.triplet import TripletLoss
 
 __all__ = [
@@ -33,4 +33,5 @@ __all__ = [
     "ProxyNCALoss",
     "TripletLoss",
     "build_loss",
+    "registry_name",
 ]

@@ -21,7 +21,7 @@ from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.triplet import TripletLoss
 
-__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters"]
+__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters", "registry_name"]
 
 LOSSES: dict[str, type[MetricLoss]] = {
     "proxy_nca": ProxyNCALoss,
@@ -91,6 +91,11 @@ def build_loss(
     except ValueError as exc:  # a constructor's own check of its arguments, e.g. gamma <= 0
         raise UserError(f"loss {name!r}: {exc}") from exc
     return loss
+
+
+def registry_name(loss: MetricLoss) -> str:
+    """The `loss.name` of `loss`'s class in `LOSSES` (its class name when it is not registered)."""
+    return next((name for name, cls in LOSSES.items() if type(loss) is cls), type(loss).__name__)
 
 
 def _loss_class(name: str) -> type[MetricLoss]:

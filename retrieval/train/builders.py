@@ -37,7 +37,14 @@ from retrieval.train.loaders import build_train_loader, sampler_kind
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import GatheredLoss, TrainStep
 
-__all__ = ["TrainingParts", "assemble_training", "build_embedder", "build_optimizer", "build_training"]
+__all__ = [
+    "TrainingParts",
+    "assemble_training",
+    "build_embedder",
+    "build_evaluators",
+    "build_optimizer",
+    "build_training",
+]
 
 
 @dataclass
@@ -149,8 +156,24 @@ def assemble_training(
     # Pair losses compare the images of a batch: under several processes they see every rank's share.
     criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
     step = TrainStep(model, criterion, optimizer, context, autocast, train.grad_clip, train.compile)
+    evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
+    return TrainingParts(
+        model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context
+    )
+
+
+def build_evaluators(
+    data: RetrievalData,
+    loading: DataConfig,
+    device: torch.device,
+    context: DistributedContext,
+    autocast: torch.dtype | None,
+    channels_last: bool,
+    class_groups: np.ndarray,
+) -> dict[str, SplitEvaluator]:
+    """One `SplitEvaluator` for the test split and, when there is one, the validation split."""
     splits = {"test": data.test} | ({"val": data.val} if data.val is not None else {})
-    evaluators = {
+    return {
         name: SplitEvaluator(
             split,
             loading.eval_batch_size,
@@ -165,9 +188,6 @@ def assemble_training(
         )
         for name, split in splits.items()
     }
-    return TrainingParts(
-        model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context
-    )
 
 
 def build_optimizer(model: nn.Module, loss: MetricLoss, train: TrainConfig) -> torch.optim.AdamW:

@@ -23,10 +23,10 @@ hits both alike. Prints images/second (median and best over rounds) and the rati
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
@@ -38,6 +38,8 @@ from pytorch_metric_learning import losses as pml_losses
 from torch import Tensor, nn
 
 from retrieval.config import load_config
+from retrieval.runtime.environment import configure_process
+from retrieval.train.diagnostics import EpochDiagnostics
 from retrieval.train.step import LossTracker
 from retrieval.train.trainer import Trainer
 
@@ -65,17 +67,25 @@ def toolkit_step(args: argparse.Namespace, run_dir: Path) -> tuple[Callable[[Ten
         f"train.amp={args.amp}",
         f"train.threads={args.threads}",
     ]
-    trainer = Trainer(load_config(None, overrides), run_dir)
+    config = load_config(None, overrides)
+    configure_process(config.train)  # the thread count of both sides, as `retrieval train` sets it
+    trainer = Trainer.from_config(config, run_dir)
     trainer.begin_epoch(0)
-    tracker, stats = LossTracker(trainer.device), defaultdict(list)
-    counter = iter(range(10**9))
+    parts = trainer.parts
+    tracker = LossTracker(parts.device)
+    groups = torch.from_numpy(parts.class_groups).to(parts.device)
+    diagnostics = EpochDiagnostics(groups)
+    steps_per_epoch = len(parts.loader)
+    counter = itertools.count()
 
     def step(images: Tensor, labels: Tensor) -> None:
-        trainer.recorded_step(images, labels, next(counter) % len(trainer.loader), tracker, stats)
-        if len(stats["scale"]) > 1000:  # an epoch's worth; the loop keeps them until the epoch ends
-            stats.clear()
+        nonlocal diagnostics
+        index = next(counter) % steps_per_epoch
+        trainer.recorded_step(images, labels, index, tracker, diagnostics)
+        if index == steps_per_epoch - 1:  # the loop keeps an epoch's statistics, then starts afresh
+            diagnostics = EpochDiagnostics(groups)
 
-    return step, trainer.data.num_classes, trainer
+    return step, parts.data.num_classes, trainer
 
 
 def bare_step(args: argparse.Namespace, num_classes: int, device: torch.device) -> Callable[[Tensor, Tensor], None]:
@@ -126,7 +136,7 @@ def measure(args: argparse.Namespace) -> dict[str, list[float]]:
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as run_dir:
         ours, num_classes, trainer = toolkit_step(args, Path(run_dir))
-    device = trainer.device
+    device = trainer.parts.device
     bare = bare_step(args, num_classes, device)
     pin = device.type == "cuda"
     batches = [

@@ -1,4 +1,8 @@
-"""`retrieval train`: train an embedder and print the test Recall@K of the selected checkpoint."""
+"""`retrieval train`: train an embedder and print the test Recall@K of the selected checkpoint.
+
+The process-wide settings of a run (threads, deterministic algorithms, global seeds) are set here,
+by `configure_process`, before each run's `Trainer` is built: the library never sets them.
+"""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd, format_metrics
 from retrieval.evaluate.uncertainty import format_uncertainty
 from retrieval.runtime.distributed import DistributedContext, process_group
+from retrieval.runtime.environment import configure_process
 from retrieval.train.trainer import Trainer, TrainResult
 
 __all__ = ["add_parser", "run"]
@@ -46,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
     with process_group(config.train.device) as context:
         run_dir = args.output_dir or _default_run_dir(config, context)
         if not args.seeds:
-            result = Trainer(config, run_dir).fit()
+            configure_process(config.train)
+            result = Trainer.from_config(config, run_dir).fit()
             _print_result(config, run_dir, result, context)
             return 0
         results = []
@@ -54,7 +60,8 @@ def run(args: argparse.Namespace) -> int:
             seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
             if context.is_main:
                 print(f"seed {seed}", flush=True)
-            results.append(Trainer(seeded, run_dir / f"seed-{seed}").fit())
+            configure_process(seeded.train)
+            results.append(Trainer.from_config(seeded, run_dir / f"seed-{seed}").fit())
             _print_result(seeded, run_dir / f"seed-{seed}", results[-1], context)
         if context.is_main:
             print(_seed_summary(args.seeds, results))
@@ -62,7 +69,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _resume(args: argparse.Namespace) -> int:
-    """Continue an interrupted run; its own config applies unless --config is given, --set still applies."""
+    """Continue an interrupted run; its own config applies unless --config is given, --set still applies.
+
+    The selected weights so far come from the `best.pt` beside the `last.pt` resumed from.
+    """
     path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
     checkpoint = Checkpoint.load(path)
     if not checkpoint.resumable:
@@ -70,11 +80,14 @@ def _resume(args: argparse.Namespace) -> int:
             f"{path} holds the weights for evaluation and indexing only (no optimizer state); "
             "resume from the run directory or its checkpoints/last.pt"
         )
+    best_path = path.with_name("best.pt")
+    best = Checkpoint.load(best_path) if best_path.is_file() else None
     config = checkpoint.config(args.config, args.overrides)
     run_dir = args.output_dir or path.resolve().parent.parent
     with process_group(config.train.device) as context:
-        trainer = Trainer(config, run_dir, resuming=True)
-        trainer.resume(checkpoint)
+        configure_process(config.train)
+        trainer = Trainer.from_config(config, run_dir, resuming=True)
+        trainer.resume(checkpoint, best)
         _print_result(config, run_dir, trainer.fit(), context)
     return 0
 

@@ -37,16 +37,15 @@ class ProxyClassifier:
 def load_proxy_classifier(checkpoint: Checkpoint, config: Config) -> ProxyClassifier | None:
     """The checkpoint's proxy classifier, or None when its loss has no proxies (pair losses).
 
-    The scale is the loss's base scale: `scale` of a fixed-scale loss, `gamma` of the Anchor Loss
-    (its per-sample c_i masks the true class, unknown at test time); 1.0 when the loss has neither.
+    The scale is the configured loss's `MetricLoss.logit_scale`: `scale` of a fixed-scale loss,
+    `gamma` of the Anchor Loss (its per-sample c_i needs the true class, unknown at test time), 1.0
+    otherwise. The loss is built from the config because its hyperparameters are what set the scale.
     """
     proxies = checkpoint.proxies
     if proxies is None:
         return None
     loss = build_loss(config.loss.name, config.loss.params, proxies.shape[0], proxies.shape[1])
-    scale_module = getattr(loss, "scale", None)
-    scale = getattr(scale_module, "scale", None) or getattr(scale_module, "gamma", None) or 1.0
-    return ProxyClassifier(proxies.float().numpy(), float(scale))
+    return ProxyClassifier(proxies.float().numpy(), loss.logit_scale)
 
 
 def closed_set_rows(split: EvalSplit, what: str) -> np.ndarray:

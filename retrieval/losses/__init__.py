@@ -3,18 +3,20 @@
 Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ...) own their
 proxies and train on shuffled batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K
 batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
-multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar.
+multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar; all of them are a
+`MetricLoss`, the interface the trainer and the proxy classifier rely on.
 """
 
 from retrieval.losses.anchor import AnchorLoss
 from retrieval.losses.arcface import ArcFaceLoss
 from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
-from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss
+from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss, registry_name
 from retrieval.losses.triplet import TripletLoss
 
 __all__ = [
@@ -26,8 +28,10 @@ __all__ = [
     "CircleLoss",
     "CosFaceLoss",
     "FocalProxyLoss",
+    "MetricLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
     "TripletLoss",
     "build_loss",
+    "registry_name",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.functional._checks import check_gamma
 from retrieval.losses.functional.asymmetric import asymmetric_loss
 from retrieval.losses.functional.proxy import cosine_to_proxies
@@ -14,7 +15,7 @@ from retrieval.losses.scales import FixedScale
 __all__ = ["AsymmetricProxyLoss"]
 
 
-class AsymmetricProxyLoss(nn.Module):
+class AsymmetricProxyLoss(MetricLoss):
     """Asymmetric Loss (Ridnik et al., "Asymmetric Loss For Multi-Label Classification", ICCV 2021) on proxy logits.
 
     An image may carry several labels: each class proxy is an independent sigmoid over
@@ -38,6 +39,7 @@ class AsymmetricProxyLoss(nn.Module):
     """
 
     multi_label = True
+    proxies: nn.Parameter
 
     def __init__(
         self,
@@ -56,7 +58,11 @@ class AsymmetricProxyLoss(nn.Module):
         self.proxies = make_proxies(num_classes, embedding_dim)
         self.scale = FixedScale(scale)
         self.gamma_pos, self.gamma_neg, self.clip = float(gamma_pos), float(gamma_neg), float(clip)
-        self.last_stats: dict[str, Tensor] = {}
+
+    @property
+    def logit_scale(self) -> float:
+        """s, the scale of the logits `s * cos`."""
+        return self.scale.base_scale
 
     def forward(self, embeddings: Tensor, targets: Tensor) -> Tensor:
         """Loss of raw embeddings `(B, D)` against `(B, K)` multi-hot targets (or `(B,)` class indices)."""

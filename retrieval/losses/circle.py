@@ -1,15 +1,16 @@
 """Circle Loss on P x K batches."""
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.functional.pair import circle_loss, cosine_similarity_matrix
 from retrieval.miners.masks import pair_masks
 
 __all__ = ["CircleLoss"]
 
 
-class CircleLoss(nn.Module):
+class CircleLoss(MetricLoss):
     """Circle Loss, per anchor over the batch (Sun et al., CVPR 2020).
 
     Each anchor's positives are pushed towards cosine 1 + m and its negatives towards -m, with
@@ -30,6 +31,9 @@ class CircleLoss(nn.Module):
         last_stats: after each forward, {"valid_anchors": number of anchors with a positive and a negative}.
     """
 
+    needs_pk_batches = True
+    proxies = None
+
     def __init__(self, m: float = 0.25, gamma: float = 256.0) -> None:
         super().__init__()
         if m < 0:
@@ -38,7 +42,6 @@ class CircleLoss(nn.Module):
             raise ValueError(f"gamma must be > 0 (the paper uses 256, 80 is common too); got {gamma}.")
         self.m = m
         self.gamma = gamma
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of one batch.

@@ -6,10 +6,12 @@ import torch
 from pytorch_metric_learning.losses import ProxyAnchorLoss as _PMLProxyAnchorLoss
 from torch import Tensor, nn
 
+from retrieval.losses.base import MetricLoss
+
 __all__ = ["ProxyAnchorLoss"]
 
 
-class ProxyAnchorLoss(nn.Module):
+class ProxyAnchorLoss(MetricLoss):
     """Proxy-Anchor: each proxy pulls all its batch samples and pushes all others, with soft weights.
 
     Kim et al., "Proxy Anchor Loss for Deep Metric Learning", CVPR 2020: for the proxies P+ with
@@ -30,6 +32,8 @@ class ProxyAnchorLoss(nn.Module):
         proxies: `(K, D)` parameter (PML's, `kaiming_normal_` initialized); the trainer gives it
             the proxy learning rate and no weight decay.
         last_stats: empty (Proxy-Anchor has no per-sample scale or weight).
+        logit_scale: 1.0: alpha scales the loss's soft margins, not logits of a softmax classifier.
+        check_labels: check every call's label range (True; see `MetricLoss`).
     """
 
     def __init__(self, num_classes: int, embedding_dim: int, margin: float = 0.1, alpha: float = 32.0) -> None:
@@ -41,17 +45,16 @@ class ProxyAnchorLoss(nn.Module):
         if not margin >= 0:
             raise ValueError(f"margin must be >= 0 (the paper uses 0.1), got {margin}")
         self.loss = _PMLProxyAnchorLoss(num_classes, embedding_dim, margin=margin, alpha=alpha)
-        self.last_stats: dict[str, Tensor] = {}
 
     @property
-    def proxies(self) -> nn.Parameter:
-        """The `(K, D)` proxies."""
+    def proxies(self) -> nn.Parameter:  # type: ignore[override]  # read-only: PML's module owns the parameter
+        """The `(K, D)` proxies (state-dict key `loss.proxies`)."""
         return self.loss.proxies
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of raw embeddings `(B, D)` with class indices `(B,)` in `[0, K)`; returns a scalar."""
         num_classes = self.proxies.shape[0]
-        if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
+        if self.check_labels and labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= num_classes):
             raise ValueError(f"labels must lie in [0, {num_classes}); remap class ids to 0..K-1")
         with torch.autocast(embeddings.device.type, enabled=False):
             return self.loss(embeddings.float(), labels)

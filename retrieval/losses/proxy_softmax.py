@@ -12,7 +12,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.functional.proxy import cosine_to_proxies
+from retrieval.losses.scales import AdaptiveScale, FixedScale
 
 __all__ = ["Margin", "ProxySoftmaxLoss", "SampleWeighting", "make_proxies"]
 
@@ -51,7 +53,7 @@ def make_proxies(num_classes: int, embedding_dim: int) -> nn.Parameter:
     return proxies
 
 
-class ProxySoftmaxLoss(nn.Module):
+class ProxySoftmaxLoss(MetricLoss):
     """Cross-entropy over scaled cosines to learnable class proxies.
 
     Presets (`ProxyNCALoss`, `AnchorLoss`, ...) choose the pieces; this class runs them. Logits
@@ -60,7 +62,7 @@ class ProxySoftmaxLoss(nn.Module):
     Args:
         num_classes: K, the number of training classes (one proxy each).
         embedding_dim: D, the embedding size.
-        scale: module mapping `(B, K)` cosines and `(B,)` labels to `(B,)` per-sample scales.
+        scale: maps `(B, K)` cosines and `(B,)` labels to `(B,)` per-sample scales (fixed or adaptive).
         margin: optional change of the target cosine before scaling.
         weighting: optional per-sample weight on the cross-entropy.
 
@@ -78,16 +80,16 @@ class ProxySoftmaxLoss(nn.Module):
             - `logits` (B, K) float32: the logits the cross-entropy saw (scale and margin applied),
               from which p_t and the gradient at the logits, `softmax - one_hot`, follow;
             - `labels` (B,): the target classes.
-        check_labels: check every call's label range (True). The check reads the labels back, one
-            host-device sync per call on a GPU; the trainer checks its dataset's labels once and
-            turns it off.
+        check_labels: check every call's label range (True; see `MetricLoss`).
     """
+
+    proxies: nn.Parameter
 
     def __init__(
         self,
         num_classes: int,
         embedding_dim: int,
-        scale: nn.Module,
+        scale: FixedScale | AdaptiveScale,
         margin: Margin | None = None,
         weighting: SampleWeighting | None = None,
     ) -> None:
@@ -97,19 +99,23 @@ class ProxySoftmaxLoss(nn.Module):
         self.margin = margin
         self.weighting = weighting
         self.register_buffer("class_weights", None)
-        self.last_stats: dict[str, Tensor] = {}
-        self.check_labels = True
 
     @property
     def num_classes(self) -> int:
         """K, the number of proxies."""
         return self.proxies.shape[0]
 
+    @property
+    def logit_scale(self) -> float:
+        """The scale's base value: s of a fixed scale, gamma of the Anchor Loss's adaptive one."""
+        return self.scale.base_scale
+
     def set_epoch(self, epoch: int) -> None:
         """Tell the pieces the 0-based training epoch (the gate's warm-up counts epochs)."""
         for piece in (self.scale, self.margin, self.weighting):
-            if hasattr(piece, "set_epoch"):
-                piece.set_epoch(epoch)
+            hook = getattr(piece, "set_epoch", None)
+            if hook is not None:
+                hook(epoch)
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of raw embeddings `(B, D)` with class indices `(B,)` in `[0, K)`; returns a scalar."""
@@ -121,7 +127,7 @@ class ProxySoftmaxLoss(nn.Module):
         logits = scales.unsqueeze(1) * target_cosine
         cross_entropy = F.cross_entropy(logits, labels, reduction="none")
         per_sample = cross_entropy if self.class_weights is None else cross_entropy * self.class_weights[labels]
-        stats = {"scale": scales.detach(), **getattr(self.scale, "last_stats", {})}
+        stats = {"scale": scales.detach(), **self.scale.last_stats}
         if self.weighting is None:
             loss = per_sample.mean()
         else:  # mean of w_i * l_i as one dot product: one autograd node fewer than multiply-then-mean

@@ -6,12 +6,12 @@ import inspect
 from typing import Any
 
 import numpy as np
-from torch import nn
 
 from retrieval.errors import UserError
 from retrieval.losses.anchor import AnchorLoss
 from retrieval.losses.arcface import ArcFaceLoss
 from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.class_weights import class_weights
 from retrieval.losses.cosface import CosFaceLoss
@@ -21,9 +21,9 @@ from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.triplet import TripletLoss
 
-__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters"]
+__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters", "registry_name"]
 
-LOSSES: dict[str, type[nn.Module]] = {
+LOSSES: dict[str, type[MetricLoss]] = {
     "proxy_nca": ProxyNCALoss,
     "anchor": AnchorLoss,
     "arcface": ArcFaceLoss,
@@ -35,8 +35,8 @@ LOSSES: dict[str, type[nn.Module]] = {
     "triplet": TripletLoss,
 }
 
-# Losses over pairs inside the batch: they need P x K batches (data.sampler: pk).
-PAIR_LOSSES: frozenset[str] = frozenset({"circle", "triplet"})
+# Losses over pairs inside the batch: they need P x K batches (data.sampler: pk). A view of the registry.
+PAIR_LOSSES: frozenset[str] = frozenset(name for name, cls in LOSSES.items() if cls.needs_pk_batches)
 
 # Filled in by the trainer from the data and model, never by the user.
 _PROVIDED = ("num_classes", "embedding_dim")
@@ -65,7 +65,7 @@ def build_loss(
     num_classes: int,
     embedding_dim: int,
     class_counts: np.ndarray | None = None,
-) -> nn.Module:
+) -> MetricLoss:
     """Build loss `name`; `params` are its constructor arguments, checked by the config loader.
 
     Args:
@@ -93,7 +93,12 @@ def build_loss(
     return loss
 
 
-def _loss_class(name: str) -> type[nn.Module]:
+def registry_name(loss: MetricLoss) -> str:
+    """The `loss.name` of `loss`'s class in `LOSSES` (its class name when it is not registered)."""
+    return next((name for name, cls in LOSSES.items() if type(loss) is cls), type(loss).__name__)
+
+
+def _loss_class(name: str) -> type[MetricLoss]:
     if name not in LOSSES:
         raise UserError(f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}")
     return LOSSES[name]

@@ -20,6 +20,11 @@ class FixedScale(nn.Module):
         self.scale = float(scale)
         self.last_stats: dict[str, Tensor] = {}
 
+    @property
+    def base_scale(self) -> float:
+        """s, the scale of every sample."""
+        return self.scale
+
     def forward(self, cosine: Tensor, labels: Tensor) -> Tensor:
         """Return `(B,)` scales, all equal to `s`."""
         return torch.full((cosine.shape[0],), self.scale, dtype=cosine.dtype, device=cosine.device)
@@ -40,6 +45,11 @@ class AdaptiveScale(nn.Module):
         self.gamma = float(gamma)
         self.detach = detach
         self.last_stats: dict[str, Tensor] = {}
+
+    @property
+    def base_scale(self) -> float:
+        """gamma, the scale of a sample with c_i = 1 (the scale without the label-dependent difficulty)."""
+        return self.gamma
 
     def forward(self, cosine: Tensor, labels: Tensor) -> Tensor:
         """Return `(B,)` scales `gamma * c_i`; `last_stats["c"]` keeps the detached c_i."""

@@ -1,8 +1,9 @@
 """Triplet margin loss with a pluggable miner, on P x K batches."""
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
+from retrieval.losses.base import MetricLoss
 from retrieval.losses.functional.pair import (
     cosine_similarity_matrix,
     euclidean_distance_matrix,
@@ -14,7 +15,7 @@ from retrieval.miners import TripletMiner, build_miner
 __all__ = ["TripletLoss"]
 
 
-class TripletLoss(nn.Module):
+class TripletLoss(MetricLoss):
     """Triplet margin loss [d(a, p) - d(a, n) + margin]_+ on Euclidean distances of unit vectors.
 
     Schroff et al. 2015 ("FaceNet"); batch-hard mining from Hermans et al. 2017. The loss is the
@@ -40,13 +41,15 @@ class TripletLoss(nn.Module):
             "active_fraction": fraction of them with a loss > 0}.
     """
 
+    needs_pk_batches = True
+    proxies = None
+
     def __init__(self, margin: float = 0.2, miner: str | TripletMiner = "semihard") -> None:
         super().__init__()
         if margin < 0:
             raise ValueError(f"margin must be >= 0 (0.2 is the usual value for unit vectors); got {margin}.")
         self.margin = margin
         self.miner = build_miner(miner, margin) if isinstance(miner, str) else miner
-        self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
         """Loss of one batch.

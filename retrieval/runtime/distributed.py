@@ -24,7 +24,6 @@ from retrieval.errors import UserError
 
 __all__ = [
     "DistributedContext",
-    "GatheredLoss",
     "all_gather_keep_local",
     "gather_rows",
     "init_distributed",
@@ -190,28 +189,3 @@ def all_gather_keep_local(tensor: Tensor) -> Tensor:
         dist.all_gather(chunks, tensor.contiguous())
         return torch.cat(chunks)
     return _GatherKeepLocal.apply(tensor)
-
-
-class GatheredLoss(nn.Module):
-    """A pair loss over the embeddings of all ranks: the batch it sees is the global one.
-
-    Pair losses (circle, triplet) compare the images of one batch with each other; gathered, a
-    rank's anchors meet the positives and negatives of every rank, as in a single process with
-    the global batch. Alone (no process group) it is the wrapped loss.
-
-    Args:
-        loss: the pair loss, called with the gathered `(world_size * B, D)` embeddings and labels.
-    """
-
-    def __init__(self, loss: nn.Module) -> None:
-        super().__init__()
-        self.loss = loss
-
-    @property
-    def last_stats(self) -> dict[str, Tensor]:
-        """The wrapped loss's statistics of the last (global) batch."""
-        return getattr(self.loss, "last_stats", {})
-
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        """Loss of the global batch; `embeddings (B, D)` and `labels (B,)` are this rank's share."""
-        return self.loss(all_gather_keep_local(embeddings), all_gather_keep_local(labels))

@@ -35,6 +35,7 @@ __all__ = [
     "P_T_BUCKETS",
     "P_T_EDGES",
     "EpochDiagnostics",
+    "describe_stats",
     "logit_gradient_norms",
 ]
 
@@ -142,7 +143,7 @@ class EpochDiagnostics:
         return record
 
     def _median_per_group(self, b: Tensor, labels: Tensor) -> dict[str, float]:
-        if b.shape != labels.shape:  # a loss that reports b for only some steps: no per-sample pairing
+        if self.class_groups is None or b.shape != labels.shape:  # b for only some steps: no per-sample pairing
             return {}
         groups = self.class_groups[labels]
         return {
@@ -150,6 +151,11 @@ class EpochDiagnostics:
             for group, name in enumerate(GROUP_NAMES)
             if bool((groups == group).any())
         }
+
+
+def describe_stats(record: dict[str, Any]) -> str:
+    """The part of an epoch's one-line summary the loss's statistics give: the median c_i, when recorded."""
+    return f"  c_i median {record['c']['median']:.3f}" if "c" in record else ""
 
 
 def _quantiles(values: Tensor) -> dict[str, float]:

@@ -1,10 +1,17 @@
-"""The training DataLoader: shuffled or P x K batches, split over the processes of a torchrun run.
+"""The training DataLoader: shuffled, class-balanced or P x K batches, split over the processes of a torchrun run.
 
 Batch sizes are global (`data.batch_size`, `data.p` per optimizer step over all processes):
 each of N processes loads 1/N of every step, so a config trains the same on any N.
+
+The loader carries what the epoch loop must reset for an exact resume: its `generator` (reseed it
+every epoch) and, where the order is planned per epoch, a sampler or batch sampler with
+`set_epoch` (`EpochSampler`).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sized
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 import torch
@@ -12,10 +19,44 @@ from torch.utils.data import DataLoader, Dataset, DistributedSampler, Sampler
 
 from retrieval.config import DataConfig
 from retrieval.data import ImageLoader, PKSampler
+from retrieval.data.balanced_sampler import balanced_sampler
 from retrieval.errors import UserError
+from retrieval.losses import MetricLoss, registry_name
 from retrieval.runtime.distributed import DistributedContext
 
-__all__ = ["build_pk_sampler", "build_train_loader"]
+__all__ = ["SAMPLER_KINDS", "EpochSampler", "build_pk_sampler", "build_train_loader", "epoch_samplers", "sampler_kind"]
+
+SAMPLER_KINDS = ("random", "balanced", "pk")
+
+
+@runtime_checkable
+class EpochSampler(Protocol):
+    """A sampler whose order is planned per epoch (`PKSampler`, `DistributedSampler`)."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Plan the order of 0-based `epoch`."""
+        ...
+
+
+def epoch_samplers(loader: DataLoader) -> list[EpochSampler]:
+    """The loader's sampler and batch sampler that plan their order per epoch (tell them every epoch)."""
+    samplers: list[object] = [loader.sampler, loader.batch_sampler]
+    return [sampler for sampler in samplers if isinstance(sampler, EpochSampler)]
+
+
+def sampler_kind(requested: str, loss: MetricLoss) -> str:
+    """`random`, `balanced` or `pk` for `data.sampler`; `auto` picks the PK sampler for pair losses, which need it.
+
+    Raises:
+        UserError: a pair loss (`loss.needs_pk_batches`) with another sampler than pk.
+    """
+    kind = requested if requested != "auto" else ("pk" if loss.needs_pk_batches else "random")
+    if loss.needs_pk_batches and kind != "pk":
+        raise UserError(
+            f"loss {registry_name(loss)!r} compares images within a batch and needs P classes x K images per "
+            f"batch; set data.sampler=pk (or auto) instead of {kind}"
+        )
+    return kind
 
 
 def build_pk_sampler(labels: np.ndarray, cfg: DataConfig, seed: int, context: DistributedContext) -> PKSampler:
@@ -35,37 +76,47 @@ def build_pk_sampler(labels: np.ndarray, cfg: DataConfig, seed: int, context: Di
 
 def build_train_loader(
     dataset: Dataset,
+    labels: np.ndarray,
+    kind: str,
     cfg: DataConfig,
     seed: int,
     context: DistributedContext,
     device: torch.device,
-    generator: torch.Generator,
-    pk_sampler: PKSampler | None = None,
-    sampler: Sampler | None = None,
 ) -> DataLoader:
-    """Batches of the training set.
+    """Batches of the training set for sampler `kind` (see `sampler_kind`), with a fresh `generator`.
 
-    One process shuffles through `generator` (reseed it every epoch); several use a
-    `DistributedSampler` (call its `set_epoch` every epoch) with `data.batch_size / N` images each.
-    A `pk_sampler` gives the batches itself; another `sampler` (e.g. the class-balanced one) replaces
-    the shuffle, in one process only.
+    One process shuffles (or draws class-balanced) through the loader's `generator`; several use
+    a `DistributedSampler` with `data.batch_size / N` images each. The PK sampler gives whole
+    batches itself. Reseed `loader.generator` and tell `epoch_samplers(loader)` every epoch.
+
+    Args:
+        dataset: the training images, `(image, label)` items.
+        labels: `(N,)` class of every item (the PK and balanced samplers plan with them).
+        kind: `random`, `balanced` or `pk`.
+        cfg: batch size, P and K, workers and pinned memory.
+        seed: the PK plan's and the `DistributedSampler`'s seed.
+        context: the process group.
+        device: where the batches go (pinned memory only helps a GPU).
 
     Raises:
-        UserError: the global batch does not split evenly over the processes, or the training
-            set does not fill one step.
+        UserError: the global batch does not split evenly over the processes, the balanced sampler
+            under several processes, or a training set that does not fill one step.
     """
+    size = len(cast(Sized, dataset))  # map-style datasets have a length
+    generator = torch.Generator()
     common = {
         "num_workers": cfg.num_workers,
         "pin_memory": cfg.pin_memory and device.type == "cuda",
         "persistent_workers": cfg.persistent_workers and cfg.num_workers > 0,
         "generator": generator,
     }
-    if pk_sampler is not None:
-        return ImageLoader(dataset, batch_sampler=pk_sampler, **common)
+    if kind == "pk":
+        return ImageLoader(dataset, batch_sampler=build_pk_sampler(labels, cfg, seed, context), **common)
+    sampler: Sampler | None = balanced_sampler(labels, generator) if kind == "balanced" else None
     if sampler is not None and context.enabled:
         raise UserError(f"data.sampler={cfg.sampler} runs in one process; use data.sampler=random or pk under torchrun")
     if not context.enabled:
-        drop_last = len(dataset) > cfg.batch_size
+        drop_last = size > cfg.batch_size
         order = {"shuffle": True} if sampler is None else {"sampler": sampler}
         return ImageLoader(dataset, batch_size=cfg.batch_size, drop_last=drop_last, **order, **common)
     if cfg.batch_size % context.world_size:
@@ -74,10 +125,9 @@ def build_train_loader(
             f"processes; use a multiple of {context.world_size}"
         )
     per_rank = cfg.batch_size // context.world_size
-    sampler = DistributedSampler(dataset, context.world_size, context.rank, seed=seed)
-    if len(sampler) < per_rank:
+    distributed: DistributedSampler = DistributedSampler(dataset, context.world_size, context.rank, seed=seed)
+    if len(distributed) < per_rank:
         raise UserError(
-            f"{len(dataset)} training images do not fill one step of data.batch_size={cfg.batch_size}; "
-            "lower data.batch_size"
+            f"{size} training images do not fill one step of data.batch_size={cfg.batch_size}; lower data.batch_size"
         )
-    return ImageLoader(dataset, batch_size=per_rank, sampler=sampler, drop_last=True, **common)
+    return ImageLoader(dataset, batch_size=per_rank, sampler=distributed, drop_last=True, **common)

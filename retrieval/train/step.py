@@ -6,15 +6,39 @@ and looks for a non-finite value without a sync per step), so a GPU is never sta
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import nullcontext
 
 import torch
 from torch import Tensor, nn
 from torch.nn.parallel import DistributedDataParallel
 
-from retrieval.runtime.distributed import DistributedContext
+from retrieval.losses import MetricLoss
+from retrieval.runtime.distributed import DistributedContext, all_gather_keep_local
 
-__all__ = ["LossTracker", "TrainStep"]
+__all__ = ["GatheredLoss", "LossTracker", "TrainStep"]
+
+
+class GatheredLoss(nn.Module):
+    """A pair loss over the embeddings of all ranks: the batch it sees is the global one.
+
+    Pair losses (`MetricLoss.needs_pk_batches`) compare the images of one batch with each other;
+    gathered, a rank's anchors meet the positives and negatives of every rank, as in a single
+    process with the global batch. The wrapped loss's `last_stats` are then the global batch's.
+    Alone (no process group) it is the wrapped loss.
+
+    Args:
+        loss: the pair loss, called with the gathered `(world_size * B, D)` embeddings and labels.
+    """
+
+    def __init__(self, loss: MetricLoss) -> None:
+        super().__init__()
+        self.loss = loss
+
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """Loss of the global batch; `embeddings (B, D)` and `labels (B,)` are this rank's share."""
+        loss: Tensor = self.loss(all_gather_keep_local(embeddings), all_gather_keep_local(labels))
+        return loss
 
 
 class _ModelAndLoss(nn.Module):
@@ -68,7 +92,7 @@ class TrainStep:
         self.compile = compile
         self._module = _ModelAndLoss(model, criterion, amp_dtype)
         self._trainable: list[nn.Parameter] = []
-        self._forward: nn.Module | None = None
+        self._forward: Callable[[Tensor, Tensor], Tensor] | None = None
         self._signature: tuple[bool, ...] | None = None
 
     def refresh(self) -> None:
@@ -89,6 +113,7 @@ class TrainStep:
         """Loss of the batch (detached, on the device), its gradients accumulated in `.grad` (ranks averaged)."""
         if self._forward is None:
             self.refresh()
+        assert self._forward is not None  # set by refresh()
         loss = self._forward(images, labels)
         loss.backward()
         return loss.detach()

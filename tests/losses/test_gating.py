@@ -157,7 +157,7 @@ def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dat
     tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=8"]
     data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0", "train.threads=1"]
     gate = ["loss.name=proxy_nca", "loss.gate=ct", "loss.gate_warmup_epochs=1", "train.epochs=2", "train.eval_every=2"]
-    trainer = Trainer(load_config(None, [*tiny, *data, *gate]), tmp_path / "run")
+    trainer = Trainer.from_config(load_config(None, [*tiny, *data, *gate]), tmp_path / "run")
     trainer.fit()
     assert seen == [0, 1]
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

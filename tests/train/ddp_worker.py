@@ -25,9 +25,12 @@ from retrieval.train.trainer import Trainer
 def first_step(trainer: Trainer, batch: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict[str, Any]:
     """Loss and gradients of the run's first step, on `batch` or on the first batch of the trainer's loader."""
     trainer.begin_epoch(0)
-    images, labels = batch if batch is not None else next(iter(trainer.loader))
-    loss = trainer.step_fn.forward_backward(images.to(trainer.device), labels.to(trainer.device))
-    named = [*trainer.model.named_parameters(), *(("loss." + n, p) for n, p in trainer.loss_fn.named_parameters())]
+    images, labels = batch if batch is not None else next(iter(trainer.parts.loader))
+    loss = trainer.parts.step.forward_backward(images.to(trainer.parts.device), labels.to(trainer.parts.device))
+    named = [
+        *trainer.parts.model.named_parameters(),
+        *(("loss." + n, p) for n, p in trainer.parts.loss.named_parameters()),
+    ]
     grads = {name: param.grad.detach().clone() for name, param in named if param.grad is not None}
     return {"images": images, "labels": labels, "loss": loss.cpu(), "grads": grads}
 
@@ -36,7 +39,8 @@ if __name__ == "__main__":
     out, cases, train_args = Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
     with process_group("cpu") as context:
         steps = {
-            name: first_step(Trainer(load_config(None, overrides), out / name)) for name, overrides in cases.items()
+            name: first_step(Trainer.from_config(load_config(None, overrides), out / name))
+            for name, overrides in cases.items()
         }
         torch.save(steps, out / f"rank{context.rank}.pt")
         code = main(train_args)

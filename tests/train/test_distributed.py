@@ -65,7 +65,9 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
         ), "both ranks trained on the same images"
         images = torch.cat([share["images"] for share in shares])
         labels = torch.cat([share["labels"] for share in shares])
-        single = worker.first_step(Trainer(load_config(None, overrides), tmp_path / "single"), (images, labels))
+        single = worker.first_step(
+            Trainer.from_config(load_config(None, overrides), tmp_path / "single"), (images, labels)
+        )
         # Pair losses see the global batch on every rank; proxy losses average the ranks' losses.
         losses = torch.stack([share["loss"] for share in shares])
         expected = losses if name == "circle" else losses.mean()

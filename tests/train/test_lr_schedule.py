@@ -7,7 +7,7 @@ import torch
 
 from retrieval.errors import UserError
 from retrieval.runtime.device import amp_dtype
-from retrieval.train.trainer import lr_factor
+from retrieval.train.schedule import lr_factor
 
 
 def test_warmup_rises_linearly_then_cosine_decays_to_zero():

@@ -21,16 +21,16 @@ TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=1
 
 
 def _trainer(tmp_path, *overrides: str) -> Trainer:
-    return Trainer(load_config(None, [*TINY, *overrides]), tmp_path / "run")
+    return Trainer.from_config(load_config(None, [*TINY, *overrides]), tmp_path / "run")
 
 
 def _first_batch(trainer: Trainer) -> tuple[torch.Tensor, torch.Tensor]:
     trainer.begin_epoch(0)
-    return next(iter(trainer.loader))
+    return next(iter(trainer.parts.loader))
 
 
 def _grads(trainer: Trainer) -> list[torch.Tensor]:
-    params = [*trainer.model.parameters(), *trainer.loss_fn.parameters()]
+    params = [*trainer.parts.model.parameters(), *trainer.parts.loss.parameters()]
     return [p.grad for p in params if p.grad is not None]
 
 
@@ -105,13 +105,16 @@ def test_persistent_workers_serve_training_and_every_evaluation(tmp_path):
     trainer = _trainer(
         tmp_path, "data.num_workers=1", "data.val_fraction=0.2", "data.pin_memory=true", "data.persistent_workers=true"
     )
-    loaders = [trainer.loader, *(evaluator.loader for evaluator in trainer.evaluators.values())]
+    loaders = [trainer.parts.loader, *(evaluator.loader for evaluator in trainer.parts.evaluators.values())]
     assert all(loader.persistent_workers for loader in loaders)
     assert not any(loader.pin_memory for loader in loaders)  # pinned memory only helps copies to a GPU
-    first, second = trainer.evaluators["val"](trainer.model), trainer.evaluators["val"](trainer.model)
+    first, second = (
+        trainer.parts.evaluators["val"](trainer.parts.model),
+        trainer.parts.evaluators["val"](trainer.parts.model),
+    )
     assert first == second
     off = _trainer(tmp_path, "data.num_workers=1")  # the default: exact resume (workers reseeded every epoch)
-    assert not off.loader.persistent_workers and not off.evaluators["test"].loader.persistent_workers
+    assert not off.parts.loader.persistent_workers and not off.parts.evaluators["test"].loader.persistent_workers
 
 
 def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, capsys):
@@ -126,7 +129,7 @@ def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, c
     assert model(torch.zeros(2, 3, 16, 16)).shape == (2, 16)
 
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    steps = len(Trainer(load_config(None, [*TINY, "data.val_fraction=0.2"]), tmp_path / "x").loader)
+    steps = len(Trainer.from_config(load_config(None, [*TINY, "data.val_fraction=0.2"]), tmp_path / "x").parts.loader)
     for record in records:
         split = record["time"]
         assert set(split) == {"train", "eval", "write"} and min(split.values()) > 0
@@ -152,4 +155,4 @@ def test_proxy_losses_check_labels_unless_the_trainer_checked_its_dataset(tmp_pa
     loss = AnchorLoss(num_classes=3, embedding_dim=4)
     with pytest.raises(ValueError, match=r"labels must lie in \[0, 3\)"):
         loss(torch.randn(2, 4), torch.tensor([0, 3]))
-    assert _trainer(tmp_path).loss_fn.check_labels is False
+    assert _trainer(tmp_path).parts.loss.check_labels is False

@@ -19,7 +19,7 @@ TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=1
 
 def _trainer(tmp_path, *overrides: str, **kwargs) -> Trainer:
     config = load_config(None, [*TINY, *overrides])
-    return Trainer(config, tmp_path / "run", **kwargs)
+    return Trainer.from_config(config, tmp_path / "run", **kwargs)
 
 
 def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -28,46 +28,46 @@ def _snapshot(module: torch.nn.Module) -> dict[str, torch.Tensor]:
 
 def test_proxies_learn_faster_without_decay_and_norms_and_biases_are_not_decayed(tmp_path):
     trainer = _trainer(tmp_path, "train.lr=0.002", "train.proxy_lr_mult=50", "train.weight_decay=0.01")
-    *model_groups, proxies = trainer.optimizer.param_groups
+    *model_groups, proxies = trainer.parts.optimizer.param_groups
     assert proxies["lr"] == pytest.approx(0.1) and proxies["weight_decay"] == 0.0
-    assert [p for p in proxies["params"]] == list(trainer.loss_fn.parameters())
+    assert [p for p in proxies["params"]] == list(trainer.parts.loss.parameters())
     decay = {id(p) for g in model_groups if g["weight_decay"] > 0 for p in g["params"]}
-    for name, param in trainer.model.named_parameters():
+    for name, param in trainer.parts.model.named_parameters():
         assert (id(param) in decay) == (param.ndim > 1), name
     assert all(g["lr"] == pytest.approx(0.002) for g in model_groups)
 
 
 def test_a_frozen_epoch_leaves_the_backbone_and_its_batchnorm_unchanged(tmp_path):
     trainer = _trainer(tmp_path, "train.freeze_backbone_epochs=1", "train.epochs=2")
-    backbone, head = _snapshot(trainer.model.backbone), _snapshot(trainer.model.head)
+    backbone, head = _snapshot(trainer.parts.model.backbone), _snapshot(trainer.parts.model.head)
     trainer._train_epoch(0)
-    for name, value in trainer.model.backbone.state_dict().items():
+    for name, value in trainer.parts.model.backbone.state_dict().items():
         torch.testing.assert_close(value, backbone[name], rtol=0, atol=0, msg=name)
-    assert not torch.equal(trainer.model.head.weight, head["weight"])
+    assert not torch.equal(trainer.parts.model.head.weight, head["weight"])
 
 
 def test_warm_up_starts_when_the_backbone_thaws(tmp_path):
     trainer = _trainer(tmp_path, "train.freeze_backbone_epochs=1", "train.warmup_epochs=1", "train.epochs=3")
-    steps, base = len(trainer.loader), trainer.base_lrs[0]
+    steps, base = len(trainer.parts.loader), trainer.base_lrs[0]
     trainer._set_lr(steps - 1)  # last step of the frozen epoch: head and proxies at the full rate
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base)
+    assert trainer.parts.optimizer.param_groups[0]["lr"] == pytest.approx(base)
     trainer._set_lr(steps)  # first step with the backbone training: the warm-up begins
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base / steps)
+    assert trainer.parts.optimizer.param_groups[0]["lr"] == pytest.approx(base / steps)
     trainer._set_lr(2 * steps)  # warm-up done: full rate, then cosine decay
-    assert trainer.optimizer.param_groups[0]["lr"] == pytest.approx(base)
+    assert trainer.parts.optimizer.param_groups[0]["lr"] == pytest.approx(base)
 
 
 def test_freeze_bn_keeps_statistics_and_affine_parameters_and_warns_without_pretrained_weights(tmp_path):
     with pytest.warns(UserWarning, match="freeze_bn is set but the backbone starts from scratch"):
         trainer = _trainer(tmp_path, "train.freeze_bn=true", "train.freeze_backbone_epochs=0")
-    norms = {n: _snapshot(m) for n, m in trainer.model.named_modules() if isinstance(m, _BatchNorm)}
-    conv = trainer.model.backbone.conv1[0].weight.detach().clone()
+    norms = {n: _snapshot(m) for n, m in trainer.parts.model.named_modules() if isinstance(m, _BatchNorm)}
+    conv = trainer.parts.model.backbone.conv1[0].weight.detach().clone()
     trainer._train_epoch(0)
-    for name, module in trainer.model.named_modules():
+    for name, module in trainer.parts.model.named_modules():
         if isinstance(module, _BatchNorm):
             for key, value in module.state_dict().items():
                 torch.testing.assert_close(value, norms[name][key], rtol=0, atol=0, msg=f"{name}.{key}")
-    assert not torch.equal(trainer.model.backbone.conv1[0].weight, conv)
+    assert not torch.equal(trainer.parts.model.backbone.conv1[0].weight, conv)
 
 
 def test_the_pk_sampler_is_told_every_epoch(tmp_path, monkeypatch):
@@ -108,7 +108,7 @@ def test_a_non_finite_loss_is_one_line_and_overwrites_nothing(tmp_path, capsys, 
     )
 
     def poisoned(self, epoch):
-        self.loss_fn.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
+        self.parts.loss.forward = lambda embeddings, labels: embeddings.sum() * float("nan")
         return original(self, epoch)
 
     monkeypatch.setattr(Trainer, "_poisoned", poisoned, raising=False)

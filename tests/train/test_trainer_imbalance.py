@@ -37,19 +37,19 @@ def longtail_csv(tmp_path: Path, csv_dataset_factory) -> Path:
 def test_balanced_sampler_and_class_weights_reach_the_loader_and_the_loss(tmp_path: Path, longtail_csv: Path) -> None:
     overrides = [*TINY, f"data.path={longtail_csv}", "data.sampler=balanced", "loss.name=proxy_nca"]
     config = load_config(None, [*overrides, "loss.class_weights=effective_number", "loss.beta=0.9"])
-    trainer = Trainer(config, tmp_path / "run")
-    assert isinstance(trainer.loader.sampler, WeightedRandomSampler)
-    counts = np.bincount(trainer.data.train_labels)
+    trainer = Trainer.from_config(config, tmp_path / "run")
+    assert isinstance(trainer.parts.loader.sampler, WeightedRandomSampler)
+    counts = np.bincount(trainer.parts.data.train_labels)
     assert sorted(counts.tolist()) == [1, 2, 4, 8]
-    torch.testing.assert_close(trainer.loss_fn.class_weights, class_weights(counts, "effective_number", 0.9))
+    torch.testing.assert_close(trainer.parts.loss.class_weights, class_weights(counts, "effective_number", 0.9))
     result = trainer.fit()
     assert np.isfinite(result.test["map@r"])
     # A resumed trainer rebuilds the same weights: they come from the config and the data, and are in the checkpoint.
     saved = torch.load(tmp_path / "run" / "checkpoints" / "last.pt", weights_only=True)["loss"]
-    torch.testing.assert_close(saved["class_weights"], trainer.loss_fn.class_weights)
+    torch.testing.assert_close(saved["class_weights"], trainer.parts.loss.class_weights)
 
 
 def test_pair_losses_refuse_the_balanced_sampler(tmp_path: Path, longtail_csv: Path) -> None:
     config = load_config(None, [*TINY, f"data.path={longtail_csv}", "data.sampler=balanced", "loss.name=triplet"])
     with pytest.raises(UserError, match="set data.sampler=pk .* instead of balanced"):
-        Trainer(config, tmp_path / "run")
+        Trainer.from_config(config, tmp_path / "run")

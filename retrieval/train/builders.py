@@ -1,0 +1,211 @@
+"""Typed parts of a training run: a `Config` (or your own model, loss and data) in, `TrainingParts` out.
+
+`build_training(config)` is what `retrieval train` runs: it builds the `Embedder`, the data and
+the loss from the config, then `assemble_training` wires them. `assemble_training` takes any
+model, any `MetricLoss` and any `RetrievalData`, with the typed `TrainConfig` / `DataConfig`
+dataclasses for the knobs (no YAML file, no `Config`): see `examples/train_custom_model.py`.
+
+Nothing here changes process-wide state: threads, deterministic algorithms and global seeds are
+set by the command line (`retrieval.runtime.environment.configure_process`). The model and loss
+built from a config are initialized from `train.seed` in a forked generator, so the same config
+builds the same weights and the caller's random stream is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from timm.optim import param_groups_weight_decay
+from torch import nn
+from torch.utils.data import DataLoader
+
+from retrieval.config import Config, DataConfig, ModelConfig, TrainConfig
+from retrieval.data import RetrievalData, build_data
+from retrieval.errors import UserError
+from retrieval.evaluate.evaluator import SplitEvaluator
+from retrieval.losses import MetricLoss, build_loss
+from retrieval.metrics import check_queries_have_positives, class_counts, frequency_groups
+from retrieval.models import Embedder
+from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.runtime.distributed import DistributedContext
+from retrieval.runtime.environment import torch_seeded
+from retrieval.train.loaders import build_train_loader, sampler_kind
+from retrieval.train.schedule import LrSchedule
+from retrieval.train.step import GatheredLoss, TrainStep
+
+__all__ = [
+    "TrainingParts",
+    "assemble_training",
+    "build_embedder",
+    "build_evaluators",
+    "build_optimizer",
+    "build_training",
+]
+
+
+@dataclass
+class TrainingParts:
+    """Everything the training loop runs, built and placed: the `Trainer` only drives it.
+
+    The model maps images `(B, C, H, W)` to embeddings `(B, D)`; nothing else is required of it.
+    A `backbone` submodule, if it has one, is what `train.freeze_backbone_epochs` freezes.
+    """
+
+    model: nn.Module  # on `device`; BatchNorm synchronized over GPUs under torchrun
+    loss: MetricLoss  # on `device`; holds the proxies of proxy losses
+    data: RetrievalData  # training set and labels, test split, optional validation split
+    loader: DataLoader  # training batches (see `retrieval.train.loaders`)
+    optimizer: torch.optim.Optimizer  # AdamW over the model's and the loss's parameters
+    schedule: LrSchedule  # the lr factor of every step
+    step: TrainStep  # one optimizer step: forward, loss, backward (DDP), clipping, AdamW
+    evaluators: dict[str, SplitEvaluator]  # "test", and "val" when the data has a validation split
+    device: torch.device
+    class_groups: np.ndarray  # (K,) head / mid / tail group of every training class
+    channels_last: bool = False  # batches go to the model in NHWC
+    context: DistributedContext = field(default_factory=DistributedContext)
+
+
+def build_training(config: Config, resuming: bool = False) -> TrainingParts:
+    """The parts of the run `config` describes (model, data and loss from the registries), ready to train.
+
+    Args:
+        config: the resolved run config.
+        resuming: the weights will come from a checkpoint, so no pretrained weights are loaded.
+    """
+    with torch_seeded(config.train.seed):
+        model = build_embedder(config.model, config.train, resuming)
+        data = build_data(config.data, model.data_config(), config.augment, config.model.in_chans)
+        counts = class_counts(data.train_labels, data.num_classes)
+        loss = build_loss(config.loss.name, config.loss.params, data.num_classes, config.model.embedding_dim, counts)
+    return assemble_training(model, loss, data, config.train, config.data)
+
+
+def build_embedder(model: ModelConfig, train: TrainConfig, resuming: bool = False) -> Embedder:
+    """The configured `Embedder` (on the CPU); with `resuming`, without pretrained weights.
+
+    Warns when `train.freeze_bn` would freeze BatchNorm layers that start from scratch.
+    """
+    if resuming:
+        model = dataclasses.replace(model, pretrained=False, weights=None)
+    elif train.freeze_bn and not (model.pretrained or model.weights):
+        warnings.warn(
+            "train.freeze_bn is set but the backbone starts from scratch: its BatchNorm statistics and "
+            "affine parameters will never be learned; set train.freeze_bn=false",
+            stacklevel=3,
+        )
+    return Embedder(**dataclasses.asdict(model))
+
+
+def assemble_training(
+    model: nn.Module,
+    loss: MetricLoss,
+    data: RetrievalData,
+    train: TrainConfig,
+    loading: DataConfig,
+    context: DistributedContext | None = None,
+) -> TrainingParts:
+    """Wire a model, a loss and data into `TrainingParts`: device, loader, optimizer, schedule, step, evaluators.
+
+    Args:
+        model: any embedder, images `(B, C, H, W)` -> `(B, D)` (see `TrainingParts`).
+        loss: a `MetricLoss` with one proxy per class of `data` if it has proxies.
+        data: training images and labels `0..num_classes-1`, a test split, an optional validation split.
+        train: device, autocast, optimizer, schedule and step knobs (`lr`, `epochs`, `grad_clip`, ...).
+        loading: batch size, sampler, P and K, workers and evaluation batch size.
+        context: the process group (default: the current one, or a single process).
+
+    Raises:
+        UserError: labels outside the classes, a loss that cannot train with the data or sampler,
+            or a test / validation split whose queries have no positive.
+    """
+    context = context or DistributedContext.current()
+    device = context.process_device(resolve_device(train.device))
+    autocast = amp_dtype(train.amp, device)
+    channels_last = uses_channels_last(train.channels_last, device)
+    model = place_model(model, device, channels_last)
+    if context.enabled and device.type == "cuda" and not train.freeze_bn:
+        # BatchNorm statistics over the global batch, as one process would compute them (NCCL only).
+        model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    for split in (data.test, data.val):
+        if split is not None:
+            check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)
+    class_groups = frequency_groups(data.train_labels, data.num_classes)
+    loss = loss.to(device)
+    _check_train_labels(data, loss)
+    kind = sampler_kind(loading.sampler, loss)
+    if data.train_labels.ndim == 2 and (kind == "pk" or not loss.multi_label):
+        raise UserError(
+            f"{loading.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
+            "and data.sampler=random (or auto)"
+        )
+    loader = build_train_loader(data.train, data.train_labels, kind, loading, train.seed, context, device)
+    optimizer = build_optimizer(model, loss, train)
+    schedule = LrSchedule(
+        train.schedule,
+        len(loader),
+        train.epochs,
+        train.warmup_epochs,
+        train.freeze_backbone_epochs,
+        train.step_epochs,
+        train.step_gamma,
+    )
+    # Pair losses compare the images of a batch: under several processes they see every rank's share.
+    criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
+    step = TrainStep(model, criterion, optimizer, context, autocast, train.grad_clip, train.compile)
+    evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
+    return TrainingParts(
+        model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context
+    )
+
+
+def build_evaluators(
+    data: RetrievalData,
+    loading: DataConfig,
+    device: torch.device,
+    context: DistributedContext,
+    autocast: torch.dtype | None,
+    channels_last: bool,
+    class_groups: np.ndarray,
+) -> dict[str, SplitEvaluator]:
+    """One `SplitEvaluator` for the test split and, when there is one, the validation split."""
+    splits = {"test": data.test} | ({"val": data.val} if data.val is not None else {})
+    return {
+        name: SplitEvaluator(
+            split,
+            loading.eval_batch_size,
+            device,
+            context,
+            num_workers=loading.num_workers,
+            pin_memory=loading.pin_memory and device.type == "cuda",
+            persistent_workers=loading.persistent_workers,
+            amp_dtype=autocast,
+            channels_last=channels_last,
+            class_groups=class_groups,
+        )
+        for name, split in splits.items()
+    }
+
+
+def build_optimizer(model: nn.Module, loss: MetricLoss, train: TrainConfig) -> torch.optim.AdamW:
+    """AdamW: the model's groups at `train.lr`, no weight decay on norms and biases (timm's rule), then
+    one group of the loss's parameters (proxies) at `lr * proxy_lr_mult` without weight decay."""
+    groups = param_groups_weight_decay(model, train.weight_decay)
+    for group in groups:
+        group["lr"] = train.lr
+    proxies = {"params": list(loss.parameters()), "lr": train.lr * train.proxy_lr_mult, "weight_decay": 0.0}
+    return torch.optim.AdamW([*groups, proxies])
+
+
+def _check_train_labels(data: RetrievalData, loss: MetricLoss) -> None:
+    """Check the training labels once, so the loss skips its per-step check (a GPU sync each)."""
+    labels = data.train_labels
+    if len(labels) and (labels.min() < 0 or labels.max() >= data.num_classes):
+        raise UserError(
+            f"training labels span [{labels.min()}, {labels.max()}] but the dataset declares "
+            f"{data.num_classes} classes; the dataset builder must number classes 0..C-1"
+        )
+    loss.check_labels = False

@@ -1,0 +1,67 @@
+"""The files of a run directory: config, environment, per-epoch records and the result, each written whole.
+
+`metrics.jsonl` grows by one whole line per epoch (`append_line`: flushed to disk); every other
+file replaces its predecessor atomically (`write_text`), so a killed run never leaves half a file.
+Only one process of a torchrun run (rank 0) writes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from retrieval.runtime.files import append_line, write_text
+
+__all__ = ["RunFiles"]
+
+
+class RunFiles:
+    """Reads and writes the records of the run directory `root`.
+
+    Args:
+        root: the run directory; created by `start`.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    @property
+    def metrics(self) -> Path:
+        """`metrics.jsonl`: one JSON object per trained epoch."""
+        return self.root / "metrics.jsonl"
+
+    @property
+    def plots(self) -> Path:
+        """`plots/`: the run's figures."""
+        return self.root / "plots"
+
+    @property
+    def checkpoints(self) -> Path:
+        """`checkpoints/`: `last.pt` and `best.pt`."""
+        return self.root / "checkpoints"
+
+    def read_records(self, up_to_epoch: int) -> list[dict[str, Any]]:
+        """The records of epochs 1..`up_to_epoch` already written (a resumed run keeps them); [] without a file."""
+        if up_to_epoch == 0 or not self.metrics.is_file():
+            return []
+        records = [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
+        return [record for record in records if record["epoch"] <= up_to_epoch]
+
+    def start(self, environment: dict[str, Any], config: dict[str, Any] | None, records: list[dict[str, Any]]) -> None:
+        """Create the directory; write `environment.json`, `config.yaml` (when given) and the kept `records`."""
+        self.plots.mkdir(parents=True, exist_ok=True)
+        if config is not None:
+            write_text(self.root / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+        write_text(self.root / "environment.json", json.dumps(environment, indent=2) + "\n")
+        write_text(self.metrics, "".join(json.dumps(record) + "\n" for record in records))
+
+    def append_record(self, record: dict[str, Any]) -> None:
+        """Add one epoch's record to `metrics.jsonl`."""
+        append_line(self.metrics, json.dumps(record))
+
+    def write_result(self, result: dict[str, Any]) -> None:
+        """Write `result.json`: the selected checkpoint's test metrics."""
+        write_text(self.root / "result.json", json.dumps(result, indent=2) + "\n")

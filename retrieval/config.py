@@ -33,6 +33,7 @@ __all__ = [
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
+    "SELECTION_METRICS",
     "AugmentConfig",
     "Config",
     "DataConfig",
@@ -579,3 +580,4 @@ BAD_IMAGE_POLICIES: tuple[str, ...] = _choices(
     typing.get_type_hints(DataConfig)["on_bad_image"]
 )  # retrieval.data.loader
 SCHEDULES: tuple[str, ...] = _choices(typing.get_type_hints(TrainConfig)["schedule"])  # retrieval.train.schedule
+SELECTION_METRICS: tuple[str, ...] = _choices(typing.get_type_hints(TrainConfig)["select_on"])  # train.settings

@@ -1,4 +1,4 @@
-"""Anchor Loss: Proxy-NCA with a per-sample scale from semantic difficulty, losses.md section 1."""
+"""Anchor Loss: Proxy-NCA with a per-sample scale from semantic difficulty, docs/losses.md section 1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ArcFace: proxy softmax with an additive angular margin on the target, losses.md section 1."""
+"""ArcFace: proxy softmax with an additive angular margin on the target, docs/losses.md section 1."""
 
 from __future__ import annotations
 

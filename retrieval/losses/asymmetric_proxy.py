@@ -1,4 +1,4 @@
-"""Asymmetric proxy loss for multi-label data: one sigmoid per class proxy, losses.md section 2."""
+"""Asymmetric proxy loss for multi-label data: one sigmoid per class proxy, docs/losses.md section 2."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CosFace: proxy softmax with an additive cosine margin on the target, losses.md section 1."""
+"""CosFace: proxy softmax with an additive cosine margin on the target, docs/losses.md section 1."""
 
 from __future__ import annotations
 

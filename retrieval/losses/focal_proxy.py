@@ -1,4 +1,4 @@
-"""Focal Proxy-NCA: the fixed-scale proxy softmax with focal weighting, losses.md section 1."""
+"""Focal Proxy-NCA: the fixed-scale proxy softmax with focal weighting, docs/losses.md section 1."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Proxy-Anchor (Kim et al., CVPR 2020), wrapping pytorch-metric-learning; losses.md section 4."""
+"""Proxy-Anchor (Kim et al., CVPR 2020), wrapping pytorch-metric-learning; docs/losses.md section 4."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Proxy-NCA with a fixed scale (the NormSoftmax form), losses.md section 1."""
+"""Proxy-NCA with a fixed scale (the NormSoftmax form), docs/losses.md section 1."""
 
 from __future__ import annotations
 

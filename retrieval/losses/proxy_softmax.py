@@ -1,4 +1,4 @@
-"""The proxy-softmax mechanism every proxy loss is built from (losses.md, section 1).
+"""The proxy-softmax mechanism every proxy loss is built from (docs/losses.md, section 1).
 
 cosine logits to all proxies -> per-sample scale -> optional margin on the target ->
 per-sample cross-entropy -> optional per-sample weight -> optional per-class weight -> mean over the batch.
@@ -41,7 +41,7 @@ class SampleWeighting(Protocol):
 
 
 def make_proxies(num_classes: int, embedding_dim: int) -> nn.Parameter:
-    """`(K, D)` learnable proxies, `kaiming_normal_` initialized (losses.md, shared conventions).
+    """`(K, D)` learnable proxies, `kaiming_normal_` initialized (docs/losses.md, shared conventions).
 
     Raises:
         ValueError: if K or D is below 1.

@@ -31,7 +31,7 @@ class FixedScale(nn.Module):
 
 
 class AdaptiveScale(nn.Module):
-    """`s_i = gamma * c_i`, with c_i the semantic difficulty of sample i (losses.md, Anchor Loss).
+    """`s_i = gamma * c_i`, with c_i the semantic difficulty of sample i (docs/losses.md, Anchor Loss).
 
     Samples lying close to other classes' proxies get a sharper softmax. With
     `detach=True` (default) the scale is a constant per sample: gradients through it make

@@ -20,7 +20,7 @@ __all__ = ["BalanceGate", "FocalWeighting", "optional_gate"]
 
 
 class BalanceGate(nn.Module):
-    """Drops samples already dominated by their class direction (losses.md, balance-degree gating).
+    """Drops samples already dominated by their class direction (docs/losses.md, balance-degree gating).
 
     The balance degree b_i comes from the cosine of each sample to its own proxy; the weight
     (`"ct"` cut-off or `"mt"` modulated, see `retrieval.losses.functional.gate_weights`) carries

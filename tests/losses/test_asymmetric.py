@@ -17,7 +17,7 @@ def _batch(seed=0, batch=16, classes=6, scale=3.0, dtype=torch.float32):
 
 
 def _naive(logits, targets, gamma_pos, gamma_neg, clip):
-    """losses.md section 2, one label at a time in float64."""
+    """docs/losses.md section 2, one label at a time in float64."""
     total = 0.0
     for z_row, y_row in zip(logits.double().tolist(), targets.tolist(), strict=True):
         for z, y in zip(z_row, y_row, strict=True):

@@ -1,4 +1,4 @@
-"""Balance-degree gating against losses.md: b from a literal projection, the CT/MT weights, the warm-up."""
+"""Balance-degree gating against docs/losses.md: b from a literal projection, the CT/MT weights, the warm-up."""
 
 import json
 import math
@@ -14,7 +14,7 @@ EPS = 1e-6
 
 
 def _naive_balance_degree(embeddings, anchors, labels):
-    """losses.md literally, one sample at a time, float64: u = w_y/||w_y||, l = max(x.u, 0) u, e = x - l."""
+    """docs/losses.md literally, one sample at a time, float64: u = w_y/||w_y||, l = max(x.u, 0) u, e = x - l."""
     out = []
     for x, y in zip(embeddings.double(), labels, strict=True):
         x = x / x.norm()

@@ -1,4 +1,4 @@
-"""ArcFace and CosFace against pytorch-metric-learning and losses.md's formulas, with the monotone fallback."""
+"""ArcFace and CosFace against pytorch-metric-learning and docs/losses.md's formulas, with the monotone fallback."""
 
 import math
 

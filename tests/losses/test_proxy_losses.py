@@ -1,4 +1,4 @@
-"""Proxy-NCA and Anchor Loss against pytorch-metric-learning and naive loops over losses.md's formulas."""
+"""Proxy-NCA and Anchor Loss against pytorch-metric-learning and naive loops over docs/losses.md's formulas."""
 
 import math
 

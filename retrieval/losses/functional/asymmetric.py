@@ -1,4 +1,4 @@
-"""Asymmetric Loss for multi-label targets (Ridnik et al., ICCV 2021; losses.md section 2).
+"""Asymmetric Loss for multi-label targets (Ridnik et al., ICCV 2021; docs/losses.md section 2).
 
 Each label is an independent sigmoid. Negatives far outnumber positives in multi-label data, so
 they get a stronger focusing exponent and a probability shift: a negative whose probability is

@@ -1,4 +1,4 @@
-"""Focal weighting of softmax cross-entropy (Lin et al., ICCV 2017; losses.md section 1).
+"""Focal weighting of softmax cross-entropy (Lin et al., ICCV 2017; docs/losses.md section 1).
 
 `loss_i = -alpha_{y_i} * (1 - p_t)^gamma * log p_t`: well-classified samples (p_t near 1)
 are down-weighted so that training concentrates on the hard ones.

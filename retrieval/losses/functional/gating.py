@@ -1,4 +1,4 @@
-"""Balance-degree gating (losses.md section 1): how much a feature is dominated by its class direction.
+"""Balance-degree gating (docs/losses.md section 1): how much a feature is dominated by its class direction.
 
 `b_i = log((||l_i||^2 + eps) / (||e_i||^2 + eps))`, with `l_i` the positive projection of the
 unit feature on its unit class anchor and `e_i` the rest. b is large for a feature that lies

@@ -1,4 +1,4 @@
-"""Target-logit margins of CosFace and ArcFace (losses.md section 1, "Margin presets").
+"""Target-logit margins of CosFace and ArcFace (docs/losses.md section 1, "Margin presets").
 
 Each function changes only column `y_i` of each row of a `(B, K)` cosine matrix, before the
 scale is applied: the target must beat the other classes by a margin to win the softmax.

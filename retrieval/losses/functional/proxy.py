@@ -1,7 +1,7 @@
 """Proxy-softmax pieces: cosine logits to proxies and the semantic difficulty of the Anchor Loss.
 
 All functions compute in float32 whatever the input dtype, so that a loss called under bf16
-autocast still gets float32 logits (losses.md, "All proxy losses compute logits in float32").
+autocast still gets float32 logits (docs/losses.md, "All proxy losses compute logits in float32").
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def cosine_to_proxies(embeddings: Tensor, proxies: Tensor) -> Tensor:
 
 
 def semantic_difficulty(cosine: Tensor, labels: Tensor) -> Tensor:
-    """Semantic difficulty `c_i = 1 + ||ReLU(cos_i, j != y_i)||_2 / sqrt(K - 1)` (losses.md, Anchor Loss).
+    """Semantic difficulty `c_i = 1 + ||ReLU(cos_i, j != y_i)||_2 / sqrt(K - 1)` (docs/losses.md, Anchor Loss).
 
     The target cosine is masked out (it signals belonging, not confusion) and negative cosines
     are clipped (the far side of the sphere is no confusion). The `1 / sqrt(K - 1)` keeps c_i

@@ -29,7 +29,6 @@ from matplotlib.ticker import MaxNLocator
 from retrieval.errors import UserError
 from retrieval.metrics.groups import GROUP_NAMES
 from retrieval.runtime.files import atomic_write
-from retrieval.train.diagnostics import P_T_BUCKETS
 
 __all__ = [
     "plot_curves",
@@ -137,7 +136,9 @@ def plot_gradients(records: _Records, path: Path) -> Path:
     shares = sums / np.maximum(sums.sum(axis=1, keepdims=True), 1e-30)
     fig = Figure(figsize=(12, 4))
     ax_buckets, ax_wrong = fig.subplots(1, 2)
-    ax_buckets.stackplot(epochs, shares.T, labels=[f"p_t in {b}" for b in P_T_BUCKETS], alpha=0.85)
+    # Bucket names come from the record; a record without them gets numbered labels.
+    buckets = rows[-1]["grad"].get("p_t_buckets") or [f"bucket {i + 1}" for i in range(shares.shape[1])]
+    ax_buckets.stackplot(epochs, shares.T, labels=[f"p_t in {b}" for b in buckets], alpha=0.85)
     ax_buckets.set(title="share of gradient norm at the logits, per p_t", xlabel="epoch", ylim=(0, 1))
     ax_buckets.legend(fontsize=7, loc="upper right")
     wrong = np.array([r["grad"]["wrong_sum"] for r in rows])

@@ -133,6 +133,7 @@ class EpochDiagnostics:
             sums, counts = self._grad.tolist()
             buckets = len(P_T_BUCKETS)
             record["grad"] = {
+                "p_t_buckets": list(P_T_BUCKETS),  # the names the plots label the sums with
                 "p_t_sum": sums[:buckets],
                 "p_t_count": [int(n) for n in counts[:buckets]],
                 "correct_sum": sums[buckets],

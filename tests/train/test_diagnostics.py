@@ -66,6 +66,7 @@ def test_epoch_summary_matches_a_naive_loop():
             split_sums["correct" if int(z.argmax()) == int(y) else "wrong"] += norm
     grad = summary["grad"]
     np.testing.assert_allclose(grad["p_t_sum"], bucket_sums, rtol=1e-5)
+    assert len(grad["p_t_buckets"]) == len(grad["p_t_sum"])  # the plots' labels travel with the sums
     assert grad["p_t_count"] == bucket_counts.tolist() and bucket_counts[-1] >= 3
     assert grad["correct_sum"] == pytest.approx(split_sums["correct"], rel=1e-5)
     assert grad["wrong_sum"] == pytest.approx(split_sums["wrong"], rel=1e-5)

@@ -15,7 +15,7 @@ __all__ = ["AUTO_PRESET", "EVAL_MODES", "FILLS", "PRESETS", "EvalMode", "Fill", 
 
 PresetName = Literal["natural", "glyph", "document", "sketch", "light"]
 EvalMode = Literal["center_crop", "resize", "pad_square"]
-Fill = Literal["white", "black", "mean"]
+Fill = Literal["auto", "white", "black", "mean"]
 EVAL_MODES: tuple[str, ...] = typing.get_args(EvalMode)
 FILLS: tuple[str, ...] = typing.get_args(Fill)
 
@@ -43,8 +43,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "crop_pct": 0.875,
         "fill": "mean",
     },
-    # Characters and symbols on a light background: no flip (mirrored glyphs are other glyphs), no
-    # crop (a cut stroke changes the class), light affine, the whole image at eval, white fill.
+    # Characters and symbols: no flip (mirrored glyphs are other glyphs), no
+    # crop (a cut stroke changes the class), light affine, the whole image at eval, borders in the
+    # image's own background colour.
     "glyph": {
         "crop_scale": None,
         "crop_ratio": _RRC_RATIO,
@@ -58,10 +59,10 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "random_erasing": 0.0,
         "eval_mode": "resize",
         "crop_pct": 1.0,
-        "fill": "white",
+        "fill": "auto",
     },
     # Pages and portrait documents: no flip, no crop, very light affine, letterboxed (pad_square)
-    # in training and eval so the whole page keeps its aspect ratio, white fill.
+    # in training and eval so the whole page keeps its aspect ratio, padded with the page's colour.
     "document": {
         "crop_scale": None,
         "crop_ratio": _RRC_RATIO,
@@ -75,10 +76,10 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "random_erasing": 0.0,
         "eval_mode": "pad_square",
         "crop_pct": 1.0,
-        "fill": "white",
+        "fill": "auto",
     },
-    # Line drawings and sketches on white: no crop, mirror images are the same object (flip ok),
-    # light affine, the whole image at eval, white fill.
+    # Line drawings and sketches: no crop, mirror images are the same object (flip ok),
+    # light affine, the whole image at eval, borders in the image's own background colour.
     "sketch": {
         "crop_scale": None,
         "crop_ratio": _RRC_RATIO,
@@ -92,10 +93,10 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "random_erasing": 0.0,
         "eval_mode": "resize",
         "crop_pct": 1.0,
-        "fill": "white",
+        "fill": "auto",
     },
     # Images of unknown kind: nothing that can change a class (no crop, no flip), light affine,
-    # the whole image at eval, borders filled with the mean colour.
+    # the whole image at eval, borders in the image's own background colour.
     "light": {
         "crop_scale": None,
         "crop_ratio": _RRC_RATIO,
@@ -109,6 +110,6 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "random_erasing": 0.0,
         "eval_mode": "resize",
         "crop_pct": 1.0,
-        "fill": "mean",
+        "fill": "auto",
     },
 }

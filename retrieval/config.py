@@ -191,7 +191,7 @@ class AugmentConfig(_Section):
     eval_mode: EvalMode  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
     # center_crop: the crop's share of the resized image's side
     crop_pct: float = field(metadata=_accepts(lambda value: 0.0 < value <= 1.0, "a fraction in (0, 1]"))
-    fill: Fill  # white | black | mean: background of affine borders and letterbox padding
+    fill: Fill  # auto (each image's border colour) | white | black | mean: affine borders and letterbox padding
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -215,7 +215,7 @@ def test_both_validation_holdouts_at_once_are_refused():
         ("augment.hflip=1.5", r"augment.hflip must be a probability in \[0, 1\], got 1.5"),
         ("augment.random_erasing=-0.1", r"augment.random_erasing must be a probability in \[0, 1\]"),
         ("augment.eval_mode=crop", "augment.eval_mode must be one of center_crop, resize, pad_square, got 'crop'"),
-        ("augment.fill=grey", "augment.fill must be one of white, black, mean, got 'grey'"),
+        ("augment.fill=grey", "augment.fill must be one of auto, white, black, mean, got 'grey'"),
         ("augment.crop_pct=0", r"augment.crop_pct must be a fraction in \(0, 1\]"),
         ("augment.auto_augment=nonsense", "augment.auto_augment 'nonsense' is not a timm policy"),
         ("augment.flip=0.5", "unknown config key augment.flip; valid keys in augment: preset, crop_scale, "),

@@ -10,6 +10,10 @@ Both pipelines take a PIL image (what `load_image` returns) or a `(C, H, W)` ten
    to size x size; `pad_square`: the whole image letterboxed onto a `fill` square);
 3. train only: RandomAffine (borders filled with `fill`), horizontal flip, then timm's
    auto-augment / colour jitter;
+
+`fill: auto` fills with each image's own background, the median colour of its one-pixel border
+as it reaches the step that fills (`border_colour`): light strokes on black get black borders,
+dark strokes on a cream page get cream ones, with no assumption about the data set.
 4. to tensor, normalize with the backbone's mean/std (averaged to one value for grayscale);
    train only: timm's random erasing.
 """
@@ -20,6 +24,8 @@ import math
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+from PIL import Image
 from timm.data import create_transform
 from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_mode
 from torchvision.transforms import InterpolationMode, v2
@@ -27,9 +33,11 @@ from torchvision.transforms import InterpolationMode, v2
 from retrieval.config import AugmentConfig
 from retrieval.errors import UserError
 
-__all__ = ["build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
+__all__ = ["border_colour", "build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
 
 Fill = int | tuple[int, int, int]
+# A geometry step (a PIL image in, a PIL image out) built for one fill colour.
+_FilledStep = Callable[[Fill], Callable[[Any], Any]]
 
 
 def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -83,12 +91,12 @@ def build_train_transform(
         std=std,
         re_prob=augment.random_erasing,
     )
-    fill = _fill_value(augment.fill, mean)
-    geometry = [crop] if augment.crop_scale is not None else _eval_geometry(augment, image_size, interpolation, fill)
+    geometry = [crop] if augment.crop_scale is not None else _eval_geometry(augment, image_size, interpolation, mean)
     steps: list[Callable] = [*_to_image(in_chans), *geometry]
     if augment.affine_degrees or augment.affine_translate or augment.affine_scale != (1.0, 1.0) or augment.affine_shear:
-        steps.append(
-            v2.RandomAffine(
+
+        def affine(fill: Fill) -> Callable[[Any], Any]:
+            return v2.RandomAffine(
                 degrees=augment.affine_degrees,
                 translate=(augment.affine_translate,) * 2 if augment.affine_translate else None,
                 scale=augment.affine_scale,
@@ -96,7 +104,8 @@ def build_train_transform(
                 interpolation=InterpolationMode.BILINEAR,
                 fill=fill,
             )
-        )
+
+        steps.append(_filled(affine, augment.fill, mean))
     if augment.hflip > 0:
         steps.append(v2.RandomHorizontalFlip(p=augment.hflip))
     return v2.Compose([*steps, photometric, to_tensor])
@@ -111,7 +120,7 @@ def build_eval_transform(
     """
     mean, std = channel_stats(data_config, in_chans)
     interpolation = data_config.get("interpolation", "bilinear")
-    geometry = _eval_geometry(augment, image_size, interpolation, _fill_value(augment.fill, mean))
+    geometry = _eval_geometry(augment, image_size, interpolation, mean)
     return v2.Compose([*_to_image(in_chans), *geometry, MaybeToTensor(), v2.Normalize(mean=list(mean), std=list(std))])
 
 
@@ -147,19 +156,58 @@ def _to_image(in_chans: int) -> list[Callable]:
     return [v2.ToPILImage(), v2.Grayscale(num_output_channels=1) if in_chans == 1 else v2.RGB()]
 
 
-def _eval_geometry(augment: AugmentConfig, image_size: int, interpolation: str, fill: Fill) -> list[Callable]:
+def border_colour(image: Image.Image) -> Fill:
+    """The median colour of an image's one-pixel border: its background (`fill: auto`).
+
+    Example:
+        >>> page = Image.new("L", (8, 8), 230)
+        >>> page.putpixel((4, 4), 0)
+        >>> border_colour(page), border_colour(Image.new("RGB", (4, 4), (10, 20, 30)))
+        (230, (10, 20, 30))
+    """
+    pixels = np.asarray(image)
+    ring = np.concatenate([pixels[0], pixels[-1], pixels[1:-1, 0], pixels[1:-1, -1]])
+    colour = np.median(ring, axis=0).round().astype(int)
+    if colour.ndim == 0:
+        return int(colour)
+    red, green, blue = (int(value) for value in colour[:3])
+    return red, green, blue
+
+
+class _BorderFilled:
+    """A geometry step filled with each image's own `border_colour` (`fill: auto`)."""
+
+    def __init__(self, make_step: _FilledStep) -> None:
+        self.make_step = make_step
+
+    def __call__(self, image: Any) -> Any:
+        return self.make_step(border_colour(image))(image)
+
+
+def _filled(make_step: _FilledStep, fill: str, mean: tuple[float, ...]) -> Callable[[Any], Any]:
+    """`make_step` with the configured fill: a fixed colour, or each image's own background for `auto`."""
+    return _BorderFilled(make_step) if fill == "auto" else make_step(_fill_value(fill, mean))
+
+
+def _eval_geometry(
+    augment: AugmentConfig, image_size: int, interpolation: str, mean: tuple[float, ...]
+) -> list[Callable]:
     mode = str_to_interp_mode(interpolation)
     if augment.eval_mode == "center_crop":
         # timm's eval: the shorter side to size / crop_pct, then the central size x size.
         return [v2.Resize(math.floor(image_size / augment.crop_pct), interpolation=mode), v2.CenterCrop(image_size)]
     if augment.eval_mode == "resize":
         return [v2.Resize((image_size, image_size), interpolation=mode)]
+
     # pad_square: the longer side to size, the shorter one padded evenly with the fill colour.
-    return [v2.Resize(None, max_size=image_size, interpolation=mode), CenterCropOrPad(image_size, fill=fill)]
+    def pad(fill: Fill) -> Callable[[Any], Any]:
+        return CenterCropOrPad(image_size, fill=fill)
+
+    return [v2.Resize(None, max_size=image_size, interpolation=mode), _filled(pad, augment.fill, mean)]
 
 
 def _fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
-    """The background as 8-bit pixel values (the pipeline fills PIL images, before normalization)."""
+    """The background as 8-bit pixel values (the pipeline fills PIL images, before normalization); not `auto`."""
     if fill == "white":
         return 255
     if fill == "black":

@@ -10,6 +10,7 @@ from PIL import Image
 from retrieval.augment_presets import PRESETS
 from retrieval.config import resolve_augment
 from retrieval.data.transforms import (
+    border_colour,
     build_eval_transform,
     build_train_transform,
     channel_stats,
@@ -115,7 +116,10 @@ def test_document_training_letterboxes_too():
     """No random crop: training sees the eval geometry (plus a light affine), so pages are never cut."""
     pixels = np.full((32, 64), 60, dtype=np.uint8)
     transform = build_train_transform(
-        _augment("document", affine_degrees=0.0, affine_translate=0.0, affine_scale=(1.0, 1.0)), 32, HALF, 1
+        _augment("document", affine_degrees=0.0, affine_translate=0.0, affine_scale=(1.0, 1.0), fill="white"),
+        32,
+        HALF,
+        1,
     )
     out = transform(Image.fromarray(pixels))
     assert torch.allclose(out[0, :8], torch.ones(8, 32)) and torch.allclose(out[0, 24:], torch.ones(8, 32))
@@ -130,6 +134,54 @@ def test_affine_borders_take_the_fill_colour(fill, border):
     # A rotation of more than a few degrees moves a corner outside the image: it shows the fill.
     assert (corners - border).abs().lt(0.05).any(dim=1).float().mean() > 0.5
     assert not (corners + border).abs().lt(0.05).any()  # never the other colour
+
+
+@pytest.mark.parametrize("paper", [0, 60, 230])
+def test_auto_fill_takes_each_images_own_background(paper):
+    """Strokes on a page of any colour: auto pads and fills with the page, never with a fixed colour."""
+    pixels = np.full((32, 64), paper, dtype=np.uint8)
+    pixels[10:20, 20:40] = 255 - paper  # a stroke in the middle, off the border
+    page = 2 * paper / 255 - 1
+    letterboxed = build_eval_transform(_augment("document", fill="auto"), 32, HALF, 1)(Image.fromarray(pixels))
+    bands = torch.cat([letterboxed[0, :8], letterboxed[0, 24:]])
+    torch.testing.assert_close(bands, torch.full_like(bands, page), atol=1e-6, rtol=0)
+    torch.manual_seed(0)
+    square = np.ascontiguousarray(pixels[:, 16:48])
+    rotate = build_train_transform(_augment("glyph", affine_degrees=45.0, fill="auto"), 32, HALF, 1)
+    corners = torch.stack([rotate(Image.fromarray(square))[0, [0, 0, -1, -1], [0, -1, 0, -1]] for _ in range(20)])
+    torch.testing.assert_close(corners, torch.full_like(corners, page), atol=0.02, rtol=0)
+
+
+def test_auto_fill_draws_the_same_affine_as_a_fixed_fill_of_that_colour():
+    """On a white page, auto and white give the same pictures from the same seed (same random draws)."""
+    pixels = np.full((32, 32), 255, dtype=np.uint8)
+    pixels[8:24, 12:20] = 0
+    outputs = []
+    for fill in ("auto", "white"):
+        torch.manual_seed(3)
+        transform = build_train_transform(_augment("glyph", fill=fill), 32, HALF, 1)
+        outputs.append(torch.stack([transform(Image.fromarray(pixels)) for _ in range(5)]))
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
+
+
+def test_on_the_digits_auto_fill_is_the_demos_black_fill():
+    """Light strokes on black: auto finds black, so the demo's hand-set `fill: black` is what auto gives."""
+    from retrieval.data import load_digits_split
+
+    images, _ = load_digits_split("train", 32)
+    outputs = []
+    for fill in ("auto", "black"):
+        torch.manual_seed(0)
+        transform = build_train_transform(resolve_augment({"preset": "light", "fill": fill}, "digits"), 32, HALF, 3)
+        outputs.append(torch.stack([transform(image) for image in images[:64]]))
+    torch.testing.assert_close(outputs[0], outputs[1], atol=0, rtol=0)
+
+
+def test_border_colour_is_the_median_of_the_outer_ring():
+    rgb = np.zeros((6, 6, 3), dtype=np.uint8)
+    rgb[:, :] = (200, 100, 50)
+    rgb[0, :3] = (0, 0, 0)  # a few dark pixels on the ring do not move the median
+    assert border_colour(Image.fromarray(rgb)) == (200, 100, 50)
 
 
 def test_natural_random_crop_zooms_in():
@@ -218,4 +270,4 @@ def test_description_names_what_the_eval_transform_does():
         "mean": [0.5] * 3,
         "std": [0.5] * 3,
     }
-    assert describe_eval_transform(_augment("document"), 64, HALF, 1)["fill"] == "white"
+    assert describe_eval_transform(_augment("document"), 64, HALF, 1)["fill"] == "auto"

@@ -194,12 +194,26 @@ def _table(answer: dict[str, Any]) -> str:
 
 def _format_measurement(measured: dict[str, Any]) -> str:
     """Recall, latency, throughput and size lines of a `SearchIndex` measurement."""
-    k = measured["k"]
     return "\n".join(
         [
-            f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({measured['queries']} queries)",
+            _recall_line(measured),
             f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
             f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
             f"bytes/vector: {measured['bytes_per_vector']:.1f}",
         ]
     )
+
+
+def _recall_line(measured: dict[str, Any]) -> str:
+    """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
+    k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
+    if measured["recall_at_k"] is None:
+        held = measured.get("ntotal", queries)
+        return (
+            f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
+            "among the others, so measuring needs at least 2)"
+        )
+    line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
+    if neighbors < k:
+        line += f"; each query has only {neighbors} other vectors to find, so recall counts those {neighbors}"
+    return line

@@ -175,8 +175,9 @@ class SearchIndex:
             if target_recall is not None:
                 sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
                 stored = (vectors[sample], to_label(sample))
+                depth = true_ids.shape[1]  # below _TUNED_K when fewer vectors are stored
                 parameters, _ = tune_search_parameters(
-                    searchable, queries, to_label(true_ids), target_recall, _TUNED_K, stored
+                    searchable, queries, to_label(true_ids), target_recall, depth, stored
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
@@ -311,10 +312,14 @@ class SearchIndex:
             k: the k of k-recall@k.
 
         Returns:
-            `recall_at_k`, `k`, `queries`, `p50_ms`, `p99_ms` (one query, one thread), `batch_qps`,
-            `batch_threads`, `bytes_per_vector` (serialized index over ntotal), `ntotal`, `kind`.
-            Every kind keeps the full vectors (ivfpq for re-ranking), so the exact reference is
-            the same as at build time.
+            `recall_at_k`, `k`, `neighbors`, `queries`, `p50_ms`, `p99_ms` (one query, one
+            thread), `batch_qps`, `batch_threads`, `bytes_per_vector` (serialized index over
+            ntotal), `ntotal`, `kind`. Recall counts each query's exact top `neighbors`, which is
+            k unless the index holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors
+            give 9 neighbours a query, all of them found is 1.0. With no candidate at all (one
+            vector, leave-one-out) there is nothing to measure: `recall_at_k` is None. Every kind
+            keeps the full vectors (ivfpq for re-ranking), so the exact reference is the same as
+            at build time.
         """
         ids, vectors = self._stored()
         if len(ids) == 0:
@@ -506,10 +511,11 @@ def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The first k ids of each row of `found` other than that row's `own` id."""
+    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
     keep = found != own[:, None]
     order = np.argsort(~keep, axis=1, kind="stable")
-    return np.take_along_axis(found, order, axis=1)[:, :k]
+    first = np.take_along_axis(found, order, axis=1)[:, :k]
+    return np.where(first == own[:, None], -1, first)
 
 
 def _index_bytes(index: faiss.Index) -> int:

@@ -3,12 +3,21 @@
 The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
 new images with the same model and transform without being told; a `--checkpoint` given to them
 must be that same file.
+
+Writers (`build --out` over an index, `add`, `remove`) take the index's writer lock
+(`retrieval.index.locking`) from load to save, so concurrent ones all take effect; a second
+writer waits up to `--lock-timeout` seconds. `add` embeds its images before taking the lock,
+so a long embedding does not hold other writers up. A write that fails (read-only folder, no
+permission, disk full) is one line and leaves the previous index as it was.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +26,23 @@ import numpy as np
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
+from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
+from retrieval.index.storage import read_manifest
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 
 __all__ = ["add_parser", "run"]
 
 _KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+_MAX_ID = 2**63 - 1  # ids are int64
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on its file system and retry",
+    errno.EDQUOT: "free space within your disk quota and retry",
+    errno.EFBIG: "raise the file size limit (ulimit -f) and retry",
+    errno.EROFS: "it is on a read-only file system: copy it somewhere writable and update the copy",
+    errno.EACCES: "make the index directory and its parent folder writable by this user",
+    errno.EPERM: "make the index directory and its parent folder writable by this user",
+}
 _SPLIT_HELP = (
     "CSV rows to index: all (default: every row, whatever its split), train, val, test, or gallery "
     "(test rows with is_gallery=1; every test row when the CSV has no is_gallery column)"
@@ -48,6 +68,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument(
         "--target-recall", type=float, metavar="R", help="tune search parameters to this 10-recall@10, e.g. 0.95"
     )
+    _add_lock_timeout(build)
     add_embedding_arguments(build)
 
     query = actions.add_parser("query", help="search the index with images")
@@ -64,11 +85,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
     _add_image_inputs(add)
     _add_checkpoint_check(add)
+    _add_lock_timeout(add)
     add_embedding_arguments(add)
 
     remove = actions.add_parser("remove", help="remove vectors by id (atomic)")
     remove.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
     remove.add_argument("--ids", type=int, nargs="+", required=True, metavar="ID", help="ids from query results")
+    _add_lock_timeout(remove)
 
     evaluate = actions.add_parser("eval", help="recall@k vs exact search, latency and bytes/vector")
     evaluate.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
@@ -89,6 +112,16 @@ def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_lock_timeout(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--lock-timeout",
+        type=float,
+        default=DEFAULT_LOCK_TIMEOUT,
+        metavar="SECONDS",
+        help=f"wait this long for another writer of the index to finish (default: {DEFAULT_LOCK_TIMEOUT:g})",
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     return {"build": _build, "query": _query, "add": _add, "remove": _remove, "eval": _eval}[args.index_command](args)
 
@@ -106,7 +139,8 @@ def _build(args: argparse.Namespace) -> int:
         target_recall=args.target_recall,
         model_info=encoder.info(),
     )
-    index.save(args.out)
+    with _writing(args.out), writer_lock(args.out, args.lock_timeout):
+        index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
     measured = index.manifest.get("measured") or index.evaluate(k=10)
     skipped = len(source.paths) - index.ntotal
@@ -140,24 +174,44 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
-    index = SearchIndex.load(args.index)
-    encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
+    model = read_manifest(args.index).get("model") or {}  # checked against the verified load under the lock
+    encoder = encoder_for_index(model, args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
-    ids = index.add(embeddings, rows)
-    index.save(args.index)
+    with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
+        if (index.manifest.get("model") or {}) != model:
+            raise UserError(
+                f"{args.index} was rebuilt with another model while the images were embedded; run add again"
+            )
+        ids = index.add(embeddings, rows)
     print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {index.ntotal}")
     return 0
 
 
 def _remove(args: argparse.Namespace) -> int:
-    index = SearchIndex.load(args.index)
+    outside = [value for value in args.ids if not 0 <= value <= _MAX_ID]
+    if outside:
+        raise UserError(f"id {outside[0]} is out of range: ids are integers from 0 to {_MAX_ID}, from query results")
     ids = np.unique(np.asarray(args.ids, dtype=np.int64))
-    index.metadata_for(ids)  # UserError naming unknown ids, before anything changes
-    removed = index.remove(ids)
-    index.save(args.index)
+    with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
+        removed = index.remove(ids)  # UserError naming unknown ids, before anything changes
     print(f"removed {removed} vectors; the index holds {index.ntotal}")
     return 0
+
+
+@contextmanager
+def _writing(directory: Path) -> Iterator[None]:
+    """Turn an `OSError` while locking, reading or saving the index at `directory` into a one-line `UserError`.
+
+    Saves are atomic, so the message can promise that the previous index is unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        hint = _WRITE_HINTS.get(exc.errno or 0, "check that the index's folder is writable and retry")
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write index {directory}: {reason}{where}; {hint}; the index is unchanged") from exc
 
 
 def _eval(args: argparse.Namespace) -> int:
@@ -194,12 +248,26 @@ def _table(answer: dict[str, Any]) -> str:
 
 def _format_measurement(measured: dict[str, Any]) -> str:
     """Recall, latency, throughput and size lines of a `SearchIndex` measurement."""
-    k = measured["k"]
     return "\n".join(
         [
-            f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({measured['queries']} queries)",
+            _recall_line(measured),
             f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
             f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
             f"bytes/vector: {measured['bytes_per_vector']:.1f}",
         ]
     )
+
+
+def _recall_line(measured: dict[str, Any]) -> str:
+    """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
+    k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
+    if measured["recall_at_k"] is None:
+        held = measured.get("ntotal", queries)
+        return (
+            f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
+            "among the others, so measuring needs at least 2)"
+        )
+    line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
+    if neighbors < k:
+        line += f"; each query has only {neighbors} other vectors to find, so recall counts those {neighbors}"
+    return line

@@ -9,7 +9,8 @@ search filters out, and that the manifest lists, until the index is rebuilt.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from tqdm.auto import tqdm
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.storage import (
     FORMAT,
@@ -175,8 +177,9 @@ class SearchIndex:
             if target_recall is not None:
                 sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
                 stored = (vectors[sample], to_label(sample))
+                depth = true_ids.shape[1]  # below _TUNED_K when fewer vectors are stored
                 parameters, _ = tune_search_parameters(
-                    searchable, queries, to_label(true_ids), target_recall, _TUNED_K, stored
+                    searchable, queries, to_label(true_ids), target_recall, depth, stored
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
@@ -311,10 +314,14 @@ class SearchIndex:
             k: the k of k-recall@k.
 
         Returns:
-            `recall_at_k`, `k`, `queries`, `p50_ms`, `p99_ms` (one query, one thread), `batch_qps`,
-            `batch_threads`, `bytes_per_vector` (serialized index over ntotal), `ntotal`, `kind`.
-            Every kind keeps the full vectors (ivfpq for re-ranking), so the exact reference is
-            the same as at build time.
+            `recall_at_k`, `k`, `neighbors`, `queries`, `p50_ms`, `p99_ms` (one query, one
+            thread), `batch_qps`, `batch_threads`, `bytes_per_vector` (serialized index over
+            ntotal), `ntotal`, `kind`. Recall counts each query's exact top `neighbors`, which is
+            k unless the index holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors
+            give 9 neighbours a query, all of them found is 1.0. With no candidate at all (one
+            vector, leave-one-out) there is nothing to measure: `recall_at_k` is None. Every kind
+            keeps the full vectors (ivfpq for re-ranking), so the exact reference is the same as
+            at build time.
         """
         ids, vectors = self._stored()
         if len(ids) == 0:
@@ -349,11 +356,26 @@ class SearchIndex:
         An existing index there is replaced only once the new one is complete on disk.
         """
         manifest = dict(self.manifest)
-        writers = {
-            INDEX_FILE: lambda path: faiss.write_index(self._index, str(path)),
-            METADATA_FILE: self._metadata.write,
-        }
+        writers = {INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write}
         self.manifest = write_index_directory(directory, writers, manifest)
+
+    @classmethod
+    @contextmanager
+    def edit(cls, directory: str | Path, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> Iterator[SearchIndex]:
+        """Load the index at `directory` under its writer lock, yield it to change, and save it.
+
+        The lock is held from load to save, so two processes editing one index both take effect
+        (neither overwrites the other's change); the second waits up to `lock_timeout` seconds.
+        Nothing is saved if the body raises.
+
+        Raises:
+            UserError: another writer held the lock for `lock_timeout` seconds, or `load`'s errors.
+            OSError: the directory or its folder cannot be written, or the disk is full.
+        """
+        with writer_lock(directory, lock_timeout):
+            index = cls.load(directory)
+            yield index
+            index.save(directory)
 
     @classmethod
     def load(cls, directory: str | Path, mmap: bool = False, dim: int | None = None) -> SearchIndex:
@@ -396,6 +418,16 @@ class SearchIndex:
         return cls(index, metadata, manifest, read_only=mmap)
 
     # -- internals ---------------------------------------------------------------------------
+    def _write_faiss(self, path: Path) -> None:
+        """Write the FAISS index through Python's file object, so a failed write raises `OSError`.
+
+        `faiss.write_index(index, path)` reports a failed final flush (a full disk) on stderr
+        only and returns, leaving a truncated file; a failed write mid-way is a `RuntimeError`.
+        """
+        with open(path, "wb") as handle:
+            writer = faiss.PyCallbackIOWriter(handle.write)  # type: ignore[attr-defined]  # not in FAISS's stubs
+            faiss.write_index(self._index, writer)
+
     def _check_writable(self, action: str) -> None:
         if self._read_only:
             raise UserError(f"cannot {action} an index loaded with mmap=True (read-only); load it without mmap")
@@ -506,10 +538,11 @@ def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The first k ids of each row of `found` other than that row's `own` id."""
+    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
     keep = found != own[:, None]
     order = np.argsort(~keep, axis=1, kind="stable")
-    return np.take_along_axis(found, order, axis=1)[:, :k]
+    first = np.take_along_axis(found, order, axis=1)[:, :k]
+    return np.where(first == own[:, None], -1, first)
 
 
 def _index_bytes(index: faiss.Index) -> int:

@@ -6,9 +6,15 @@ settings, the model that made the embeddings, and the size and sha256 of every o
 
 Saving writes a temporary directory beside the target, fsyncs every file and the directory, then
 swaps it in with one atomic `renameat2(RENAME_EXCHANGE)` (Linux) so that a process killed at any
-moment leaves either the previous index or the new one, both complete. Loading checks the
+moment leaves either the previous index or the new one, both complete. The new directory and its
+files keep the modes of the ones they replace (a server running as another user keeps reading
+them). The temporary directory is named `.NAME.PID.TOKEN.tmp`: one that a killed save left
+behind is removed by the next save, once no live process has that pid. Loading checks the
 manifest, then every file's size and checksum, and only then lets `faiss.read_index` parse the
 file: FAISS trusts its input and a damaged file can crash the process.
+
+Saving does not lock: writers that may race each other hold `locking.writer_lock` across
+load, change and save.
 """
 
 from __future__ import annotations
@@ -18,14 +24,17 @@ import ctypes.util
 import errno
 import json
 import os
+import re
+import secrets
 import shutil
+import stat
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from retrieval.errors import UserError
+from retrieval.index.manifest_schema import check_manifest_fields
 from retrieval.runtime.files import file_sha256
 
 __all__ = [
@@ -34,6 +43,7 @@ __all__ = [
     "INDEX_FILE",
     "MANIFEST_FILE",
     "METADATA_FILE",
+    "read_manifest",
     "read_verified_manifest",
     "write_index_directory",
 ]
@@ -43,7 +53,18 @@ FORMAT_VERSION = 1
 INDEX_FILE = "index.faiss"
 METADATA_FILE = "metadata.arrow"
 MANIFEST_FILE = "manifest.json"
-_REQUIRED_KEYS = ("format", "version", "dimension", "metric", "normalized", "factory", "count", "files")
+_REQUIRED_KEYS = (
+    "format",
+    "version",
+    "dimension",
+    "metric",
+    "normalized",
+    "factory",
+    "kind",
+    "count",
+    "next_id",
+    "files",
+)
 
 
 def write_index_directory(
@@ -52,15 +73,22 @@ def write_index_directory(
     """Write `directory` atomically: each `writers[name](path)` fills one file, then the manifest.
 
     The manifest gets a `files` entry (size and sha256 of each written file). An existing
-    directory at `directory` is replaced as a whole; if anything fails, or the process dies,
-    it is left as it was.
+    directory at `directory` is replaced as a whole, keeping its mode and its files' modes; if
+    anything fails, or the process dies, it is left as it was.
 
     Returns:
         The manifest as written.
+
+    Raises:
+        OSError: the directory or its folder cannot be written (read-only, no permission) or the
+            disk is full; the previous index is intact.
     """
     target = Path(directory).absolute()
     target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    if target.is_dir() and not os.access(target, os.W_OK):
+        raise PermissionError(errno.EACCES, "the index directory is read-only", str(target))
+    _remove_stale_copies(target)
+    staging = _make_staging(target)
     try:
         files = {}
         for name, write in writers.items():
@@ -68,6 +96,7 @@ def write_index_directory(
             files[name] = _describe(staging / name)
         manifest = {**manifest, "files": files}
         (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        _keep_modes(target, staging, [*files, MANIFEST_FILE])
         for path in (*(staging / name for name in files), staging / MANIFEST_FILE, staging):
             _fsync(path)
         _swap_in(staging, target)
@@ -81,8 +110,22 @@ def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
 
     Raises:
         UserError: saying exactly what is wrong: a missing directory or file, an unreadable or
-            incomplete manifest, a format newer than this toolkit, a truncated or grown file, a
-            checksum mismatch.
+            incomplete manifest, a field of the wrong type, a format newer than this toolkit, a
+            truncated or grown file, a checksum mismatch.
+    """
+    manifest = read_manifest(directory)
+    for name, expected in manifest["files"].items():
+        _verify(Path(directory) / name, expected)
+    return manifest
+
+
+def read_manifest(directory: str | Path) -> dict[str, Any]:
+    """The manifest of `directory`, checked (fields, types, version, file names) but not the files it lists.
+
+    For a quick look (the model an index was built with) before `read_verified_manifest` or `load`.
+
+    Raises:
+        UserError: as `read_verified_manifest`, but for the listed files' sizes and checksums.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -99,8 +142,9 @@ def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
     missing = [key for key in _REQUIRED_KEYS if key not in manifest]
     if missing:
         raise UserError(f"{manifest_path} lacks {', '.join(missing)}; rebuild the index")
+    check_manifest_fields(manifest, manifest_path)
     version = manifest["version"]
-    if not isinstance(version, int) or version < 1 or version > FORMAT_VERSION:
+    if version < 1 or version > FORMAT_VERSION:
         raise UserError(
             f"{directory} has index format version {version!r}; this toolkit reads versions 1 to {FORMAT_VERSION}: "
             f"upgrade retrieval (written by {manifest.get('toolkit_version', 'an unknown version')})"
@@ -108,10 +152,9 @@ def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
     for name in (INDEX_FILE, METADATA_FILE):
         if name not in manifest["files"]:
             raise UserError(f"{manifest_path} does not list {name}; rebuild the index")
-    for name, expected in manifest["files"].items():
+    for name in manifest["files"]:
         if Path(name).name != name or name in (".", "..", MANIFEST_FILE):
             raise UserError(f"{manifest_path} lists a file outside the index directory ({name!r}); rebuild the index")
-        _verify(directory / name, expected)
     return manifest
 
 
@@ -125,6 +168,47 @@ def _verify(path: Path, expected: Mapping[str, Any]) -> None:
         raise UserError(f"{path} has {size:,} bytes, the manifest says {expected['size']:,}: it was modified")
     if file_sha256(path) != expected["sha256"]:
         raise UserError(f"{path} is corrupt: its sha256 does not match the manifest; rebuild or restore it")
+
+
+def _make_staging(target: Path) -> Path:
+    """A new empty `.NAME.PID.TOKEN.tmp` directory beside `target`, with the umask's default mode."""
+    staging = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    os.mkdir(staging)
+    return staging
+
+
+def _remove_stale_copies(target: Path) -> None:
+    """Remove the temporary copies of `target` that killed saves left behind (their pid is not running).
+
+    `.tmp` is a save's new copy, `.old` the previous index set aside where no atomic exchange exists.
+    """
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.(?:tmp|old)")
+    for entry in target.parent.iterdir():
+        match = pattern.fullmatch(entry.name)
+        if match and not _running(int(match[1])):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _running(pid: int) -> bool:
+    """Whether a process with this pid exists (one of another user counts)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _keep_modes(target: Path, staging: Path, names: list[str]) -> None:
+    """Give `staging` and its files the permission bits of `target` and its files, where those exist."""
+    for name in names:
+        if (target / name).is_file():
+            os.chmod(staging / name, stat.S_IMODE((target / name).stat().st_mode))
+    if target.is_dir():
+        os.chmod(staging, stat.S_IMODE(target.stat().st_mode))
 
 
 def _describe(path: Path) -> dict[str, Any]:

@@ -42,18 +42,20 @@ IndexT = TypeVar("IndexT", bound=faiss.Index)
 class Measurement:
     """How an index performs on a query set, with the settings that reproduce it."""
 
-    recall_at_k: float  # k-recall@k against exact search
+    recall_at_k: float | None  # k-recall@k against exact search; None when no query has a true neighbour
     k: int
+    neighbors: int  # true neighbours a query counts: k, or fewer when the index holds fewer candidates
     queries: int
     p50_ms: float  # single query, one thread
     p99_ms: float
     batch_qps: float  # all queries in one call, `batch_threads` threads
     batch_threads: int
 
-    def as_dict(self) -> dict[str, float | int]:
+    def as_dict(self) -> dict[str, float | int | None]:
         return {
-            "recall_at_k": round(self.recall_at_k, 4),
+            "recall_at_k": None if self.recall_at_k is None else round(self.recall_at_k, 4),
             "k": self.k,
+            "neighbors": self.neighbors,
             "queries": self.queries,
             "p50_ms": round(self.p50_ms, 4),
             "p99_ms": round(self.p99_ms, 4),
@@ -71,10 +73,20 @@ def exact_neighbors(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndar
 
 
 def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """k-recall@k: mean over rows of |found[:, :k] ∩ truth[:, :k]| / k (ids -1 never count)."""
+    """k-recall@k: |found[:, :k] ∩ truth[:, :k]| summed over rows, over the number of true ids.
+
+    Ids -1 never count, and a `truth` of fewer than k ids a row (an index holding fewer than k
+    candidates) counts only the ids it has: finding all of them is 1.0, not their share of k.
+
+    Raises:
+        ValueError: `truth` holds no id at all (nothing to recall).
+    """
     found, truth = found[:, :k], truth[:, :k]
+    expected = int((truth >= 0).sum())
+    if expected == 0:
+        raise ValueError("truth holds no neighbour ids: there is nothing to recall")
     hits = (found[:, :, None] == truth[:, None, :]) & (found[:, :, None] >= 0)
-    return float(hits.any(axis=2).sum() / (truth.shape[0] * k))
+    return float(hits.any(axis=2).sum() / expected)
 
 
 def measure(
@@ -83,7 +95,10 @@ def measure(
     true_ids: np.ndarray,
     k: int,
 ) -> Measurement:
-    """Recall of `search(queries, k)` against `true_ids` `(Q, k)`, then its single-query latency and batch QPS.
+    """Recall of `search(queries, k)` against `true_ids` `(Q, <=k)`, then its single-query latency and batch QPS.
+
+    `true_ids` may hold fewer than k ids a row (-1 or a narrower array) where fewer candidates
+    exist; recall then counts those (`Measurement.neighbors`), and is None when there are none.
 
     Latency is timed query by query on one FAISS thread (what one request of a server costs),
     over up to 1,000 queries; batch QPS runs all queries in one call on every thread.
@@ -102,9 +117,11 @@ def measure(
     finally:
         faiss.omp_set_num_threads(threads)
     milliseconds = 1000.0 * np.asarray(timings)
+    neighbors = int((true_ids[:, :k] >= 0).sum(axis=1).max(initial=0))
     return Measurement(
-        recall_at_k=recall_at_k(found, true_ids, k),
+        recall_at_k=recall_at_k(found, true_ids, k) if neighbors else None,
         k=k,
+        neighbors=neighbors,
         queries=len(queries),
         p50_ms=float(np.percentile(milliseconds, 50)),
         p99_ms=float(np.percentile(milliseconds, 99)),

@@ -4,15 +4,23 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import errno
 import io
 import json
+import os
+import resource
 import shutil
+import signal
+import threading
 from pathlib import Path
 
 import pytest
 from PIL import Image
 
 from retrieval.cli.main import main
+from retrieval.index import SearchIndex
+from retrieval.index.locking import writer_lock
+from retrieval.index.metadata import Metadata
 
 NO_WORKERS = ["--num-workers", "0"]
 
@@ -222,3 +230,169 @@ def test_user_errors_are_one_line_with_exit_code_2(args, message, built, tiny_ch
     values = {"tmp": str(tmp_path), "index": str(index), "ckpt": str(tiny_checkpoint)}
     assert main(["index", *[arg.format(**values) for arg in args]]) == 2
     assert message in _error_line(capsys)
+
+
+def _copied(built, tmp_path: Path) -> Path:
+    """A copy of the built index that a test may change."""
+    index = tmp_path / "index"
+    shutil.copytree(built[1], index)
+    return index
+
+
+def _ids(index: Path) -> list[int]:
+    return SearchIndex.load(index).ids.tolist()
+
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock"))
+
+
+@pytest.mark.parametrize("value", [str(2**63), str(2**70), "-1"])
+def test_an_id_outside_the_id_range_is_one_line(value, built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    assert main(["index", "remove", "--index", str(index), "--ids", "3", value]) == 2
+    line = _error_line(capsys)
+    assert value in line and ("out of range" in line or "unknown id" in line)
+    assert len(_ids(index)) == 27
+
+
+def test_a_writer_waits_for_another_then_gives_up_naming_its_pid(built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    with writer_lock(index):
+        assert main(["index", "remove", "--index", str(index), "--ids", "3", "--lock-timeout", "0.2"]) == 2
+    line = _error_line(capsys)
+    assert f"is being written by process {os.getpid()}: gave up after waiting 0.2 s" in line
+    assert "--lock-timeout" in line and 3 in _ids(index)
+
+
+def test_a_writer_proceeds_when_the_other_finishes(built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with writer_lock(index):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(10)
+    threading.Timer(0.3, release.set).start()
+    assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 0
+    holder.join()
+    assert "removed 1 vectors; the index holds 26" in capsys.readouterr().out
+
+
+def _read_only_file_system(monkeypatch) -> None:
+    """Creating the lock file fails as on a read-only mount (the first write `add`/`remove` makes)."""
+    original = os.open
+
+    def refuse_lock_files(path, flags, *args, **kwargs):
+        if str(path).endswith(".lock") and flags & os.O_CREAT:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(path))
+        return original(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refuse_lock_files)
+
+
+def _full_disk_in_metadata(monkeypatch) -> None:
+    def full(self, path: Path) -> None:
+        path.write_bytes(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(Metadata, "write", full)
+
+
+@contextlib.contextmanager
+def _file_size_limit(limit: int):
+    """Real write failures inside FAISS's writer: files may not grow past `limit` bytes (EFBIG)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+@pytest.mark.parametrize(
+    ("failure", "reason", "hint"),
+    [
+        ("read-only", "Read-only file system", "read-only file system: copy it somewhere writable"),
+        ("full", "No space left on device", "free space on its file system"),
+        ("file size limit", "File too large", "raise the file size limit"),
+    ],
+)
+def test_a_write_that_fails_is_one_line_and_loses_nothing(failure, reason, hint, built, capsys, tmp_path, monkeypatch):
+    index = _copied(built, tmp_path)
+    if failure == "read-only":
+        _read_only_file_system(monkeypatch)
+    elif failure == "full":
+        _full_disk_in_metadata(monkeypatch)
+    with _file_size_limit(1024) if failure == "file size limit" else contextlib.nullcontext():
+        code = main(["index", "remove", "--index", str(index), "--ids", "3"])
+    assert code == 2
+    line = _error_line(capsys)
+    assert line.startswith(f"error: cannot write index {index}: {reason}") and hint in line
+    assert line.endswith("the index is unchanged")
+    monkeypatch.undo()
+    assert len(_ids(index)) == 27 and 3 in _ids(index)
+    assert _leftovers(tmp_path) == []
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes to read-only directories")
+def test_a_read_only_index_directory_is_one_line(built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    index.chmod(0o555)
+    try:
+        assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 2
+    finally:
+        index.chmod(0o755)
+    line = _error_line(capsys)
+    assert "the index directory is read-only" in line and "writable by this user" in line
+    assert 3 in _ids(index)
+
+
+def test_a_hand_edited_manifest_field_is_one_line_naming_it(built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    manifest = json.loads((index / "manifest.json").read_text())
+    del manifest["next_id"]
+    manifest["files"]["index.faiss"]["size"] = str(manifest["files"]["index.faiss"]["size"])
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 2
+    assert "lacks next_id" in _error_line(capsys)
+    manifest["next_id"] = 27
+    (index / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["index", "eval", "--index", str(index)]) == 2
+    assert "field 'files' must be" in _error_line(capsys)
+
+
+def _csv_of(csv_dataset: Path, paths: list[str]) -> Path:
+    listed = csv_dataset.parent / "listed.csv"
+    listed.write_text("path,label\n" + "".join(f"{path},{i % 3}\n" for i, path in enumerate(paths)))
+    return listed
+
+
+def test_eval_of_an_index_smaller_than_k_says_what_it_counts(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+    with csv_dataset.open(newline="") as handle:
+        paths = [row["path"] for row in csv.DictReader(handle)][:10]
+    index = tmp_path / "index"
+    build = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--out", str(index), *NO_WORKERS]
+    assert main([*build, "--csv", str(_csv_of(csv_dataset, paths))]) == 0
+    capsys.readouterr()
+    assert main(["index", "eval", "--index", str(index), "-k", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "recall@10 vs exact: 1.0000 (10 queries); each query has only 9 other vectors to find" in out
+
+
+def test_build_of_one_readable_image_says_recall_cannot_be_measured(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+    (csv_dataset.parent / "notes.txt").write_text("not an image")
+    (csv_dataset.parent / "images" / "broken.png").write_bytes(b"\x89PNG\r\n\x1a\nbroken")
+    listed = _csv_of(csv_dataset, ["images/train_0_0.png", "notes.txt", "images/broken.png"])
+    index = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(listed), "--out", str(index)]
+    assert main([*args, *NO_WORKERS]) == 0
+    out = capsys.readouterr().out
+    assert "vectors: 1 of 3 images (2 unreadable, skipped)" in out
+    assert "recall@10 vs exact: not measured: too few vectors" in out and "0.0000" not in out

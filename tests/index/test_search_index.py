@@ -199,3 +199,20 @@ def test_evaluate_reports_recall_latency_and_size(data) -> None:
     ivf._index.nprobe = 1
     truth = brute_force(vectors, np.arange(N), queries, 10)
     assert ivf.evaluate(queries)["recall_at_k"] == pytest.approx(overlap(ivf.search(queries, 10)[1], truth))
+
+
+def test_an_index_smaller_than_k_counts_only_the_neighbours_it_has(data) -> None:
+    """10 vectors leave each query 9 others: finding all 9 is recall 1.0, not 9/10."""
+    vectors, _ = data
+    index = SearchIndex.build(vectors[:10], kind="flat", progress=False)
+    measured = index.manifest["measured"]  # one vector held out at build, searched among the other 9
+    assert (measured["recall_at_k"], measured["neighbors"], measured["queries"]) == (1.0, 9, 1)
+    for k, neighbors in ((10, 9), (9, 9), (5, 5)):
+        result = index.evaluate(k=k)
+        assert (result["recall_at_k"], result["neighbors"], result["queries"]) == (1.0, neighbors, 10)
+
+
+def test_a_single_vector_has_no_recall_to_measure(data) -> None:
+    vectors, _ = data
+    result = SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10)
+    assert result["recall_at_k"] is None and result["neighbors"] == 0 and result["queries"] == 1

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import os
+import resource
+import shutil
+import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -190,3 +196,139 @@ def test_a_process_killed_while_saving_leaves_the_previous_index(saved: Path) ->
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     assert subprocess.run([sys.executable, "-c", script], env=env, timeout=120).returncode == 9
     assert SearchIndex.load(saved).ntotal == 500
+
+
+@contextlib.contextmanager
+def file_size_limit(limit: int):
+    """Writes past `limit` bytes fail with EFBIG, as on a full disk (the soft limit; SIGXFSZ ignored)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, previous)
+
+
+def hidden_entries(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.startswith(".") and not p.name.endswith(".lock"))
+
+
+def test_a_faiss_write_that_runs_out_of_space_is_an_oserror_and_loses_nothing(saved: Path) -> None:
+    index = SearchIndex.load(saved)
+    index.remove([0, 1, 2])
+    with file_size_limit(16_384), pytest.raises(OSError) as failure:
+        index.save(saved)
+    assert failure.value.errno == errno.EFBIG
+    assert SearchIndex.load(saved).ntotal == 500
+    assert hidden_entries(saved.parent) == []
+
+
+def test_a_save_keeps_the_directory_and_file_modes(saved: Path) -> None:
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o777 & ~umask  # a new index: what mkdir makes, not 0700
+    saved.chmod(0o750)
+    (saved / MANIFEST_FILE).chmod(0o640)
+    (saved / INDEX_FILE).chmod(0o604)
+    index = SearchIndex.load(saved)
+    index.remove([0])
+    index.save(saved)
+    assert stat.S_IMODE(saved.stat().st_mode) == 0o750
+    assert stat.S_IMODE((saved / MANIFEST_FILE).stat().st_mode) == 0o640
+    assert stat.S_IMODE((saved / INDEX_FILE).stat().st_mode) == 0o604
+
+
+def finished_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    process = subprocess.Popen([sys.executable, "-c", "pass"])
+    process.wait()
+    return process.pid
+
+
+def test_a_save_removes_copies_left_by_dead_processes_only(saved: Path) -> None:
+    dead, alive = finished_pid(), os.getpid()
+    leftovers = {
+        f".index.{dead}.0123abcd.tmp": False,  # a killed save's new copy
+        f".index.{dead}.89abcdef.old": False,  # a killed save's previous copy, set aside
+        f".index.{alive}.0123abcd.tmp": True,  # a save in progress
+        f".other.{dead}.0123abcd.tmp": True,  # another index's
+        ".index.k3x_9q2z.tmp": True,  # no pid in the name: whose it is cannot be told
+    }
+    for name in leftovers:
+        shutil.copytree(saved, saved.parent / name)
+    index = SearchIndex.load(saved)
+    index.remove([0])
+    index.save(saved)
+    assert hidden_entries(saved.parent) == sorted(name for name, kept in leftovers.items() if kept)
+
+
+def test_the_copy_a_killed_save_leaves_is_removed_by_the_next_save(saved: Path) -> None:
+    script = textwrap.dedent(
+        f"""
+        import os
+        from retrieval.index import SearchIndex
+        from retrieval.index.metadata import Metadata
+
+        def die_midway(self, path):
+            os._exit(9)
+
+        Metadata.write = die_midway
+        index = SearchIndex.load({str(saved)!r})
+        index.remove([0])
+        index.save({str(saved)!r})
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    assert subprocess.run([sys.executable, "-c", script], env=env, timeout=120).returncode == 9
+    (leftover,) = hidden_entries(saved.parent)
+    assert (saved.parent / leftover / INDEX_FILE).stat().st_size > 0
+    index = SearchIndex.load(saved)
+    index.remove([1])
+    index.save(saved)
+    assert hidden_entries(saved.parent) == []
+
+
+def put(key: str, value):
+    return lambda manifest: manifest.update({key: value})
+
+
+def put_file_size(manifest) -> None:
+    manifest["files"][INDEX_FILE]["size"] = "1024"
+
+
+@pytest.mark.usefixtures("no_faiss_read")
+@pytest.mark.parametrize(
+    ("edit", "field"),
+    [
+        (put("count", "500"), "count"),
+        (put("dimension", 32.0), "dimension"),
+        (put("files", [INDEX_FILE, METADATA_FILE]), "files"),
+        (put_file_size, "files"),
+        (put("kind", "fast"), "kind"),
+        (put("removed_ids", ["7"]), "removed_ids"),
+        (put("normalized", "yes"), "normalized"),
+        (put("search_parameters", {"nprobe": "8"}), "search_parameters"),
+        (put("version", "1"), "version"),
+        (put("model", "best.pt"), "model"),
+    ],
+)
+def test_a_hand_edited_field_of_the_wrong_type_is_named(saved: Path, edit, field: str) -> None:
+    path = saved / MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    edit(manifest)
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=rf"{MANIFEST_FILE}: field '{field}' must be .*; fix it or rebuild the index"):
+        SearchIndex.load(saved)
+
+
+@pytest.mark.usefixtures("no_faiss_read")
+@pytest.mark.parametrize("key", ["kind", "next_id", "files", "count"])
+def test_a_missing_field_is_named(saved: Path, key: str) -> None:
+    path = saved / MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    del manifest[key]
+    path.write_text(json.dumps(manifest))
+    with pytest.raises(UserError, match=rf"lacks {key}; rebuild the index"):
+        SearchIndex.load(saved)

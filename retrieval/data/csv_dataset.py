@@ -12,6 +12,10 @@ CSV (`DATASET_CSV`), `index build|add` and `embed` a list of images (`IMAGE_LIST
 only `path` is required). Both check every value they hold the same way: a `split` other than
 train/val/test, a query/gallery flag other than 0/1, true/false or yes/no (empty: false), or an
 empty label in a `|`-joined list is a one-line error naming the file, the line and the value.
+Files are read as UTF-8 with an optional byte-order mark (`utf-8-sig`: Excel's "CSV UTF-8" starts
+with one, which would otherwise hide the first column's name); a file in another encoding
+(Latin-1, UTF-16) is a one-line error naming the file, line and byte offset, and asking for
+UTF-8, rather than a guess that would silently change non-ASCII paths and labels.
 
 `load_image` is the one way an image file is read (training, evaluation, embedding, indexing),
 and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a readable image".
@@ -19,7 +23,9 @@ and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a read
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,23 +113,48 @@ def read_csv_rows(csv_path: str | Path, csv_format: CsvFormat = DATASET_CSV) -> 
     columns are kept as they are (an index keeps them as metadata).
 
     Raises:
-        UserError: the file is missing, lacks a required column, or a `split`, flag or label value
-            is not one the format allows (the message names the file and line).
+        UserError: the file is missing, is not UTF-8 text or not well-formed CSV, lacks a required
+            column, or a `split`, flag or label value is not one the format allows (the message
+            names the file and line).
     """
     csv_path = Path(csv_path)
     if not csv_path.is_file():
         raise UserError(f"{csv_format.name} not found: {csv_path}; {csv_format.fix_missing_file}")
-    with csv_path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        columns = [name for name in reader.fieldnames or [] if name]
-        missing = [name for name in csv_format.required if name not in columns]
-        if missing:
-            raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
-        rows = []
-        for row in reader:
-            cells = {name: (row.get(name) or "").strip() for name in columns}
-            _check_row(csv_path, reader.line_num, cells)
-            rows.append(cells)
+    reader = csv.DictReader(io.StringIO(_csv_text(csv_path), newline=""))
+    try:
+        return _read_rows(csv_path, reader, csv_format)
+    except csv.Error as exc:
+        raise UserError(
+            f"{csv_path}:{reader.line_num}: not a well-formed CSV ({exc}); check that line's quotes"
+        ) from exc
+
+
+def _csv_text(csv_path: Path) -> str:
+    """The file's text as UTF-8, without a leading byte-order mark; any other encoding is refused in one line."""
+    data = csv_path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        # exc.object is the data after a byte-order mark, and exc.start an offset into it.
+        offset = exc.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"{csv_path}:{line}: not UTF-8 text (byte 0x{data[offset]:02x} at byte offset {offset}); "
+            "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`, or Excel's CSV UTF-8)"
+        ) from exc
+
+
+def _read_rows(csv_path: Path, reader: csv.DictReader, csv_format: CsvFormat) -> CsvRows:
+    """The header and checked rows of an open CSV reader (`read_csv_rows`)."""
+    columns = [name for name in reader.fieldnames or [] if name]
+    missing = [name for name in csv_format.required if name not in columns]
+    if missing:
+        raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
+    rows = []
+    for row in reader:
+        cells = {name: (row.get(name) or "").strip() for name in columns}
+        _check_row(csv_path, reader.line_num, cells)
+        rows.append(cells)
     return CsvRows(columns, rows)
 
 

@@ -19,6 +19,9 @@ UTF-8, rather than a guess that would silently change non-ASCII paths and labels
 
 `load_image` is the one way an image file is read (training, evaluation, embedding, indexing),
 and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a readable image".
+It and `flatten_image` (the path of an already-decoded image: `serve`'s uploads) turn an image
+upright by its EXIF orientation first (`upright_image`), so a phone photo stored sideways trains,
+embeds and is searched as it is seen.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
@@ -57,6 +60,7 @@ __all__ = [
     "read_csv_rows",
     "read_csv_split",
     "read_csv_splits",
+    "upright_image",
 ]
 
 _FLAGS = ("is_query", "is_gallery")
@@ -310,7 +314,7 @@ def image_error_reason(exc: BaseException) -> str:
 
 
 def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
-    """Read an image file as `RGB` or `L`, with transparent pixels composited onto white (`flatten_image`).
+    """Read an image file upright (EXIF orientation applied) as `RGB` or `L`, transparency on white (`flatten_image`).
 
     Raises:
         UnreadableImage: the file is missing or cannot be decoded as an image.
@@ -322,8 +326,20 @@ def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
         raise UnreadableImage(path, image_error_reason(exc)) from exc
 
 
+def upright_image(image: Image.Image) -> Image.Image:
+    """The image turned as its EXIF orientation says it is seen (`ImageOps.exif_transpose`).
+
+    Cameras and phones often store the pixels sideways and record the turn in the EXIF
+    Orientation tag; every viewer applies it, so the model must too. An image without one
+    (orientation 1 or none) is returned as it is, without the copy `exif_transpose` would make.
+    """
+    if image.getexif().get(ExifTags.Base.Orientation, 1) == 1:
+        return image
+    return ImageOps.exif_transpose(image)
+
+
 def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
-    """An opened image as `RGB` or `L`, with transparent pixels composited onto white.
+    """An opened image, turned upright (`upright_image`), as `RGB` or `L` with transparent pixels composited onto white.
 
     A black stroke on a transparent background (RGBA, LA, or a palette / grayscale / RGB PNG with a
     transparent colour) stays a black stroke on white; a plain conversion would drop the alpha and
@@ -334,6 +350,7 @@ def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
         mode: `RGB` or `L`; None keeps grayscale images `L` and makes all others `RGB` (the
             transforms then convert to the channels the model takes).
     """
+    image = upright_image(image)
     target = mode or ("L" if image.mode in _GRAY_MODES else "RGB")
     if image.mode in _SIXTEEN_BIT:
         image = image.point(lambda value: value / 257)

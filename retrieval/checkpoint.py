@@ -9,10 +9,17 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     best_score   the selection metric's best value so far, and `best_epoch` (1-based) where it was reached
     config       the run's resolved config as plain dicts (`config_to_dict`)
     num_classes  training classes (one proxy each)
-    manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights
+    manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
+                 and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`)
 
 `best.pt` is the same without `optimizer` (`Checkpoint.slim`). Version 2 files (this layout) are
 what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
+
+Loading checks the weights against `checksum` and, when the manifest has one, everything else
+(proxies, optimizer state, counters, config, manifest) against `payload_checksum`, so a byte flipped
+anywhere in a `last.pt` stops a resume instead of silently changing it. The field is an addition
+within version 2, not a version bump: files written before it keep loading (only their weights are
+checked), and older toolkits still read the files written now (they ignore the field).
 """
 
 from __future__ import annotations
@@ -33,10 +40,18 @@ from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["CHECKPOINT_FORMAT", "CHECKPOINT_VERSION", "Checkpoint", "state_checksum"]
+__all__ = [
+    "CHECKPOINT_FORMAT",
+    "CHECKPOINT_VERSION",
+    "PAYLOAD_CHECKSUM",
+    "Checkpoint",
+    "payload_checksum",
+    "state_checksum",
+]
 
 CHECKPOINT_FORMAT = "retrieval-checkpoint"
 CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
+PAYLOAD_CHECKSUM = "payload_checksum"  # the manifest field over the whole file; absent in older version 2 files
 
 StateDict = dict[str, Any]
 
@@ -112,16 +127,17 @@ class Checkpoint:
         }
         if self.optimizer is not None:
             payload["optimizer"] = self.optimizer
+        payload["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(payload)
         with atomic_write(path) as temporary:
             torch.save(payload, temporary)
 
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
-        """Read a checkpoint on the CPU and check its format, version and weights checksum.
+        """Read a checkpoint on the CPU and check its format, version, weights and (when recorded) whole-file checksums.
 
         Raises:
             UserError: the file is missing, unreadable, not a retrieval checkpoint, newer than this
-                toolkit, or its weights do not match the manifest's checksum.
+                toolkit, or its weights or any other part do not match the manifest's checksums.
         """
         path = Path(path)
         if not path.is_file():
@@ -137,6 +153,8 @@ class Checkpoint:
             raise UserError(f"{path} is not a retrieval checkpoint (no manifest); train one with `retrieval train`")
         try:
             return cls._from_payload(raw, manifest, path)
+        except UserError:  # a ValueError already worded for the user: not to be wrapped as "damaged"
+            raise
         except (KeyError, TypeError, ValueError) as exc:
             raise UserError(f"{path} is a damaged retrieval checkpoint ({exc.__class__.__name__}: {exc})") from exc
 
@@ -150,6 +168,11 @@ class Checkpoint:
             )
         if state_checksum(raw["model"]) != manifest["checksum"]:
             raise UserError(f"{path} is corrupt: model weights do not match the manifest checksum")
+        if PAYLOAD_CHECKSUM in manifest and payload_checksum(raw) != manifest[PAYLOAD_CHECKSUM]:
+            raise UserError(
+                f"{path} is corrupt: its optimizer state, proxies, counters or config do not match the manifest's "
+                f"{PAYLOAD_CHECKSUM}; restore an intact copy of the file or train the run again"
+            )
         return cls(
             model=raw["model"],
             model_config=_model_config(manifest["model_config"]),
@@ -170,8 +193,46 @@ def state_checksum(state: dict[str, Tensor]) -> str:
     digest = hashlib.sha256()
     for name in sorted(state):
         digest.update(name.encode())
-        digest.update(state[name].detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        digest.update(_tensor_bytes(state[name]))
     return digest.hexdigest()
+
+
+def payload_checksum(payload: dict[str, Any]) -> str:
+    """sha256 over every part of a saved checkpoint dict but the manifest's own `payload_checksum` field.
+
+    The dict as `torch.save` wrote it and `torch.load` returns it: nested dicts (in key order),
+    lists and tuples (alike: both are sequences), tensors (dtype, shape and bytes, wherever they
+    live) and scalars (type and `repr`, exact for floats). Each value is length-prefixed, so two
+    different payloads never feed the hash the same bytes.
+    """
+    manifest = {key: value for key, value in payload.get("manifest", {}).items() if key != PAYLOAD_CHECKSUM}
+    digest = hashlib.sha256()
+    _hash_value(digest, {**payload, "manifest": manifest})
+    return digest.hexdigest()
+
+
+def _hash_value(digest: Any, value: Any) -> None:
+    """Feed one value of a checkpoint dict, recursively, into `digest` (see `payload_checksum`)."""
+    if isinstance(value, Tensor):
+        digest.update(f"tensor:{value.dtype}:{tuple(value.shape)}:".encode())
+        digest.update(_tensor_bytes(value))
+    elif isinstance(value, dict):
+        digest.update(f"dict:{len(value)}:".encode())
+        for key in sorted(value, key=lambda key: (type(key).__name__, repr(key))):
+            _hash_value(digest, key)
+            _hash_value(digest, value[key])
+    elif isinstance(value, list | tuple):
+        digest.update(f"sequence:{len(value)}:".encode())
+        for item in value:
+            _hash_value(digest, item)
+    else:
+        text = repr(value)
+        digest.update(f"{type(value).__name__}:{len(text)}:{text}".encode())
+
+
+def _tensor_bytes(tensor: Tensor) -> bytes:
+    """The bytes of a tensor's elements in row-major order, from any device."""
+    return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
 
 
 def _model_config(values: dict[str, Any]) -> ModelConfig:

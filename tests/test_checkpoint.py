@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval.checkpoint import CHECKPOINT_VERSION, Checkpoint
+from retrieval.checkpoint import CHECKPOINT_VERSION, PAYLOAD_CHECKSUM, Checkpoint, payload_checksum
 from retrieval.config import ModelConfig
 from retrieval.errors import UserError
 
@@ -129,3 +129,41 @@ def test_overrides_edit_a_copy_of_the_checkpoints_config():
     before = checkpoint.run_config["train"]["epochs"]
     checkpoint.config(overrides=[f"train.epochs={before + 7}"])
     assert checkpoint.run_config["train"]["epochs"] == before
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        lambda raw: raw["optimizer"]["state"][0]["exp_avg"].add_(1e-3),
+        lambda raw: raw["optimizer"]["param_groups"][0].update(lr=0.5),
+        lambda raw: raw["loss"]["proxies"].mul_(-1),
+        lambda raw: raw.update(epoch=7),
+        lambda raw: raw.update(best_score=0.99),
+        lambda raw: raw["config"]["train"].update(epochs=99),
+        lambda raw: raw["manifest"]["model_config"].update(pooling="avg"),
+    ],
+    ids=["optimizer-state", "optimizer-lr", "proxies", "epoch", "best-score", "config", "model-config"],
+)
+def test_a_change_to_any_part_but_the_weights_fails_the_payload_checksum(tmp_path, edit):
+    path = tmp_path / "last.pt"
+    optimizer = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2, 3)}}, "param_groups": [{"lr": 0.1}]}
+    full = _checkpoint(optimizer=optimizer, loss={"proxies": torch.ones(2, 2)}, run_config={"train": {"epochs": 5}})
+    full.save(path)
+    assert Checkpoint.load(path).optimizer is not None
+    raw = torch.load(path, weights_only=True)
+    edit(raw)
+    torch.save(raw, path)
+    with pytest.raises(UserError, match="is corrupt: its optimizer state, proxies, counters or config do not match"):
+        Checkpoint.load(path)
+
+
+def test_the_payload_checksum_is_recorded_and_older_version_2_files_without_it_load(tmp_path):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+    raw = torch.load(path, weights_only=True)
+    assert raw["manifest"][PAYLOAD_CHECKSUM] == payload_checksum(raw) and len(raw["manifest"][PAYLOAD_CHECKSUM]) == 64
+    assert "payload_checksum" not in torch.load(FIXTURES / "checkpoint_v2.pt", weights_only=True)["manifest"]
+    del raw["manifest"][PAYLOAD_CHECKSUM]
+    raw["epoch"] = 6  # unverifiable without the field: only the weights are checked, as before it existed
+    torch.save(raw, path)
+    assert Checkpoint.load(path).epoch == 6

@@ -12,14 +12,23 @@ CSV (`DATASET_CSV`), `index build|add` and `embed` a list of images (`IMAGE_LIST
 only `path` is required). Both check every value they hold the same way: a `split` other than
 train/val/test, a query/gallery flag other than 0/1, true/false or yes/no (empty: false), or an
 empty label in a `|`-joined list is a one-line error naming the file, the line and the value.
+Files are read as UTF-8 with an optional byte-order mark (`utf-8-sig`: Excel's "CSV UTF-8" starts
+with one, which would otherwise hide the first column's name); a file in another encoding
+(Latin-1, UTF-16) is a one-line error naming the file, line and byte offset, and asking for
+UTF-8, rather than a guess that would silently change non-ASCII paths and labels.
 
 `load_image` is the one way an image file is read (training, evaluation, embedding, indexing),
 and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a readable image".
+It and `flatten_image` (the path of an already-decoded image: `serve`'s uploads) turn an image
+upright by its EXIF orientation first (`upright_image`), so a phone photo stored sideways trains,
+embeds and is searched as it is seen.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
+import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +36,7 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from PIL import Image
+from PIL import ExifTags, Image, ImageOps
 from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
@@ -51,6 +60,7 @@ __all__ = [
     "read_csv_rows",
     "read_csv_split",
     "read_csv_splits",
+    "upright_image",
 ]
 
 _FLAGS = ("is_query", "is_gallery")
@@ -107,23 +117,48 @@ def read_csv_rows(csv_path: str | Path, csv_format: CsvFormat = DATASET_CSV) -> 
     columns are kept as they are (an index keeps them as metadata).
 
     Raises:
-        UserError: the file is missing, lacks a required column, or a `split`, flag or label value
-            is not one the format allows (the message names the file and line).
+        UserError: the file is missing, is not UTF-8 text or not well-formed CSV, lacks a required
+            column, or a `split`, flag or label value is not one the format allows (the message
+            names the file and line).
     """
     csv_path = Path(csv_path)
     if not csv_path.is_file():
         raise UserError(f"{csv_format.name} not found: {csv_path}; {csv_format.fix_missing_file}")
-    with csv_path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        columns = [name for name in reader.fieldnames or [] if name]
-        missing = [name for name in csv_format.required if name not in columns]
-        if missing:
-            raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
-        rows = []
-        for row in reader:
-            cells = {name: (row.get(name) or "").strip() for name in columns}
-            _check_row(csv_path, reader.line_num, cells)
-            rows.append(cells)
+    reader = csv.DictReader(io.StringIO(_csv_text(csv_path), newline=""))
+    try:
+        return _read_rows(csv_path, reader, csv_format)
+    except csv.Error as exc:
+        raise UserError(
+            f"{csv_path}:{reader.line_num}: not a well-formed CSV ({exc}); check that line's quotes"
+        ) from exc
+
+
+def _csv_text(csv_path: Path) -> str:
+    """The file's text as UTF-8, without a leading byte-order mark; any other encoding is refused in one line."""
+    data = csv_path.read_bytes()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        # exc.object is the data after a byte-order mark, and exc.start an offset into it.
+        offset = exc.start + (len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0)
+        line = exc.object[: exc.start].count(b"\n") + 1
+        raise UserError(
+            f"{csv_path}:{line}: not UTF-8 text (byte 0x{data[offset]:02x} at byte offset {offset}); "
+            "re-save the file as UTF-8 (e.g. `iconv -f latin1 -t utf-8`, or Excel's CSV UTF-8)"
+        ) from exc
+
+
+def _read_rows(csv_path: Path, reader: csv.DictReader, csv_format: CsvFormat) -> CsvRows:
+    """The header and checked rows of an open CSV reader (`read_csv_rows`)."""
+    columns = [name for name in reader.fieldnames or [] if name]
+    missing = [name for name in csv_format.required if name not in columns]
+    if missing:
+        raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
+    rows = []
+    for row in reader:
+        cells = {name: (row.get(name) or "").strip() for name in columns}
+        _check_row(csv_path, reader.line_num, cells)
+        rows.append(cells)
     return CsvRows(columns, rows)
 
 
@@ -279,7 +314,7 @@ def image_error_reason(exc: BaseException) -> str:
 
 
 def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
-    """Read an image file as `RGB` or `L`, with transparent pixels composited onto white (`flatten_image`).
+    """Read an image file upright (EXIF orientation applied) as `RGB` or `L`, transparency on white (`flatten_image`).
 
     Raises:
         UnreadableImage: the file is missing or cannot be decoded as an image.
@@ -291,8 +326,20 @@ def load_image(path: str | Path, mode: str | None = None) -> Image.Image:
         raise UnreadableImage(path, image_error_reason(exc)) from exc
 
 
+def upright_image(image: Image.Image) -> Image.Image:
+    """The image turned as its EXIF orientation says it is seen (`ImageOps.exif_transpose`).
+
+    Cameras and phones often store the pixels sideways and record the turn in the EXIF
+    Orientation tag; every viewer applies it, so the model must too. An image without one
+    (orientation 1 or none) is returned as it is, without the copy `exif_transpose` would make.
+    """
+    if image.getexif().get(ExifTags.Base.Orientation, 1) == 1:
+        return image
+    return ImageOps.exif_transpose(image)
+
+
 def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
-    """An opened image as `RGB` or `L`, with transparent pixels composited onto white.
+    """An opened image, turned upright (`upright_image`), as `RGB` or `L` with transparent pixels composited onto white.
 
     A black stroke on a transparent background (RGBA, LA, or a palette / grayscale / RGB PNG with a
     transparent colour) stays a black stroke on white; a plain conversion would drop the alpha and
@@ -303,6 +350,7 @@ def flatten_image(image: Image.Image, mode: str | None = None) -> Image.Image:
         mode: `RGB` or `L`; None keeps grayscale images `L` and makes all others `RGB` (the
             transforms then convert to the channels the model takes).
     """
+    image = upright_image(image)
     target = mode or ("L" if image.mode in _GRAY_MODES else "RGB")
     if image.mode in _SIXTEEN_BIT:
         image = image.point(lambda value: value / 257)

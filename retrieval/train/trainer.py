@@ -44,6 +44,23 @@ CHECK_EVERY = 50
 StateDict = dict[str, Any]
 
 
+def _load_part(name: str, part: nn.Module | torch.optim.Optimizer, state: StateDict) -> None:
+    """Load one part of a `last.pt` into the run's own, or say in one line why it does not fit.
+
+    A resume whose config differs from the run's (backbone, embedding size, loss, optimizer
+    groups), or a file whose optimizer was laid out otherwise, fails inside torch with a
+    multi-line error; the user's fix is to resume with the run's own config.
+    """
+    try:
+        part.load_state_dict(state)
+    except (RuntimeError, ValueError, KeyError) as exc:
+        reason = " ".join(str(exc).split())[:200]
+        raise UserError(
+            f"cannot resume: the checkpoint's {name} state does not fit this run's {name} ({reason}); resume with "
+            "the config the run was trained with (no --config or --set that changes the model, loss or optimizer)"
+        ) from exc
+
+
 def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     """Every epoch's randomness depends only on (seed, epoch, rank), so a resumed run continues exactly.
 
@@ -130,12 +147,13 @@ class Trainer:
             best: the run's `best.pt`; needed when the selected epoch so far is not `last.pt`'s.
 
         Raises:
-            UserError: the selected weights are in neither checkpoint.
+            UserError: the selected weights are in neither checkpoint, or a part of `checkpoint` does not
+                fit this run's (another model, loss or optimizer layout).
         """
         parts = self.parts
-        parts.model.load_state_dict(checkpoint.model)
-        parts.loss.load_state_dict(checkpoint.loss)
-        parts.optimizer.load_state_dict(checkpoint.optimizer or {})
+        _load_part("model", parts.model, checkpoint.model)
+        _load_part("loss", parts.loss, checkpoint.loss)
+        _load_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
         self.start_epoch = checkpoint.epoch + 1
         self.best_score, self.best_epoch = checkpoint.best_score, checkpoint.best_epoch
         if self.best_epoch:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from exif_images import UPRIGHT, write_oriented_jpegs
 from PIL import Image
 
 from retrieval.data import ImageDataset, load_image
+from retrieval.data.csv_dataset import upright_image
 
 # A black stroke (alpha 255), a half-transparent black dot (alpha 128), the rest fully transparent.
 ALPHA = np.zeros((16, 16), dtype=np.uint8)
@@ -85,3 +87,24 @@ def test_the_csv_dataset_reads_through_load_image(tmp_path):
     image, label = dataset[0]
     assert label == 0 and image.shape == (16, 16, 3)
     np.testing.assert_allclose(image[..., 0], EXPECTED, atol=1)
+
+
+def test_an_exif_orientation_turns_the_image_upright_in_load_image_and_the_training_data(tmp_path):
+    upright, sideways, untagged = write_oriented_jpegs(tmp_path)
+    assert np.asarray(load_image(untagged)).shape == (32, 64, 3)  # the pixels are stored sideways
+    assert _mean_difference(load_image(upright), UPRIGHT) < 4  # JPEG keeps the flat blocks within a few levels
+    assert _mean_difference(load_image(sideways), UPRIGHT) < 4
+    dataset = ImageDataset([upright, sideways], np.array([0, 0]), lambda image: np.asarray(image, dtype=float))
+    assert _mean_difference(dataset[1][0], dataset[0][0]) < 4
+
+
+def _mean_difference(image, expected: np.ndarray) -> float:
+    """Mean absolute difference per pixel value; infinite when the shapes differ (an image left sideways)."""
+    pixels = np.asarray(image, dtype=float)
+    return float(np.abs(pixels - expected).mean()) if pixels.shape == expected.shape else float("inf")
+
+
+def test_an_image_without_an_orientation_is_not_copied(tmp_path):
+    upright, _, _ = write_oriented_jpegs(tmp_path)
+    with Image.open(upright) as image:
+        assert upright_image(image) is image

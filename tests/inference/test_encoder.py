@@ -8,6 +8,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
+from exif_images import write_oriented_jpegs
 from PIL import Image, ImageOps
 
 from retrieval.checkpoint import Checkpoint
@@ -91,3 +92,14 @@ def test_a_flip_average_checkpoint_embeds_an_image_and_its_mirror_alike(
     np.testing.assert_allclose(*flipping.embed_images(mirrored), atol=1e-6)
     assert not np.allclose(*plain.embed_images(mirrored), atol=1e-3)
     assert flipping.info()["model_config"]["flip_average"] is True
+
+
+def test_a_jpeg_stored_sideways_embeds_like_the_upright_image_from_a_file_and_decoded(tmp_path, tiny_checkpoint):
+    encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    paths = write_oriented_jpegs(tmp_path)  # upright, sideways with EXIF orientation 6, sideways untagged
+    embedded = encoder.embed_files(paths, batch_size=3, progress=False)
+    with Image.open(paths[1]) as sideways:  # what `serve` hands the encoder: a decoded upload
+        decoded = encoder.embed_images([sideways])[0]
+    upright, tagged, untagged = embedded.embeddings
+    assert float(upright @ tagged) > 0.9999 and float(upright @ decoded) > 0.9999
+    assert float(upright @ untagged) < 0.999  # an untrained model, yet the pixels left sideways embed apart

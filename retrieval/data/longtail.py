@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from retrieval.data.csv_dataset import read_csv_rows
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
 
@@ -83,7 +84,7 @@ def make_longtail_csv(source: Path, destination: Path, ratio: float, seed: int =
     Raises:
         UserError: a missing or malformed CSV, no training rows, or a bad ratio (see `longtail_counts`).
     """
-    fieldnames, rows = _read(source)
+    fieldnames, rows = read_csv_rows(source)  # strict: encoding, columns and every value checked
     train = [i for i, row in enumerate(rows) if row["split"] == "train"]
     if not train:
         raise UserError(f"{source} has no split=train rows to make long-tailed")
@@ -111,18 +112,6 @@ def make_longtail_csv(source: Path, destination: Path, ratio: float, seed: int =
         train_after=int(kept_sizes.sum()),
         capped=int((sizes[ranking] < targets).sum()),
     )
-
-
-def _read(path: Path) -> tuple[list[str], list[dict[str, str]]]:
-    if not path.is_file():
-        raise UserError(f"dataset CSV not found: {path}; pass a CSV with columns path,label,split")
-    with path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fieldnames = list(reader.fieldnames or [])
-        missing = [column for column in ("path", "label", "split") if column not in fieldnames]
-        if missing:
-            raise UserError(f"{path} lacks column(s) {', '.join(missing)}; the format is path,label,split[,...]")
-        return fieldnames, list(reader)
 
 
 def _relocated(row: dict[str, str], source: Path, destination: Path) -> dict[str, str]:

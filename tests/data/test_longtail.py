@@ -106,3 +106,16 @@ def test_cli_writes_the_csv_and_refuses_in_one_line(tmp_path: Path, capsys) -> N
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: --imbalance 100 gives the rarest classes 0 images")
     assert np.isclose(len(read_rows(out)), 9 + 12 + longtail_counts(10, 60, 10.0).sum())
+
+
+def test_a_latin1_or_bom_csv_reads_like_every_other_command(tmp_path: Path) -> None:
+    """The long-tail tool reads CSVs with the shared strict reader: a BOM is fine, Latin-1 is one line."""
+    rows = "path,label,split\n" + "".join(f"img/{i}.png,{i % 2},train\n" for i in range(8)) + "img/t.png,0,test\n"
+    bom = tmp_path / "bom.csv"
+    bom.write_bytes(b"\xef\xbb\xbf" + rows.encode())
+    make_longtail_csv(bom, tmp_path / "out.csv", 2.0, seed=0)
+    assert (tmp_path / "out.csv").read_text().startswith("path,label,split")
+    latin = tmp_path / "latin.csv"
+    latin.write_bytes((rows + "img/caf\xe9.png,1,train\n").encode("latin-1"))
+    with pytest.raises(UserError, match=r"latin\.csv:\d+: not UTF-8 text"):
+        make_longtail_csv(latin, tmp_path / "out2.csv", 2.0, seed=0)

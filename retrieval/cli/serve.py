@@ -9,6 +9,9 @@ from pathlib import Path
 
 __all__ = ["add_parser", "run"]
 
+# Seconds an idle keep-alive connection stays open (uvicorn's default, written out: it is a server timeout).
+_KEEP_ALIVE_S = 5
+
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="serve an index: a search page and a JSON API")
@@ -26,21 +29,77 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="FAISS threads per search (default: 1; concurrent requests already use the cores, and fanning one "
         "query out over threads mostly adds wake-up latency)",
     )
+    parser.add_argument(
+        "--image-root",
+        type=Path,
+        metavar="DIR",
+        help="results show image paths relative to DIR, and images outside it by id only (default: the deepest "
+        "folder holding every image indexed at start; never an absolute path)",
+    )
+    parser.add_argument("--openapi", action="store_true", help="also serve /openapi.json and the /docs page")
+    parser.add_argument(
+        "--reload-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="look this often for a new version of the index (`index add`/`remove`) and serve it without a "
+        "restart (default: 1; 0: never)",
+    )
+    _add_limits(parser)
+
+
+def _add_limits(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-upload-mb", type=float, default=16.0, help="largest request body (default: 16)")
+    parser.add_argument(
+        "--max-pixels", type=int, default=40_000_000, help="largest image, width x height (default: 40000000)"
+    )
+    parser.add_argument(
+        "--decode-memory",
+        default="1G",
+        metavar="SIZE",
+        help="memory for images being decoded at once, all requests together, e.g. 1G or 512M (default: 1G, one "
+        "image at the pixel cap; each image counts 20 bytes a pixel); a request that finds it full waits "
+        "--decode-wait seconds, then gets 503 with Retry-After",
+    )
+    parser.add_argument(
+        "--decode-wait", type=float, default=1.0, metavar="SECONDS", help="see --decode-memory (default: 1)"
+    )
+    parser.add_argument(
+        "--body-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a request body must arrive within this time, or the request gets 408 and its connection is closed "
+        "(default: 30)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
     import uvicorn  # the web stack loads only for this command
 
+    from retrieval.index import parse_memory
     from retrieval.serve import ServeLimits, create_app
 
-    limits = ServeLimits(max_upload_bytes=int(args.max_upload_mb * 2**20))
+    limits = ServeLimits(
+        max_upload_bytes=int(args.max_upload_mb * 2**20),
+        max_pixels=args.max_pixels,
+        decode_memory=parse_memory(args.decode_memory) or 0,
+        decode_wait=args.decode_wait,
+        body_timeout=args.body_timeout,
+    )
     app = create_app(
-        args.index, checkpoint=args.checkpoint, device=args.device, limits=limits, search_threads=args.search_threads
+        args.index,
+        checkpoint=args.checkpoint,
+        device=args.device,
+        limits=limits,
+        search_threads=args.search_threads,
+        image_root=args.image_root,
+        openapi=args.openapi,
+        reload_interval=args.reload_interval,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="info")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", timeout_keep_alive=_KEEP_ALIVE_S)
     return 0
 
 

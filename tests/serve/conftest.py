@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,3 +90,48 @@ def app(gallery, serve_limits):
 def base_url(app) -> Iterator[str]:
     with _serving(app) as url:
         yield url
+
+
+@dataclass
+class ServeProcess:
+    url: str
+    process: subprocess.Popen
+
+    def peak_rss_bytes(self) -> int:
+        """The server process's peak resident memory so far (`VmHWM` in /proc: no psutil needed)."""
+        return _proc_status_bytes(self.process.pid, "VmHWM")
+
+
+def _proc_status_bytes(pid: int, field: str) -> int:
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith(f"{field}:"):
+            return int(line.split()[1]) * 1024
+    raise KeyError(field)
+
+
+@contextmanager
+def _serve_process(*args: str) -> Iterator[ServeProcess]:
+    """`retrieval serve ARGS --port 0` in its own process; yields its URL once uvicorn says it is listening."""
+    command = [sys.executable, "-m", "retrieval.cli.main", "serve", *args, "--port", "0"]
+    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
+    try:
+        port, lines = None, []
+        deadline = time.monotonic() + 120
+        while port is None and time.monotonic() < deadline:
+            line = server.stderr.readline()
+            lines.append(line)
+            assert line or server.poll() is None, f"server exited: {''.join(lines[-5:])}"
+            match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
+            port = int(match.group(1)) if match else None
+        assert port is not None, "server did not start in 120 s"
+        threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining: a full pipe blocks it
+        yield ServeProcess(f"http://127.0.0.1:{port}", server)
+    finally:
+        server.terminate()
+        server.wait(30)
+
+
+@pytest.fixture(scope="session")
+def serve_process():
+    """`with serve_process("--index", DIR, ...) as server:` runs `retrieval serve` as a user does."""
+    return _serve_process

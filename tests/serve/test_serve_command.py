@@ -2,11 +2,6 @@
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
-import time
-
 import httpx
 import numpy as np
 
@@ -14,33 +9,27 @@ from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 
 
-def test_serve_process_answers_and_an_index_without_a_model_searches_by_vector(tmp_path):
+def test_serve_process_answers_and_an_index_without_a_model_searches_by_vector(tmp_path, serve_process):
     vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
     SearchIndex.build(vectors, kind="flat", progress=False).save(tmp_path / "index")
-    command = [sys.executable, "-m", "retrieval.cli.main", "serve", "--index", str(tmp_path / "index"), "--port", "0"]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        port = None
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline:
-            line = server.stderr.readline()
-            assert line or server.poll() is None, "server exited"
-            match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
-            port = int(match.group(1)) if match else None
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+    with serve_process("--index", str(tmp_path / "index")) as server:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
             assert client.get("/healthz").json() == {"status": "ok", "vectors": 50, "model": False}
             answer = client.post("/search", json={"vector": vectors[7].tolist(), "k": 3}).json()
             assert answer["results"][0]["id"] == 7 and answer["results"][0]["path"] is None
             upload = client.post("/search", files={"image": ("x.png", b"\x89PNG", "image/png")})
             assert upload.status_code == 400 and "records no model" in upload.json()["error"]
             assert "no image path" in client.get("/thumb/7").json()["error"]
-    finally:
-        server.terminate()
-        server.wait(30)
-        server.stderr.close()
 
 
 def test_a_missing_index_is_one_line_with_exit_code_2(tmp_path, capsys):
     assert main(["serve", "--index", str(tmp_path / "none")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and "none" in err[0]
+
+
+def test_contradicting_limits_are_one_line_with_exit_code_2(gallery, capsys):
+    args = ["serve", "--index", str(gallery.index_dir), "--max-pixels", "40000000", "--decode-memory", "100M"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "decode memory" in err[0] and "lower the pixel cap" in err[0]

@@ -1,0 +1,143 @@
+"""Reading a request: its body within a size and a time limit, and each field checked into a 4xx.
+
+Everything here treats the request as hostile: numbers outside int64 or float32, JSON nested
+thousands deep, Unicode digits and clients that stop sending halfway are answered with a
+`RequestError`, never an exception that becomes a 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from typing import Any
+
+import numpy as np
+from fastapi import Request
+from starlette.datastructures import UploadFile
+from starlette.requests import ClientDisconnect
+
+from retrieval.serve.errors import RequestError
+
+__all__ = [
+    "INT64_MAX",
+    "INT64_MIN",
+    "MAX_K",
+    "parse_id",
+    "parse_k",
+    "parse_vector",
+    "read_body",
+    "read_json",
+    "read_upload",
+]
+
+MAX_K = 1000
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
+_CLOSE = {"Connection": "close"}  # a body left half-read cannot be followed by another request
+
+
+async def read_body(request: Request, limit: int, timeout: float) -> bytes:
+    """The request body, refused with 413 once it grows past `limit` bytes and 408 if it takes over `timeout` s."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"request body of {declared} bytes is over the limit of {limit}", _CLOSE)
+    chunks: list[bytes] = []
+    size = 0
+    deadline = time.monotonic() + timeout
+    stream = request.stream()
+    while True:
+        try:
+            chunk = await asyncio.wait_for(stream.__anext__(), timeout=max(deadline - time.monotonic(), 0))
+        except StopAsyncIteration:
+            return b"".join(chunks)
+        except ClientDisconnect as exc:
+            raise RequestError(400, "the client disconnected before sending the whole body") from exc
+        except asyncio.TimeoutError as exc:
+            message = f"request body did not arrive within {timeout:g} s; send it whole, faster"
+            raise RequestError(408, message, _CLOSE) from exc
+        size += len(chunk)
+        if size > limit:
+            raise RequestError(413, f"request body is over the limit of {limit} bytes", _CLOSE)
+        chunks.append(chunk)
+
+
+async def read_upload(request: Request, body: bytes) -> tuple[bytes, int]:
+    """The `image` file and optional `k` field of a multipart body already read (and size-checked)."""
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    form = await Request(request.scope, replay).form(max_files=1, max_fields=4)
+    try:
+        upload = form.get("image")
+        if not isinstance(upload, UploadFile):
+            raise RequestError(400, "multipart upload needs an 'image' file field")
+        k = form.get("k", "10")
+        return await upload.read(), parse_k(_form_int(k))
+    finally:
+        await form.close()
+
+
+def _form_int(value: Any) -> Any:
+    """A form field of ASCII digits as an int; anything else (such as '²', a digit `int()` refuses) as it is."""
+    digits = isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()
+    return int(value) if digits else value
+
+
+def read_json(body: bytes) -> dict[str, Any]:
+    """A JSON object with either `vector` or `id`; any other JSON (or none) is a 400."""
+    try:
+        payload = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RequestError(400, f"invalid JSON: {exc}") from exc
+    except RecursionError as exc:
+        raise RequestError(400, "invalid JSON: nested too deeply") from exc
+    if not isinstance(payload, dict) or ("vector" in payload) == ("id" in payload):
+        raise RequestError(400, 'JSON body must be an object with either "vector" or "id" (and optional "k")')
+    return payload
+
+
+def parse_k(k: Any) -> int:
+    """`k` as an int in [1, MAX_K]."""
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
+        raise RequestError(400, f"k must be an integer between 1 and {MAX_K}, got {_short(k)}")
+    return k
+
+
+def parse_id(item_id: Any) -> int:
+    """An item id as an int; whether it exists (and fits int64) is the index's question, a 404."""
+    if isinstance(item_id, bool) or not isinstance(item_id, int):
+        raise RequestError(400, f"id must be an integer, got {_short(item_id)}")
+    return item_id
+
+
+def parse_vector(values: Any, dim: int) -> np.ndarray:
+    """A `(D,)` float32 unit vector; the query is normalized so scores are cosine similarities.
+
+    Values must be finite and within float32's range (|v| <= 3.4e38), as the index stores them.
+    """
+    if not isinstance(values, list) or len(values) != dim:
+        got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
+        raise RequestError(400, f"vector must be a list of {dim} numbers (the index dimension), got {got}")
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+        raise RequestError(400, "vector must hold numbers only")
+    try:
+        vector = np.asarray([float(v) for v in values], dtype=np.float64)
+    except OverflowError as exc:  # an integer like 10**400
+        raise RequestError(400, f"vector values must be within float32 range (|v| <= {_FLOAT32_MAX:.3g})") from exc
+    if not np.isfinite(vector).all():
+        raise RequestError(400, "vector holds NaN or infinity")
+    largest = float(np.abs(vector).max())
+    if largest > _FLOAT32_MAX:
+        raise RequestError(400, f"vector values must be within float32 range (|v| <= {_FLOAT32_MAX:.3g})")
+    if largest == 0.0:
+        raise RequestError(400, "vector is all zeros; it has no direction to search")
+    scaled = vector / largest  # no overflow or underflow in the norm, whatever the magnitude
+    return (scaled / np.linalg.norm(scaled)).astype(np.float32)
+
+
+def _short(value: Any) -> str:
+    """`repr(value)`, cut to 40 characters: an error message quotes a request, it does not echo it."""
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."

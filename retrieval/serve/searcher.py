@@ -1,0 +1,165 @@
+"""`Searcher`: the blocking work behind each route (decode, embed, search, thumbnail), run in the threadpool.
+
+One lock serializes the model and one the index (FAISS and torch already use every core for one
+call, and search parameters are index state). Each method takes the current `IndexView` once and
+uses it to the end, so a reload in between never mixes two versions. The only image files ever
+read are the ones listed in the index's metadata, looked up by id; every decoded image holds its
+share of the `DecodeBudget` from decode to embedding.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+
+from retrieval.errors import UserError
+from retrieval.index import SearchIndex
+from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.serve.budget import DecodeBudget
+from retrieval.serve.errors import RequestError
+from retrieval.serve.images import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
+from retrieval.serve.limits import ServeLimits
+from retrieval.serve.live import LiveIndex
+from retrieval.serve.parsing import INT64_MAX, INT64_MIN, MAX_K, parse_vector
+from retrieval.serve.public import PublicPaths, public_info
+
+__all__ = ["IndexView", "Searcher", "load_view"]
+
+
+@dataclass(frozen=True)
+class IndexView:
+    """One loaded version of the index and the model that embeds queries for it."""
+
+    index: SearchIndex
+    encoder: ImageEncoder | None
+    info: dict[str, Any]  # the manifest's public fields (`public_info`)
+
+
+def load_view(path: Path, previous: IndexView | None, checkpoint: str | Path | None, device: str) -> IndexView:
+    """Load the index at `path`; the previous view's model is kept when the index records the same checkpoint.
+
+    Raises:
+        UserError: the index or its checkpoint cannot be loaded.
+    """
+    index = SearchIndex.load(path)
+    model_info = index.manifest.get("model") or {}
+    recorded = model_info.get("checkpoint_sha256")
+    if previous is not None and previous.encoder is not None and previous.encoder.checkpoint_sha256 == recorded:
+        encoder: ImageEncoder | None = previous.encoder
+    else:
+        encoder = encoder_for_index(model_info, checkpoint, device) if recorded else None
+    return IndexView(index, encoder, public_info(index.manifest))
+
+
+class Searcher:
+    """Answers for the routes; every method is blocking and raises `RequestError` for a request's mistake."""
+
+    def __init__(
+        self, live: LiveIndex[IndexView], paths: PublicPaths, limits: ServeLimits, search_threads: int
+    ) -> None:
+        self.live = live
+        self.paths = paths
+        self.limits = limits
+        self.search_threads = search_threads
+        self.decoding = DecodeBudget(limits.decode_memory, limits.decode_wait)
+        self._model_lock = threading.Lock()
+        self._index_lock = threading.Lock()
+        self.thumbnail = lru_cache(maxsize=limits.thumb_cache)(self._thumbnail_of_file)
+
+    def item(self, item_id: int) -> dict[str, Any]:
+        """The public fields of one item."""
+        return self._public(self._row(self.live.current(), item_id))
+
+    def by_image(self, data: bytes, k: int) -> list[dict[str, Any]]:
+        """Search with an uploaded image."""
+        view = self.live.current()
+        if view.encoder is None:
+            raise RequestError(400, "this index records no model; search it by vector or id")
+        try:
+            image = open_image(data, self.limits.max_pixels)
+            with self.decoding.hold(image.width * image.height * BYTES_PER_PIXEL):
+                try:
+                    load_pixels(image)
+                    with self._model_lock:
+                        vector = view.encoder.embed_images([image])
+                finally:
+                    image.close()  # frees the pixels before the memory is handed back
+        except ImageTooLarge as exc:
+            raise RequestError(413, str(exc)) from exc
+        except UserError as exc:
+            raise RequestError(400, str(exc)) from exc
+        return self._search(view, vector, k)
+
+    def by_vector(self, values: Any, k: int) -> list[dict[str, Any]]:
+        """Search with a JSON list of numbers, checked against the dimension of the index it searches."""
+        view = self.live.current()
+        return self._search(view, parse_vector(values, view.index.dim)[None], k)
+
+    def by_id(self, item_id: int, k: int) -> list[dict[str, Any]]:
+        """More like this: the item's nearest neighbours, the item itself left out."""
+        view = self.live.current()
+        self._row(view, item_id)  # 404 for an unknown id
+        with self._index_lock:
+            vector = np.asarray(view.index.reconstruct(item_id), dtype=np.float32)
+        results = self._search(view, vector[None], min(k + 1, MAX_K + 1))
+        return [result for result in results if result["id"] != item_id][:k]
+
+    def thumb(self, item_id: int) -> tuple[bytes, str]:
+        """The thumbnail of an item's image: `(JPEG bytes, media type)`, cached by file."""
+        listed = self._row(self.live.current(), item_id).get("path")  # the only way a file name reaches the disk
+        if not listed:
+            raise RequestError(404, f"item {item_id} has no image path in the index metadata")
+        try:
+            size = Path(listed).stat().st_size
+            if size > self.limits.max_file_bytes:
+                raise RequestError(404, f"the image of item {item_id} is too large for a thumbnail ({size} bytes)")
+            return self.thumbnail(listed)
+        except (OSError, UserError) as exc:
+            raise RequestError(404, f"the image of item {item_id} cannot be read ({exc.__class__.__name__})") from exc
+
+    def _thumbnail_of_file(self, path: str) -> tuple[bytes, str]:
+        image = open_image(Path(path).read_bytes(), self.limits.max_pixels)
+        with self.decoding.hold(image.width * image.height * BYTES_PER_PIXEL):
+            try:
+                load_pixels(image, draft_size=self.limits.thumb_size)
+                return thumbnail(image, self.limits.thumb_size)
+            finally:
+                image.close()
+
+    def _row(self, view: IndexView, item_id: int) -> dict[str, Any]:
+        """The metadata row of `item_id` (private fields included); 404 for an id that is not stored."""
+        if not INT64_MIN <= item_id <= INT64_MAX:
+            raise RequestError(404, f"unknown id {item_id}: ids are 64-bit integers")
+        try:
+            with self._index_lock:
+                (row,) = view.index.metadata_for([item_id])
+        except UserError as exc:
+            raise RequestError(404, f"unknown id {item_id}") from exc
+        return row
+
+    def _search(self, view: IndexView, vectors: np.ndarray, k: int) -> list[dict[str, Any]]:
+        # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
+        faiss.omp_set_num_threads(self.search_threads)
+        with self._index_lock:
+            scores, ids = view.index.search(vectors, k=k)
+            found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored
+            rows = view.index.metadata_for(ids[0][found])
+        return [{**self._public(row), "score": float(score)} for score, row in zip(scores[0][found], rows, strict=True)]
+
+    def _public(self, row: dict[str, Any]) -> dict[str, Any]:
+        """An item as the API shows it: its path relative to the image root (or None), never absolute."""
+        item_id = int(row["id"])
+        path = self.paths.show(row.get("path"))
+        return {
+            "id": item_id,
+            "label": row.get("label"),
+            "path": path,
+            "metadata": {**row, "path": path} if "path" in row else row,
+            "thumb": f"/thumb/{item_id}",
+        }

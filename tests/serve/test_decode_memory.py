@@ -45,7 +45,6 @@ def test_parallel_large_uploads_stay_within_the_decode_memory(gallery, serve_pro
     for response in responses:
         if response.status_code == 503:
             assert response.headers["retry-after"] == "1" and "busy" in response.json()["error"]
-    print("GROWN", grown / 2**20, statuses)
     one_image = 6000 * 6000 * BYTES_PER_PIXEL
     assert grown < one_image, f"peak RSS grew by {grown / 2**20:.0f} MiB under {PARALLEL} parallel uploads"
 

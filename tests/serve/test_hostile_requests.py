@@ -125,4 +125,3 @@ def test_an_indexed_file_whose_metadata_chunk_inflates_is_a_404_thumbnail(
         assert "cannot be read" in _one_line_error(client.get("/thumb/0"), 404)
         assert client.get("/healthz").status_code == 200
     assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
-

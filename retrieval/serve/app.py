@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -38,8 +39,8 @@ from retrieval.serve.searcher import IndexView, Searcher, load_view
 __all__ = ["MAX_K", "ServeLimits", "create_app"]
 
 _log = logging.getLogger(__name__)
-_GET = ["GET", "HEAD"]
 _RETRY_AFTER_S = 1
+_Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
 def create_app(
@@ -92,24 +93,26 @@ def create_app(
     app.mount("/static", StaticFiles(directory=static), name="static")
     _add_error_handlers(app)
 
-    @app.api_route("/", methods=_GET, response_class=HTMLResponse, include_in_schema=False)
+    get = _get_and_head(app)
+
+    @get("/", response_class=HTMLResponse, include_in_schema=False)
     async def home() -> HTMLResponse:
         return HTMLResponse(page)
 
-    @app.api_route("/healthz", methods=_GET)
+    @get("/healthz")
     async def healthz() -> dict[str, Any]:
         view = live.current()
         return {"status": "ok", "vectors": int(view.index.ntotal), "model": view.encoder is not None}
 
-    @app.api_route("/info", methods=_GET)
+    @get("/info")
     async def info() -> dict[str, Any]:
         return live.current().info
 
-    @app.api_route("/items/{item_id}", methods=_GET)
+    @get("/items/{item_id}")
     async def item(item_id: int) -> dict[str, Any]:
         return await run_in_threadpool(searcher.item, item_id)
 
-    @app.api_route("/thumb/{item_id}", methods=_GET)
+    @get("/thumb/{item_id}")
     async def thumb(item_id: int) -> Response:
         content, media_type = await run_in_threadpool(searcher.thumb, item_id)
         return Response(content, media_type=media_type, headers={"Cache-Control": "public, max-age=3600"})
@@ -141,6 +144,23 @@ def create_app(
         return {"query": query, "k": k, "results": results, "took_ms": round(took_ms, 3)}
 
     return app
+
+
+def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint]]:
+    """A `@get(path, ...)` decorator that routes HEAD to the same endpoint (uvicorn sends no body for HEAD).
+
+    HEAD stays out of the OpenAPI description: one operation per route, as for a plain `@app.get`.
+    """
+
+    def get(path: str, include_in_schema: bool = True, **options: Any) -> Callable[[_Endpoint], _Endpoint]:
+        def register(endpoint: _Endpoint) -> _Endpoint:
+            app.add_api_route(path, endpoint, methods=["GET"], include_in_schema=include_in_schema, **options)
+            app.add_api_route(path, endpoint, methods=["HEAD"], include_in_schema=False, **options)
+            return endpoint
+
+        return register
+
+    return get
 
 
 def _public_paths(view: IndexView, image_root: str | Path | None) -> PublicPaths:

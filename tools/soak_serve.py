@@ -84,9 +84,8 @@ def _soak(args: argparse.Namespace, root: Path) -> int:
     index_dir = _build_index(root, args.images, args.seed)
     ids = Ids(live=set(range(args.images)))
     command = [sys.executable, "-m", "retrieval.cli.main", "serve", "--index", str(index_dir), "--port", "0"]
-    server = subprocess.Popen(
-        [*command, "--device", "cpu", "--image-root", str(root)], stderr=subprocess.PIPE, text=True
-    )
+    command += ["--device", "cpu", "--image-root", str(root)]
+    server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         url = _wait_for_port(server)
         memory = _MemoryLog(server.pid)

@@ -158,10 +158,12 @@ def _tiny_checkpoint(path: Path) -> Path:
 def _wait_for_port(server: subprocess.Popen) -> str:
     deadline = time.monotonic() + 180
     assert server.stderr is not None
+    lines: list[str] = []
     while time.monotonic() < deadline:
         line = server.stderr.readline()
+        lines.append(line)
         if not line and server.poll() is not None:
-            raise SystemExit("the server exited before listening")
+            raise SystemExit(f"the server exited before listening: {''.join(lines[-5:])}")
         match = re.search(r"Uvicorn running on (http://127\.0\.0\.1:\d+)", line)
         if match:
             threading.Thread(target=server.stderr.read, daemon=True).start()  # keep the pipe drained

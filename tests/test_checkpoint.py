@@ -22,6 +22,13 @@ def _checkpoint(**changes) -> Checkpoint:
     )
 
 
+def _edit_file(path: Path, edit) -> None:
+    """Change a saved checkpoint's raw contents in place, as a hand edit or a damaged disk would."""
+    raw = torch.load(path, weights_only=True)
+    edit(raw)
+    torch.save(raw, path)
+
+
 def test_round_trip_with_manifest_and_no_temporary_left(tmp_path):
     path = tmp_path / "ckpt" / "best.pt"
     _checkpoint().save(path)
@@ -53,9 +60,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 def test_tampered_weights_fail_the_checksum(tmp_path):
     path = tmp_path / "c.pt"
     _checkpoint().save(path)
-    checkpoint = torch.load(path, weights_only=True)
-    checkpoint["model"]["w"][0, 0] = 42.0
-    torch.save(checkpoint, path)
+    _edit_file(path, lambda raw: raw["model"]["w"].__setitem__((0, 0), 42.0))
     with pytest.raises(UserError, match="corrupt: model weights do not match"):
         Checkpoint.load(path)
 
@@ -63,9 +68,7 @@ def test_tampered_weights_fail_the_checksum(tmp_path):
 def test_newer_version_and_foreign_files_are_explained(tmp_path):
     path = tmp_path / "c.pt"
     _checkpoint().save(path)
-    checkpoint = torch.load(path, weights_only=True)
-    checkpoint["manifest"]["version"] = CHECKPOINT_VERSION + 1
-    torch.save(checkpoint, path)
+    _edit_file(path, lambda raw: raw["manifest"].__setitem__("version", CHECKPOINT_VERSION + 1))
     with pytest.raises(UserError, match="newer than this toolkit reads"):
         Checkpoint.load(path)
     torch.save({"state_dict": {}}, path)
@@ -81,9 +84,7 @@ def test_newer_version_and_foreign_files_are_explained(tmp_path):
 def test_a_hand_edited_manifest_is_one_line_not_a_key_error(tmp_path):
     path = tmp_path / "c.pt"
     _checkpoint().save(path)
-    checkpoint = torch.load(path, weights_only=True)
-    del checkpoint["manifest"]["checksum"]
-    torch.save(checkpoint, path)
+    _edit_file(path, lambda raw: raw["manifest"].__delitem__("checksum"))
     with pytest.raises(UserError, match="damaged retrieval checkpoint"):
         Checkpoint.load(path)
 
@@ -150,9 +151,7 @@ def test_a_change_to_any_part_but_the_weights_fails_the_payload_checksum(tmp_pat
     full = _checkpoint(optimizer=optimizer, loss={"proxies": torch.ones(2, 2)}, run_config={"train": {"epochs": 5}})
     full.save(path)
     assert Checkpoint.load(path).optimizer is not None
-    raw = torch.load(path, weights_only=True)
-    edit(raw)
-    torch.save(raw, path)
+    _edit_file(path, edit)
     with pytest.raises(UserError, match="is corrupt: its optimizer state, proxies, counters or config do not match"):
         Checkpoint.load(path)
 

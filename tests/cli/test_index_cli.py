@@ -8,13 +8,11 @@ import errno
 import io
 import json
 import os
-import resource
 import shutil
-import signal
-import threading
 from pathlib import Path
 
 import pytest
+from index_faults import file_size_limit, lock_released_after
 from PIL import Image
 
 from retrieval.cli.main import main
@@ -267,19 +265,8 @@ def test_a_writer_waits_for_another_then_gives_up_naming_its_pid(built, capsys, 
 
 def test_a_writer_proceeds_when_the_other_finishes(built, capsys, tmp_path):
     index = _copied(built, tmp_path)
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with writer_lock(index):
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 0
-    holder.join()
+    with lock_released_after(index, 0.3):
+        assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 0
     assert "removed 1 vectors; the index holds 26" in capsys.readouterr().out
 
 
@@ -303,19 +290,6 @@ def _full_disk_in_metadata(monkeypatch) -> None:
     monkeypatch.setattr(Metadata, "write", full)
 
 
-@contextlib.contextmanager
-def _file_size_limit(limit: int):
-    """Real write failures inside FAISS's writer: files may not grow past `limit` bytes (EFBIG)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
-
-
 @pytest.mark.parametrize(
     ("failure", "reason", "hint"),
     [
@@ -330,7 +304,7 @@ def test_a_write_that_fails_is_one_line_and_loses_nothing(failure, reason, hint,
         _read_only_file_system(monkeypatch)
     elif failure == "full":
         _full_disk_in_metadata(monkeypatch)
-    with _file_size_limit(1024) if failure == "file size limit" else contextlib.nullcontext():
+    with file_size_limit(1024) if failure == "file size limit" else contextlib.nullcontext():
         code = main(["index", "remove", "--index", str(index), "--ids", "3"])
     assert code == 2
     line = _error_line(capsys)

@@ -6,11 +6,11 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 from pathlib import Path
 
 import pytest
+from index_faults import lock_released_after
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors
@@ -71,20 +71,8 @@ def test_a_blocked_writer_gives_up_after_its_timeout_naming_the_holder(small_ind
 
 
 def test_a_blocked_writer_proceeds_once_the_holder_is_done(small_index: Path) -> None:
-    held, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with writer_lock(small_index):
-            held.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    held.wait(10)
-    threading.Timer(0.3, release.set).start()
-    with SearchIndex.edit(small_index, lock_timeout=30) as index:
+    with lock_released_after(small_index, 0.3), SearchIndex.edit(small_index, lock_timeout=30) as index:
         index.remove([0])
-    holder.join()
     assert SearchIndex.load(small_index).ntotal == START - 1
 
 

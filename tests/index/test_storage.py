@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
-import resource
 import shutil
-import signal
 import stat
 import subprocess
 import sys
@@ -18,6 +15,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
+from index_faults import file_size_limit
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
@@ -196,19 +194,6 @@ def test_a_process_killed_while_saving_leaves_the_previous_index(saved: Path) ->
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     assert subprocess.run([sys.executable, "-c", script], env=env, timeout=120).returncode == 9
     assert SearchIndex.load(saved).ntotal == 500
-
-
-@contextlib.contextmanager
-def file_size_limit(limit: int):
-    """Writes past `limit` bytes fail with EFBIG, as on a full disk (the soft limit; SIGXFSZ ignored)."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
-    previous = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, hard))
-    try:
-        yield
-    finally:
-        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
-        signal.signal(signal.SIGXFSZ, previous)
 
 
 def hidden_entries(folder: Path) -> list[str]:

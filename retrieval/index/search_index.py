@@ -437,7 +437,9 @@ class SearchIndex:
         if isinstance(self._index, faiss.IndexIDMap2):
             inner = faiss.downcast_index(self._index.index)
             ids = faiss.vector_to_array(self._index.id_map)
-            vectors = inner.reconstruct_n(0, inner.ntotal) if inner.ntotal else np.zeros((0, self.dim), np.float32)
+            # An explicit numpy buffer: with faiss.contrib.torch_utils imported (pytorch-metric-learning's
+            # accuracy calculator does), reconstruct_n without one returns a torch tensor.
+            vectors = inner.reconstruct_n(0, inner.ntotal, np.empty((inner.ntotal, self.dim), dtype=np.float32))
         else:  # IVF-Flat: the inverted lists hold the raw float32 vectors
             invlists, parts, id_parts = _inverted_lists(self._index), [], []
             for number in range(invlists.nlist):

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import faiss
 import numpy as np
 import pyarrow as pa
@@ -216,3 +222,24 @@ def test_a_single_vector_has_no_recall_to_measure(data) -> None:
     vectors, _ = data
     result = SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10)
     assert result["recall_at_k"] is None and result["neighbors"] == 0 and result["queries"] == 1
+
+
+def test_the_index_works_beside_faiss_torch_utils() -> None:
+    """pytorch-metric-learning's accuracy calculator imports faiss.contrib.torch_utils, which makes faiss
+    return torch tensors from methods given no numpy array; an index in the same process must not care."""
+    script = textwrap.dedent(
+        """
+        import numpy as np
+        from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator  # patches faiss
+        from retrieval.index import SearchIndex, clustered_unit_vectors
+
+        vectors, _ = clustered_unit_vectors(300, dim=16, n_clusters=5, seed=0)
+        for kind in ("flat", "hnsw", "ivf"):
+            index = SearchIndex.build(vectors, kind=kind, progress=False)
+            assert isinstance(index.reconstruct(7), np.ndarray)
+            assert index.evaluate(k=10)["recall_at_k"] > 0.5
+        assert SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10)["recall_at_k"] is None
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}
+    assert subprocess.run([sys.executable, "-c", script], env=env, timeout=300).returncode == 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import errno
 import json
+import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -115,11 +116,22 @@ def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
 def _add_lock_timeout(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lock-timeout",
-        type=float,
+        type=_seconds,
         default=DEFAULT_LOCK_TIMEOUT,
         metavar="SECONDS",
         help=f"wait this long for another writer of the index to finish (default: {DEFAULT_LOCK_TIMEOUT:g})",
     )
+
+
+def _seconds(text: str) -> float:
+    """A `--lock-timeout` value: a finite number of seconds >= 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds >= 0, like 60, got {text!r}")
+    return seconds
 
 
 def run(args: argparse.Namespace) -> int:

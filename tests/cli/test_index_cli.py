@@ -370,3 +370,13 @@ def test_build_of_one_readable_image_says_recall_cannot_be_measured(tmp_path, ti
     out = capsys.readouterr().out
     assert "vectors: 1 of 3 images (2 unreadable, skipped)" in out
     assert "recall@10 vs exact: not measured: too few vectors" in out and "0.0000" not in out
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", "soon"])
+def test_a_bad_lock_timeout_is_refused_before_anything_happens(value, built, capsys, tmp_path):
+    index = _copied(built, tmp_path)
+    with pytest.raises(SystemExit) as exit_info:
+        main(["index", "remove", "--index", str(index), "--ids", "3", "--lock-timeout", value])
+    assert exit_info.value.code == 2
+    assert "--lock-timeout: takes a number of seconds >= 0" in capsys.readouterr().err
+    assert 3 in _ids(index)

@@ -72,9 +72,10 @@ def run(args: argparse.Namespace) -> int:
             f"give exactly one image source, got {' and '.join(given) or 'none'}: --csv FILE, --images DIR, "
             "or --set data.name=... --set data.root=... (a configured dataset)"
         )
-    encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    checkpoint = Checkpoint.load(args.checkpoint)
+    encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device)
     if args.overrides:
-        source = dataset_source(_data_config(args.checkpoint, args.overrides), args.split)
+        source = dataset_source(_data_config(checkpoint, args.overrides), args.split)
     else:
         source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
@@ -88,9 +89,9 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _data_config(checkpoint: Path, overrides: list[str]) -> DataConfig:
+def _data_config(checkpoint: Checkpoint, overrides: list[str]) -> DataConfig:
     """The checkpoint's data section with `overrides` (data.* keys only: the model is the checkpoint's)."""
     other = [item for item in overrides if not item.strip().startswith("data.")]
     if other:
         raise UserError(f"embed --set takes data.* keys only (the model is the checkpoint's), got {other[0]!r}")
-    return Checkpoint.load(checkpoint).config(overrides=overrides).data
+    return checkpoint.config(overrides=overrides).data

@@ -79,10 +79,19 @@ class ImageEncoder:
         self.transform_info = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str = "auto") -> ImageEncoder:
-        """Load a `retrieval train` checkpoint; architecture, image size, eval transform and precision are the run's."""
+    def from_checkpoint(cls, path: str | Path, device: str = "auto", sha256: str | None = None) -> ImageEncoder:
+        """Load a `retrieval train` checkpoint; architecture, image size, eval transform and precision are the run's.
+
+        `sha256` is the file's, when the caller has already hashed it (a checkpoint can be large).
+        """
+        return cls.from_loaded(Checkpoint.load(path), path, device, sha256)
+
+    @classmethod
+    def from_loaded(
+        cls, checkpoint: Checkpoint, path: str | Path, device: str = "auto", sha256: str | None = None
+    ) -> ImageEncoder:
+        """`from_checkpoint` for a `Checkpoint` already loaded from `path` (read once by callers that need it too)."""
         path = Path(path)
-        checkpoint = Checkpoint.load(path)
         config = checkpoint.config()
         where = resolve_device(device)
         return cls(
@@ -93,7 +102,7 @@ class ImageEncoder:
             where,
             Precision.for_run(config.train, where),
             path.resolve(),
-            file_sha256(path),
+            sha256 or file_sha256(path),
         )
 
     @property
@@ -167,4 +176,4 @@ def encoder_for_index(
             f"checkpoint {path} is not the one this index was built with (sha256 {actual[:12]}... != "
             f"{recorded[:12]}...); pass the original with --checkpoint or rebuild the index"
         )
-    return ImageEncoder.from_checkpoint(path, device=device)
+    return ImageEncoder.from_checkpoint(path, device=device, sha256=actual)

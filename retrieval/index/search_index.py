@@ -263,6 +263,18 @@ class SearchIndex:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids
 
+    @property
+    def metadata_schema(self) -> pa.Schema:
+        """The Arrow schema of the metadata (`id` and every column), to check filters and exports against."""
+        return self._metadata.table.schema
+
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending.
+
+        The vectors are the ones added, bit for bit, for every kind: ivfpq keeps them for re-ranking.
+        """
+        return self._stored()
+
     # -- updating ------------------------------------------------------------------------------
     def add(self, embeddings: np.ndarray, metadata: MetadataInput = None) -> np.ndarray:
         """Add vectors (trained kinds keep their quantizer) and their metadata; returns their new `(N,)` ids.

@@ -16,14 +16,9 @@ from typing import Any
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.vectordb._qdrant import ApiException, QdrantClient, models
 from retrieval.vectordb.record import CollectionRecord
 from retrieval.vectordb.uri import DatabaseLocation
-
-try:
-    from qdrant_client import QdrantClient, models
-    from qdrant_client.http.exceptions import ApiException
-except ImportError as exc:  # an optional extra
-    raise UserError("the vector-database backend needs qdrant-client: pip install 'retrieval[qdrant]'") from exc
 
 __all__ = ["API_KEY_VARIABLE", "QdrantStore"]
 
@@ -209,7 +204,9 @@ class QdrantStore:
         """Turn the client's failures (unreachable server, HTTP errors) into one line naming the database."""
         try:
             yield
-        except (ApiException, OSError) as exc:
+        except UserError:
+            raise
+        except (ApiException, OSError, ValueError) as exc:  # local mode raises ValueError
             reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
             raise UserError(f"Qdrant request for {self.location} failed: {reason}") from exc
 

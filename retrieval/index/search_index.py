@@ -3,7 +3,7 @@
 Ids are int64 and never reused: a vector keeps its id through `add`, `remove`, `save` and `load`,
 and metadata rows are joined by id, never by position. Kinds whose FAISS index removes vectors
 in place (flat, ivf) do; for the others (hnsw, ivfpq) a removed id becomes a tombstone that
-search filters out, and that the manifest lists, until the index is rebuilt.
+search filters out, and that the manifest lists, until `compact` drops it.
 """
 
 from __future__ import annotations
@@ -288,6 +288,11 @@ class SearchIndex:
         return self._metadata.rows_for(ids)
 
     @property
+    def metadata_schema(self) -> pa.Schema:
+        """The metadata's Arrow schema (`id` and the other columns): what a filter may name."""
+        return self._metadata.table.schema
+
+    @property
     def ids(self) -> np.ndarray:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids
@@ -332,6 +337,27 @@ class SearchIndex:
             count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
         )
         return len(unique)
+
+    def compact(self) -> int:
+        """Drop the removed vectors hnsw and ivfpq only hide, by re-adding the survivors; returns how many went.
+
+        The trained parts (ivfpq's centroids and product quantizer) are kept and the survivors are
+        encoded again with them, so their codes, and an ivfpq search, are unchanged. An hnsw graph
+        is rebuilt over the survivors with the same M and efConstruction; its tuned efSearch is kept
+        (the same construction over a subset of the same vectors), and `evaluate` measures it anew.
+        Ids, metadata and search parameters stay. Flat and ivf drop removed vectors at once: 0.
+        """
+        self._check_writable("compact")
+        if len(self._tombstones) == 0:
+            return 0
+        ids, vectors = self._stored()
+        self._index.reset()
+        _add(self._index, vectors, ids, progress=True, description="compacting")
+        dropped = len(self._tombstones)
+        self._tombstones = np.zeros(0, dtype=np.int64)
+        self._directory = self._labels = None
+        self.manifest.update(stored=int(self._index.ntotal), removed_ids=[])
+        return dropped
 
     # -- measuring -----------------------------------------------------------------------------
     def evaluate(self, queries: np.ndarray | None = None, k: int = 10) -> dict[str, Any]:

@@ -76,6 +76,8 @@ class Condition:
 
     def mask(self, column: pa.ChunkedArray) -> np.ndarray:
         """`(N,)` bool: which values of `column` pass (nulls never do)."""
+        if pa.types.is_dictionary(column.type):
+            column = column.cast(column.type.value_type)
         if self.op == "in":
             values = pa.array(list(self.value))
             if values.type != column.type:

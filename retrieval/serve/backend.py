@@ -12,6 +12,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
+from retrieval.index.filters import Filter
+
 __all__ = ["FixedView", "SearchBackend", "Views"]
 
 View = TypeVar("View")
@@ -36,8 +38,13 @@ class SearchBackend(Protocol):
         """`(ntotal,)` ascending ids."""
         ...
 
-    def search(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """`(scores, ids)`, each `(Q, k)`, best first; padded with -inf / -1."""
+    def search(
+        self,
+        vectors: np.ndarray,
+        k: int = 10,
+        filter: Filter | None = None,  # noqa: A002 - SearchIndex's name
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`(scores, ids)`, each `(Q, k)`, best first, among the items passing `filter`; padded with -inf / -1."""
         ...
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:

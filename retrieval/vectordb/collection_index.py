@@ -84,13 +84,18 @@ class CollectionIndex:
         """The exported index's manifest (without its file list and removed ids)."""
         return self.record.manifest
 
-    def search(self, vectors: np.ndarray, k: int = 10, where: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The k most similar points of each query, among those whose metadata passes `where`.
+    def search(
+        self,
+        vectors: np.ndarray,
+        k: int = 10,
+        filter: Filter | None = None,  # noqa: A002 - the name SearchIndex.search uses
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The k most similar points of each query, among those whose metadata passes `filter`.
 
         Args:
             vectors: `(Q, D)` or `(D,)` queries (any norm: cosine similarity normalizes them).
             k: results per query, >= 1.
-            where: a metadata filter; None searches every point.
+            filter: a metadata filter (`retrieval.index.filters`), run by the database; None: every point.
 
         Returns:
             `(scores, ids)` as `SearchIndex.search` returns them: `(Q, k)` float32 cosine
@@ -105,7 +110,7 @@ class CollectionIndex:
             raise UserError(f"query vectors must be finite (Q, {self.dim}) arrays, got shape {queries.shape}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
-        query_filter = to_qdrant_filter(where, self._schema) if where is not None else None
+        query_filter = to_qdrant_filter(filter, self._schema) if filter is not None else None
         return self._store.search(queries, int(k), query_filter)
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:

@@ -83,6 +83,7 @@ def test_masks_work_on_chunked_and_dictionary_columns() -> None:
     expected = _oracle(lambda r: r["shop"] == "a" and r["label"] == 3)
     for table in (chunked, encoded):
         np.testing.assert_array_equal(parse_where("shop = 'a' and label in (3)").mask(table), expected)
+        np.testing.assert_array_equal(parse_where("shop in ('a', 'z') and label = 3").mask(table), expected)
 
 
 @pytest.mark.parametrize(

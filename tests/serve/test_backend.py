@@ -53,6 +53,20 @@ def test_uploads_vectors_and_ids_find_the_same_items(clients, gallery):
         _same_results(index.post("/search", json=body), backend.post("/search", json=body))
 
 
+def test_filters_run_in_the_database_and_pass_the_same_items(clients, gallery):
+    index, backend = clients
+    label = index.get("/items/0").json()["label"]
+    query = gallery.embeddings[0].tolist()
+    for where in ({"split": "test"}, "split = 'train' and label = '" + label + "'", {"label": {"in": [label, "x"]}}):
+        body = {"vector": query, "k": 6, "filter": where}
+        _same_results(index.post("/search", json=body), backend.post("/search", json=body))
+    upload = {"files": {"image": ("q.png", gallery.paths[5].read_bytes(), "image/png")}}
+    form = {"data": {"k": "3", "filter": "split = 'test'"}, **upload}
+    _same_results(index.post("/search", **form), backend.post("/search", **form))
+    refused = backend.post("/search", json={"id": 1, "filter": {"colour": "red"}})
+    assert refused.status_code == 400 and "filter column 'colour' is not in the metadata" in refused.json()["error"]
+
+
 def test_items_thumbs_health_and_info(clients, gallery):
     index, backend = clients
     assert backend.get("/items/3").json() == index.get("/items/3").json()

@@ -77,7 +77,7 @@ def test_filtered_search_equals_brute_force_over_the_passing_items(exported, col
     table = pa.Table.from_pylist(index.metadata_for(index.ids), schema=index.metadata_schema)
     passing = index.ids[condition.mask(table)]
     for query in queries[:5]:
-        scores, ids = collection.search(query, K, where=condition)
+        scores, ids = collection.search(query, K, filter=condition)
         truth = passing[exact_neighbors(exported.vectors[passing], query[None], K)[0]] if len(passing) else []
         found = ids[0][ids[0] >= 0]
         assert found.tolist() == list(truth)[: len(found)] and len(found) == min(K, len(passing))
@@ -87,11 +87,11 @@ def test_filtered_search_equals_brute_force_over_the_passing_items(exported, col
 def test_filters_that_do_not_fit_the_metadata_are_refused(collection):
     query = np.ones(16, dtype=np.float32)
     with pytest.raises(UserError, match="not in the metadata"):
-        collection.search(query, K, where=parse_where("colour = 'red'"))
+        collection.search(query, K, filter=parse_where("colour = 'red'"))
     with pytest.raises(UserError, match="holds numbers"):
-        collection.search(query, K, where=parse_where("label = 'x'"))
+        collection.search(query, K, filter=parse_where("label = 'x'"))
     with pytest.raises(UserError, match="with = and in only"):
-        collection.search(query, K, where=parse_where("shop < 'b'"))
+        collection.search(query, K, filter=parse_where("shop < 'b'"))
 
 
 def test_a_second_export_writes_nothing(exported, collection, snapshot, monkeypatch):

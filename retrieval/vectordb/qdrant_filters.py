@@ -13,6 +13,7 @@ import pyarrow as pa
 
 from retrieval.errors import UserError
 from retrieval.index.filters import Condition, Filter
+from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb._qdrant import models
 
 __all__ = ["payload_index_kinds", "to_qdrant_filter"]
@@ -39,9 +40,11 @@ def to_qdrant_filter(where: Filter, schema: pa.Schema) -> models.Filter | None:
 
 
 def payload_index_kinds(schema: pa.Schema) -> dict[str, models.PayloadSchemaType]:
-    """The payload index a Qdrant server should keep for each filterable metadata column."""
+    """The payload index a Qdrant server should keep for each filterable metadata column (`id` is the point id)."""
     kinds = {}
     for field in schema:
+        if field.name == ID_COLUMN:
+            continue
         arrow_type = field.type.value_type if pa.types.is_dictionary(field.type) else field.type
         if pa.types.is_boolean(arrow_type):
             kinds[field.name] = models.PayloadSchemaType.BOOL

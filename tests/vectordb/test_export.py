@@ -163,3 +163,18 @@ def test_a_collection_not_written_by_export_is_refused(tmp_path, local_uri, buil
         CollectionIndex.open(parse_database_uri(local_uri(tmp_path / "db", "other")))
     with pytest.raises(UserError, match="no local Qdrant database"):
         CollectionIndex.open(parse_database_uri(local_uri(tmp_path / "missing")))
+
+
+def test_a_server_gets_a_payload_index_per_filterable_column(exported):
+    from qdrant_client import models
+
+    from retrieval.vectordb.qdrant_filters import payload_index_kinds
+
+    kinds = payload_index_kinds(exported.index.metadata_schema)
+    assert kinds == {
+        "path": models.PayloadSchemaType.KEYWORD,
+        "label": models.PayloadSchemaType.INTEGER,
+        "price": models.PayloadSchemaType.FLOAT,
+        "shop": models.PayloadSchemaType.KEYWORD,
+        "ok": models.PayloadSchemaType.BOOL,
+    }

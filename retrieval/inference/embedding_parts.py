@@ -55,6 +55,9 @@ def part_path(directory: Path, part: int) -> Path:
 def start_parts(directory: Path, job: Mapping[str, Any]) -> None:
     """Record `job` in `directory/_job.json`, or check that the parts already there are of the same job.
 
+    Resuming a job also deletes the temporary files of parts a killed process was writing (called
+    before any process of this run writes a part).
+
     Raises:
         UserError: `directory` holds parts of another job (other images, checkpoint or part size),
             which must not be mixed with this one's.
@@ -68,6 +71,8 @@ def start_parts(directory: Path, job: Mapping[str, Any]) -> None:
                 f"{directory} holds the parts of another embed job (its {', '.join(changed)} differ); "
                 "pass a new --out DIR/ or delete this one"
             )
+        for unfinished in directory.glob(".part-*.tmp"):  # `atomic_write`'s names
+            unfinished.unlink(missing_ok=True)
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)

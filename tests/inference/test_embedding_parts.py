@@ -96,7 +96,10 @@ def test_a_missing_part_or_another_job_is_refused(parts):
     directory, _ = parts
     with pytest.raises(UserError, match="holds the parts of another embed job \\(its checkpoint_sha256, part_rows"):
         start_parts(directory, {**JOB, "part_rows": 4, "checkpoint_sha256": "def"})
+    left_by_a_kill = directory / f".{part_path(directory, 1).name}.4242.tmp"
+    left_by_a_kill.write_bytes(b"half a part")
     start_parts(directory, JOB)  # the same job: resumed
+    assert not left_by_a_kill.exists()
     part_path(directory, 1).with_suffix(".json").unlink()
     with pytest.raises(UserError, match="incomplete: part 1 is not there"):
         finish_parts(directory, JOB)

@@ -10,8 +10,8 @@ DIR/
 ```
 
 Part p holds input rows `[p * part_rows, (p + 1) * part_rows)` in the source's order (CSV row
-order, the sorted file list of a folder, a dataset's split order), so the parts and their bytes
-do not depend on how many processes wrote them. `first_row` is the part's first input row;
+order, the sorted file list of a folder, a dataset's split order), so the parts hold the same rows
+and, to float32 rounding, the same vectors however many processes wrote them. `first_row` is the part's first input row;
 `rows` the rows it holds (fewer than the input rows it covers when images were unreadable:
 `skipped`). A part's parquet is written atomically and its `.json` after it, so a part whose
 `.json` exists and whose sha256 matches is finished; `_SUCCESS` is written last, when every part

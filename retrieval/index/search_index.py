@@ -349,7 +349,7 @@ class SearchIndex:
         """Drop the removed vectors hnsw and ivfpq only hide, by re-adding the survivors; returns how many went.
 
         The trained parts (ivfpq's centroids and product quantizer) are kept and the survivors are
-        encoded again with them, so their codes, and an ivfpq search, are unchanged. An hnsw graph
+        encoded again with them into the same codes. An hnsw graph
         is rebuilt over the survivors with the same M and efConstruction; its tuned efSearch is kept
         (the same construction over a subset of the same vectors), and `evaluate` measures it anew.
         Ids, metadata and search parameters stay. Flat and ivf drop removed vectors at once: 0.

@@ -71,7 +71,7 @@ FILTERS = [
 
 
 @pytest.mark.parametrize("where", FILTERS)
-def test_filtered_search_equals_brute_force_over_the_passing_items(exported, collection, queries, where):
+def test_filtered_search_equals_faiss_and_brute_force_over_the_passing_items(exported, collection, queries, where):
     condition = parse_where(where)
     index = exported.index
     table = pa.Table.from_pylist(index.metadata_for(index.ids), schema=index.metadata_schema)
@@ -82,6 +82,9 @@ def test_filtered_search_equals_brute_force_over_the_passing_items(exported, col
         found = ids[0][ids[0] >= 0]
         assert found.tolist() == list(truth)[: len(found)] and len(found) == min(K, len(passing))
         assert np.all(scores[0][len(found) :] == -np.inf)
+        faiss_scores, faiss_ids = index.search(query, K, filter=condition)
+        assert ids.tolist() == faiss_ids.tolist()
+        np.testing.assert_allclose(scores, faiss_scores, atol=1e-5)
 
 
 def test_filters_that_do_not_fit_the_metadata_are_refused(collection):

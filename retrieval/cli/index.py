@@ -26,7 +26,7 @@ import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.errors import UserError
-from retrieval.index import SearchIndex, parse_memory
+from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
@@ -69,7 +69,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
     build.add_argument(
-        "--target-recall", type=float, metavar="R", help="tune search parameters to this 10-recall@10, e.g. 0.95"
+        "--target-recall",
+        type=_target_recall,
+        metavar="R|none",
+        help=f"tune search parameters to this 10-recall@10 (default: {DEFAULT_TARGET_RECALL} for hnsw/ivf/ivfpq, "
+        "best effort); none: keep the kind's fixed defaults",
     )
     _add_lock_timeout(build)
     add_embedding_arguments(build)
@@ -165,6 +169,28 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+def _target_recall(text: str) -> float | str:
+    """A `--target-recall` value: a recall in (0, 1], or `none`."""
+    if text == "none":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"takes a recall in (0, 1], like 0.95, or none, got {text!r}")
+    return value
+
+
+def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
+    """`SearchIndex.build`'s `(target_recall, default_target_recall)` for `--target-recall` (None: not given)."""
+    if target is None:
+        return None, DEFAULT_TARGET_RECALL
+    if target == "none":
+        return None, None
+    return float(target), DEFAULT_TARGET_RECALL
+
+
 def run(args: argparse.Namespace) -> int:
     commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
     return {**commands, "export": _export}[args.index_command](args)
@@ -172,6 +198,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
+    target_recall, default_target_recall = _tuning(args.target_recall)
     encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
@@ -180,7 +207,8 @@ def _build(args: argparse.Namespace) -> int:
         rows,
         kind=args.type,
         max_memory=max_memory,
-        target_recall=args.target_recall,
+        target_recall=target_recall,
+        default_target_recall=default_target_recall,
         model_info=encoder.info(),
     )
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
@@ -194,7 +222,20 @@ def _build(args: argparse.Namespace) -> int:
         + (f" ({skipped} unreadable, skipped)" if skipped else "")
     )
     print(_format_measurement(measured))
+    print(_tuning_line(index.manifest))
     return 0
+
+
+def _tuning_line(manifest: dict[str, Any]) -> str:
+    """`search parameters: nprobe=64 (tuned to recall@10 0.95, the default target)`, or why they are fixed."""
+    parameters = ", ".join(f"{name}={value}" for name, value in manifest["search_parameters"].items())
+    if not parameters:
+        return "search parameters: none (exact search)"
+    target, source = manifest.get("target_recall"), manifest.get("target_recall_source")
+    if target is None:
+        return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
+    which = "the default target" if source == "default" else "--target-recall"
+    return f"search parameters: {parameters} (tuned to recall@10 {target}, {which})"
 
 
 def _query(args: argparse.Namespace) -> int:

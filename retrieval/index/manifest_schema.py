@@ -28,6 +28,10 @@ def _count(value: Any) -> bool:
     return _integer(value) and value >= 0
 
 
+def _fraction(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+
+
 def _file_entry(value: Any) -> bool:
     return (
         isinstance(value, dict)
@@ -56,6 +60,8 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "an object of integer settings",
         lambda value: isinstance(value, dict) and all(map(_integer, value.values())),
     ),
+    "target_recall": ("null or a recall in (0, 1]", lambda value: value is None or _fraction(value)),
+    "target_recall_source": ('null, "given" or "default"', lambda value: value in (None, "given", "default")),
     "parameters": ("an object", lambda value: isinstance(value, dict)),
     "measured": ("an object", lambda value: isinstance(value, dict)),
     "model": ("an object", lambda value: isinstance(value, dict)),

@@ -30,6 +30,7 @@ from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
+from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
@@ -89,6 +90,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--where",
         metavar="EXPR|FILE.json",
         help='search only items whose metadata passes, e.g. "label in (3, 5) and price < 50" or a JSON filter file',
+    )
+    query.add_argument(
+        "--min-score",
+        type=_min_score,
+        metavar=f"S|{STORED}",
+        help="drop results scoring below S (a cosine), or below the threshold the index stores (evaluate "
+        "--save-threshold); default: none",
     )
     _add_checkpoint_check(query)
     add_embedding_arguments(query)
@@ -182,6 +190,14 @@ def _target_recall(text: str) -> float | str:
     return value
 
 
+def _min_score(text: str) -> float | str | None:
+    """A `--min-score` value: a cosine in [-1, 1] or `stored`."""
+    try:
+        return parse_min_score(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
 def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
     """`SearchIndex.build`'s `(target_recall, default_target_recall)` for `--target-recall` (None: not given)."""
     if target is None:
@@ -210,6 +226,7 @@ def _build(args: argparse.Namespace) -> int:
         target_recall=target_recall,
         default_target_recall=default_target_recall,
         model_info=encoder.info(),
+        match_threshold=encoder.match_threshold,
     )
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
@@ -245,6 +262,7 @@ def _query(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index)
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
+    min_score = resolve_min_score(args.min_score, index.manifest)
     encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
@@ -255,7 +273,12 @@ def _query(args: argparse.Namespace) -> int:
         raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
     scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
     answers = [
-        {"query": str(path), "results": _results(index, scores[row], ids[row])} for row, path in enumerate(paths)
+        {
+            "query": str(path),
+            "min_score": min_score,
+            "results": keep_matches(_results(index, scores[row], ids[row]), min_score),
+        }
+        for row, path in enumerate(paths)
     ]
     print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer) for answer in answers))
     return 0
@@ -349,6 +372,8 @@ def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[di
 
 def _table(answer: dict[str, Any]) -> str:
     lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path"]
+    if not answer["results"] and answer.get("min_score") is not None:
+        lines.append(no_match_text(answer["min_score"]))
     for result in answer["results"]:
         label = str(result.get("label") or "")
         lines.append(

@@ -116,6 +116,7 @@ class SearchIndex:
         default_target_recall: float | None = DEFAULT_TARGET_RECALL,
         tuning_queries: np.ndarray | None = None,
         model_info: dict[str, Any] | None = None,
+        match_threshold: dict[str, Any] | None = None,
         progress: bool = True,
         nlist: int | None = None,
         hnsw_m: int | None = None,
@@ -141,6 +142,8 @@ class SearchIndex:
                 1,000 random build vectors are held out: the index is built without them,
                 measured and tuned with them as queries, then they are added.
             model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
+            match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
+                `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
             progress: show progress bars.
             nlist: inverted lists (ivf, ivfpq); default about 4·sqrt(N).
             hnsw_m: HNSW links per node; default 32.
@@ -221,6 +224,7 @@ class SearchIndex:
             "target_recall_source": target_source,
             "measured": _measured(measured, index, held_out, tuning_queries),
             "model": dict(model_info or {}),
+            "match_threshold": match_threshold,
         }
         return cls(index, table, manifest)
 

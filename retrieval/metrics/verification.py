@@ -13,6 +13,7 @@ of `MAX_PAIRS` of them (drawn with replacement, seeded) stands for the whole, an
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,8 +26,8 @@ __all__ = ["FMR_TARGETS", "MAX_PAIRS", "OperatingPoint", "Pairs", "rates_at", "r
 
 FMR_TARGETS = (1e-2, 1e-3, 1e-4)  # the false match rates verification reports
 MAX_PAIRS = 5_000_000  # all pairs up to this many (a 3,162-image split); a uniform sample of this many beyond
-_BLOCK_ROWS = 1024  # query rows scored at a time when enumerating all pairs
-_SAMPLE_CHUNK = 1_000_000  # sampled pairs scored at a time
+_BLOCK_ROWS = 1024  # query rows scored at a time (one matrix product) when enumerating all pairs
+_CHUNK = 65536  # sampled pairs scored at a time: bounded (chunk, D) temporaries
 
 
 @dataclass(frozen=True)
@@ -89,18 +90,10 @@ def pairs_of(
     else:
         total = len(queries) * len(gallery) - len(np.intersect1d(queries, gallery))
     if total <= max_pairs:
-        first, second = _all_pairs(queries, gallery, symmetric)
+        first, second, scores = _all_pairs(matrix, queries, gallery, symmetric)
     else:
         first, second = _sampled_pairs(queries, gallery, max_pairs, np.random.default_rng(seed))
-    scores = np.concatenate(
-        [
-            np.einsum(
-                "pd,pd->p", matrix[first[start : start + _SAMPLE_CHUNK]], matrix[second[start : start + _SAMPLE_CHUNK]]
-            )
-            for start in range(0, len(first), _SAMPLE_CHUNK)
-        ]
-        or [np.zeros(0)]
-    )
+        scores = _chunked(lambda a, b: np.einsum("pd,pd->p", matrix[a], matrix[b]), first, second)
     pairs = Pairs(scores, _same_class(codes, first, second), total, total > max_pairs)
     if pairs.num_genuine == 0 or pairs.num_impostor == 0:
         kind = "same-class" if pairs.num_genuine == 0 else "different-class"
@@ -111,16 +104,33 @@ def pairs_of(
     return pairs
 
 
-def _all_pairs(queries: np.ndarray, gallery: np.ndarray, symmetric: bool) -> tuple[np.ndarray, np.ndarray]:
-    """Row indices `(first, second)` of every pair: i < j when `symmetric`, else query x gallery, i != j."""
-    firsts, seconds = [], []
+def _all_pairs(
+    matrix: np.ndarray, queries: np.ndarray, gallery: np.ndarray, symmetric: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`(first, second, scores)` of every pair: rows i < j when `symmetric`, else query x gallery with i != j.
+
+    One `(block, G)` matrix product per block of query rows.
+    """
+    firsts, seconds, scores = [], [], []
+    gallery_rows = matrix[gallery]
     for start in range(0, len(queries), _BLOCK_ROWS):
         rows = queries[start : start + _BLOCK_ROWS]
         keep = rows[:, None] < gallery[None, :] if symmetric else rows[:, None] != gallery[None, :]
         row_index, column_index = np.nonzero(keep)
         firsts.append(rows[row_index])
         seconds.append(gallery[column_index])
-    return np.concatenate(firsts), np.concatenate(seconds)
+        scores.append((matrix[rows] @ gallery_rows.T)[row_index, column_index])
+    return np.concatenate(firsts), np.concatenate(seconds), np.concatenate(scores)
+
+
+def _chunked(
+    score: Callable[[np.ndarray, np.ndarray], np.ndarray], first: np.ndarray, second: np.ndarray
+) -> np.ndarray:
+    """`score(first, second)` computed `_CHUNK` pairs at a time and concatenated."""
+    parts = [
+        score(first[start : start + _CHUNK], second[start : start + _CHUNK]) for start in range(0, len(first), _CHUNK)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)
 
 
 def _sampled_pairs(
@@ -139,13 +149,7 @@ def _same_class(codes: np.ndarray, first: np.ndarray, second: np.ndarray) -> np.
     """Whether each pair shares a class: equal codes, or a common bit of packed multi-hot rows."""
     if codes.ndim == 1:
         return codes[first] == codes[second]
-    return np.concatenate(
-        [
-            (codes[first[start : start + _SAMPLE_CHUNK]] & codes[second[start : start + _SAMPLE_CHUNK]]).any(axis=1)
-            for start in range(0, len(first), _SAMPLE_CHUNK)
-        ]
-        or [np.zeros(0, dtype=bool)]
-    )
+    return _chunked(lambda a, b: (codes[a] & codes[b]).any(axis=1), first, second).astype(bool)
 
 
 def roc_auc(pairs: Pairs) -> float:

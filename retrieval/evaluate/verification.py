@@ -173,8 +173,6 @@ def _counts(pairs: Pairs) -> dict[str, Any]:
 
 
 def _pairs_text(counts: dict[str, Any], which: str) -> str:
-    """`403,651 test pairs (39,972 same-class)`, or `a uniform sample of 5,000,000 of 49,995,000 test pairs (...)`."""
-    scored = f"{counts['scored']:,}"
-    if counts["sampled"]:
-        scored = f"a uniform sample of {scored} of {counts['total']:,}"
-    return f"{scored} {which} pairs ({counts['genuine']:,} same-class)"
+    """`403,651 test pairs (39,972 same-class)`, or `4,999,499 test pairs (sampled uniformly from 49,995,000; ...)`."""
+    sampled = f"sampled uniformly from {counts['total']:,}; " if counts["sampled"] else ""
+    return f"{counts['scored']:,} {which} pairs ({sampled}{counts['genuine']:,} same-class)"

@@ -102,6 +102,8 @@ def test_without_a_validation_split_or_the_opt_in_only_roc_auc_is_reported() -> 
     head, reason = verification_lines(report)
     assert head.startswith("verification: ROC AUC ") and head.endswith("on 190 test pairs (40 same-class)")
     assert reason.startswith("verification: no validation split, so no thresholds were chosen (ROC AUC only)")
+    sampled = {**report, "test_pairs": {**report["test_pairs"], "scored": 180, "total": 5000, "sampled": True}}
+    assert verification_lines(sampled)[0].endswith("on 180 test pairs (sampled uniformly from 5,000; 40 same-class)")
 
 
 @pytest.mark.parametrize("value", ["0", "1", "often"])

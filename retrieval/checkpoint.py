@@ -9,6 +9,9 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     best_score   the selection metric's best value so far, and `best_epoch` (1-based) where it was reached
     config       the run's resolved config as plain dicts (`config_to_dict`)
     num_classes  training classes (one proxy each)
+    match_threshold  optional: the score threshold of "is there a match at all" and how it was chosen
+                 (`retrieval evaluate --verification --save-threshold FMR`; keys in
+                 `retrieval.evaluate.verification.threshold_record`); older toolkits ignore it
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
                  and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`)
 
@@ -70,6 +73,8 @@ class Checkpoint:
     loss: StateDict = field(default_factory=dict)  # the loss's state (proxies)
     optimizer: StateDict | None = None  # None in best.pt: evaluation needs no optimizer state
     toolkit_version: str = __version__  # the version that wrote it
+    # {"score", "target_fmr", "chosen_on", ...} from `evaluate --save-threshold`; `index build` copies it
+    match_threshold: dict[str, Any] | None = None
 
     @property
     def resumable(self) -> bool:
@@ -127,6 +132,8 @@ class Checkpoint:
         }
         if self.optimizer is not None:
             payload["optimizer"] = self.optimizer
+        if self.match_threshold is not None:
+            payload["match_threshold"] = self.match_threshold
         payload["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(payload)
         with atomic_write(path) as temporary:
             torch.save(payload, temporary)
@@ -185,6 +192,7 @@ class Checkpoint:
             # Resuming needs the selection state too: files older than version 2 lack it.
             optimizer=raw.get("optimizer") if "best_epoch" in raw else None,
             toolkit_version=str(manifest.get("toolkit_version", "unknown")),
+            match_threshold=raw.get("match_threshold"),
         )
 
 

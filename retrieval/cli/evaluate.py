@@ -1,13 +1,15 @@
 """`retrieval evaluate`: Recall@K / MAP@R of a checkpoint on the test split of its (or another) dataset.
 
 On closed-set data it also reports results per training-frequency group and, on request, scores
-the proxy classifier (`--classification DIR`), calibrates it (`--calibrate`) and draws a grid of
+the proxy classifier (`--classification DIR`), calibrates it (`--calibrate`), measures pair-level
+verification with match thresholds (`--verification`, `--save-threshold`) and draws a grid of
 queries with their results (`--grid FILE.png`).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,10 +25,18 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
 from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
 from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
+from retrieval.evaluate.verification import (
+    check_threshold_request,
+    evaluate_verification,
+    fmr_text,
+    threshold_record,
+    verification_lines,
+)
 from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
 from retrieval.metrics.classification import calibration_summary, classification_report
+from retrieval.metrics.verification import FMR_TARGETS
 from retrieval.models import Embedder
 from retrieval.report.classification_plots import plot_classification
 from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
@@ -72,6 +82,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="F",
         help="share of the validation split used to fit the temperature (default: 1, all of it)",
     )
+    parser.add_argument(
+        "--verification",
+        action="store_true",
+        help="pair-level verification: ROC AUC, and FNMR at FMR 1e-2/1e-3/1e-4 with thresholds chosen on the "
+        "validation split, applied once to test",
+    )
+    parser.add_argument(
+        "--save-threshold",
+        type=_fmr,
+        metavar="FMR",
+        help="store the threshold of this false match rate (e.g. 1e-3; implies --verification) in the checkpoint; "
+        "`index build` copies it, `index query --min-score stored` uses it",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
     classifier = _classifier_for(checkpoint, config, data)
     _check_requests(args, classifier, data)  # before any image is embedded
+    check_threshold_request(args.save_threshold, data, config.train.select_on_test)
     embeddings = embed(data.test)
     class_groups = frequency_groups(data.train_labels, data.num_classes)
     metrics, scores = score_split(
@@ -118,6 +142,8 @@ def run(args: argparse.Namespace) -> int:
         report = _classification(args.classification, embeddings, data.test, classifier, calibrated)
         extras["classification"] = {"directory": str(args.classification), "accuracy": report["accuracy"]}
         notes.append(f"classification: accuracy {report['accuracy']:.4f}, written to {args.classification}")
+    if args.verification or args.save_threshold is not None:
+        notes.extend(_verification(args, checkpoint, config, data, embeddings, embed, extras))
     if args.grid:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
@@ -125,6 +151,29 @@ def run(args: argparse.Namespace) -> int:
         write_text(args.json, json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
+
+
+def _verification(
+    args: argparse.Namespace,
+    checkpoint: Checkpoint,
+    config: Config,
+    data: RetrievalData,
+    embeddings: np.ndarray,
+    embed: Callable[[EvalSplit], np.ndarray],
+    extras: dict[str, Any],
+) -> list[str]:
+    """Verification into `extras`, the threshold of `--save-threshold` into the checkpoint; the lines to print."""
+    fmrs = sorted({*FMR_TARGETS, *([args.save_threshold] if args.save_threshold is not None else [])}, reverse=True)
+    report = extras["verification"] = evaluate_verification(embeddings, data, config.train.select_on_test, embed, fmrs)
+    lines = verification_lines(report)
+    if args.save_threshold is not None:
+        record = threshold_record(report, args.save_threshold, config.data.name)
+        dataclasses.replace(checkpoint, match_threshold=record).save(args.checkpoint)
+        lines.append(
+            f"threshold {record['score']:.4f} (FMR {fmr_text(args.save_threshold)}) saved to {args.checkpoint}; "
+            "indexes built from it before have its old sha256: build them again to use it"
+        )
+    return lines
 
 
 def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData) -> ProxyClassifier | None:
@@ -244,6 +293,13 @@ def _positive_int(text: str) -> int:
     value = int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _fmr(text: str) -> float:
+    value = float(text)
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"a false match rate must lie in (0, 1), like 1e-3, got {value}")
     return value
 
 

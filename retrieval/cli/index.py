@@ -26,10 +26,11 @@ import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.errors import UserError
-from retrieval.index import SearchIndex, parse_memory
+from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
+from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
@@ -69,7 +70,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
     build.add_argument(
-        "--target-recall", type=float, metavar="R", help="tune search parameters to this 10-recall@10, e.g. 0.95"
+        "--target-recall",
+        type=_target_recall,
+        metavar="R|none",
+        help=f"tune search parameters to this 10-recall@10 (default: {DEFAULT_TARGET_RECALL} for hnsw/ivf/ivfpq, "
+        "best effort); none: keep the kind's fixed defaults",
     )
     _add_lock_timeout(build)
     add_embedding_arguments(build)
@@ -85,6 +90,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--where",
         metavar="EXPR|FILE.json",
         help='search only items whose metadata passes, e.g. "label in (3, 5) and price < 50" or a JSON filter file',
+    )
+    query.add_argument(
+        "--min-score",
+        type=_min_score,
+        metavar=f"S|{STORED}",
+        help="drop results scoring below S (a cosine), or below the threshold the index stores (evaluate "
+        "--save-threshold); default: none",
     )
     _add_checkpoint_check(query)
     add_embedding_arguments(query)
@@ -165,6 +177,36 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+def _target_recall(text: str) -> float | str:
+    """A `--target-recall` value: a recall in (0, 1], or `none`."""
+    if text == "none":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"takes a recall in (0, 1], like 0.95, or none, got {text!r}")
+    return value
+
+
+def _min_score(text: str) -> float | str | None:
+    """A `--min-score` value: a cosine in [-1, 1] or `stored`."""
+    try:
+        return parse_min_score(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
+    """`SearchIndex.build`'s `(target_recall, default_target_recall)` for `--target-recall` (None: not given)."""
+    if target is None:
+        return None, DEFAULT_TARGET_RECALL
+    if target == "none":
+        return None, None
+    return float(target), DEFAULT_TARGET_RECALL
+
+
 def run(args: argparse.Namespace) -> int:
     commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
     return {**commands, "export": _export}[args.index_command](args)
@@ -172,6 +214,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
+    target_recall, default_target_recall = _tuning(args.target_recall)
     encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
@@ -180,8 +223,10 @@ def _build(args: argparse.Namespace) -> int:
         rows,
         kind=args.type,
         max_memory=max_memory,
-        target_recall=args.target_recall,
+        target_recall=target_recall,
+        default_target_recall=default_target_recall,
         model_info=encoder.info(),
+        match_threshold=encoder.match_threshold,
     )
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
@@ -194,7 +239,20 @@ def _build(args: argparse.Namespace) -> int:
         + (f" ({skipped} unreadable, skipped)" if skipped else "")
     )
     print(_format_measurement(measured))
+    print(_tuning_line(index.manifest))
     return 0
+
+
+def _tuning_line(manifest: dict[str, Any]) -> str:
+    """`search parameters: nprobe=64 (tuned to recall@10 0.95, the default target)`, or why they are fixed."""
+    parameters = ", ".join(f"{name}={value}" for name, value in manifest["search_parameters"].items())
+    if not parameters:
+        return "search parameters: none (exact search)"
+    target, source = manifest.get("target_recall"), manifest.get("target_recall_source")
+    if target is None:
+        return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
+    which = "the default target" if source == "default" else "--target-recall"
+    return f"search parameters: {parameters} (tuned to recall@10 {target}, {which})"
 
 
 def _query(args: argparse.Namespace) -> int:
@@ -204,6 +262,7 @@ def _query(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index)
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
+    min_score = resolve_min_score(args.min_score, index.manifest)
     encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
@@ -214,7 +273,12 @@ def _query(args: argparse.Namespace) -> int:
         raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
     scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
     answers = [
-        {"query": str(path), "results": _results(index, scores[row], ids[row])} for row, path in enumerate(paths)
+        {
+            "query": str(path),
+            "min_score": min_score,
+            "results": keep_matches(_results(index, scores[row], ids[row]), min_score),
+        }
+        for row, path in enumerate(paths)
     ]
     print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer) for answer in answers))
     return 0
@@ -308,6 +372,8 @@ def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[di
 
 def _table(answer: dict[str, Any]) -> str:
     lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path"]
+    if not answer["results"] and answer.get("min_score") is not None:
+        lines.append(no_match_text(answer["min_score"]))
     for result in answer["results"]:
         label = str(result.get("label") or "")
         lines.append(

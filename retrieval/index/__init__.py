@@ -15,11 +15,12 @@ Example (a runnable doctest; real use passes a model's gallery embeddings):
 """
 
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
-from retrieval.index.search_index import SearchIndex
+from retrieval.index.search_index import DEFAULT_TARGET_RECALL, SearchIndex
 from retrieval.index.synthetic import clustered_unit_vectors
 from retrieval.index.tuning import exact_neighbors, recall_at_k
 
 __all__ = [
+    "DEFAULT_TARGET_RECALL",
     "IndexKind",
     "IndexPlan",
     "SearchIndex",

@@ -7,6 +7,7 @@ surface later as a `KeyError` or `TypeError` deep in loading or searching.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -26,6 +27,15 @@ def _integer(value: Any) -> bool:
 
 def _count(value: Any) -> bool:
     return _integer(value) and value >= 0
+
+
+def _fraction(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+
+
+def _threshold(value: Any) -> bool:
+    score = value.get("score") if isinstance(value, dict) else None
+    return isinstance(score, int | float) and not isinstance(score, bool) and math.isfinite(score)
 
 
 def _file_entry(value: Any) -> bool:
@@ -56,9 +66,12 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "an object of integer settings",
         lambda value: isinstance(value, dict) and all(map(_integer, value.values())),
     ),
+    "target_recall": ("null or a recall in (0, 1]", lambda value: value is None or _fraction(value)),
+    "target_recall_source": ('null, "given" or "default"', lambda value: value in (None, "given", "default")),
     "parameters": ("an object", lambda value: isinstance(value, dict)),
     "measured": ("an object", lambda value: isinstance(value, dict)),
     "model": ("an object", lambda value: isinstance(value, dict)),
+    "match_threshold": ('null or an object with a numeric "score"', lambda value: value is None or _threshold(value)),
     "files": (
         'an object of {"size": bytes, "sha256": 64 hex digits} by file name',
         lambda value: isinstance(value, dict) and all(map(_file_entry, value.values())),

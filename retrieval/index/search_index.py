@@ -43,7 +43,9 @@ from retrieval.index.tuning import (
     tune_search_parameters,
 )
 
-__all__ = ["SearchIndex"]
+__all__ = ["DEFAULT_TARGET_RECALL", "SearchIndex"]
+
+DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
 
 _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
@@ -111,8 +113,10 @@ class SearchIndex:
         kind: str = "auto",
         max_memory: int | str | None = None,
         target_recall: float | None = None,
+        default_target_recall: float | None = DEFAULT_TARGET_RECALL,
         tuning_queries: np.ndarray | None = None,
         model_info: dict[str, Any] | None = None,
+        match_threshold: dict[str, Any] | None = None,
         progress: bool = True,
         nlist: int | None = None,
         hnsw_m: int | None = None,
@@ -128,11 +132,18 @@ class SearchIndex:
             kind: `auto`, `flat`, `hnsw`, `ivf` or `ivfpq` (see `retrieval.index.choice`).
             max_memory: budget in bytes (or `"4G"`) that `auto` must fit.
             target_recall: tune search parameters to the cheapest ones reaching this 10-recall@10 on
-                the held-out queries while 99.9% of (a sample of) stored vectors find themselves first.
+                the held-out queries while 99.9% of (a sample of) stored vectors find themselves first;
+                a target no setting reaches is an error.
+            default_target_recall: without `target_recall`, approximate kinds (hnsw, ivf, ivfpq) are tuned
+                to this target, best effort: the most accurate setting explored when none reaches it (their
+                fixed defaults, e.g. ivf's nprobe 16, can return half of the true neighbours). None keeps
+                the fixed defaults. The manifest records the target and whether it was given or the default.
             tuning_queries: `(Q, D)` held-out queries to measure and tune on. When `None`, up to
                 1,000 random build vectors are held out: the index is built without them,
                 measured and tuned with them as queries, then they are added.
             model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
+            match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
+                `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
             progress: show progress bars.
             nlist: inverted lists (ivf, ivfpq); default about 4·sqrt(N).
             hnsw_m: HNSW links per node; default 32.
@@ -175,14 +186,15 @@ class SearchIndex:
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
+        target, target_source = _tuning_target(plan, target_recall, default_target_recall)
         if len(queries):
             true_ids = inserted[exact_neighbors(vectors[inserted], queries, _TUNED_K)]
-            if target_recall is not None:
+            if target is not None:
                 sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
                 stored = (vectors[sample], to_label(sample))
                 depth = true_ids.shape[1]  # below _TUNED_K when fewer vectors are stored
                 parameters, _ = tune_search_parameters(
-                    searchable, queries, to_label(true_ids), target_recall, depth, stored
+                    searchable, queries, to_label(true_ids), target, depth, stored, best_effort=target_recall is None
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
@@ -208,9 +220,11 @@ class SearchIndex:
             "next_id": n,
             "removed_ids": [],
             "search_parameters": parameters,
-            "target_recall": target_recall,
+            "target_recall": target,
+            "target_recall_source": target_source,
             "measured": _measured(measured, index, held_out, tuning_queries),
             "model": dict(model_info or {}),
+            "match_threshold": match_threshold,
         }
         return cls(index, table, manifest)
 
@@ -574,6 +588,18 @@ def _label_space(index: faiss.Index) -> tuple[faiss.Index, Any]:
         order = np.argsort(id_map)
         return faiss.downcast_index(index.index), lambda ids: order[np.searchsorted(id_map, ids, sorter=order)]
     return index, lambda ids: ids
+
+
+def _tuning_target(plan: IndexPlan, given: float | None, default: float | None) -> tuple[float | None, str | None]:
+    """The recall target to tune to and where it comes from: `("given" | "default" | None)`.
+
+    Exact kinds have nothing to tune, so a default target does not apply to them (a given one is kept).
+    """
+    if given is not None:
+        return given, "given"
+    if default is not None and plan.search_parameters:
+        return default, "default"
+    return None, None
 
 
 def _set_search_parameters(index: faiss.Index, parameters: Mapping[str, int]) -> None:

@@ -154,6 +154,7 @@ def tune_search_parameters(
     target_recall: float,
     k: int = 10,
     stored: tuple[np.ndarray, np.ndarray] | None = None,
+    best_effort: bool = False,
 ) -> tuple[dict[str, int], float]:
     """The cheapest search parameters of `index` whose k-recall@k on `queries` reaches `target_recall`.
 
@@ -176,13 +177,15 @@ def tune_search_parameters(
         target_recall: in (0, 1].
         k: the k of k-recall@k.
         stored: `(vectors (S, D), labels (S,))` of a sample of stored vectors and their labels.
+        best_effort: when no setting reaches the target, take the most accurate one explored (preferring
+            those whose stored vectors find themselves) instead of raising: for a default target nobody asked for.
 
     Returns:
         `(parameters, recall)`: e.g. `{"nprobe": 32}` (empty for exact indexes) and the recall they reach.
         `index` is left set to these parameters.
 
     Raises:
-        UserError: the target is out of (0, 1], or no explored setting reaches it.
+        UserError: the target is out of (0, 1], or no explored setting reaches it (unless `best_effort`).
     """
     if not 0.0 < target_recall <= 1.0:
         raise UserError(f"target recall must be in (0, 1], got {target_recall}")
@@ -207,6 +210,9 @@ def tune_search_parameters(
                 break
     explored = [points.all_pts.at(i) for i in range(points.all_pts.size())]
     reached = [point for point in explored if point.perf >= target_recall and finds_itself[point.key]]
+    if not reached and best_effort:
+        best = max(explored, key=lambda point: (finds_itself[point.key], point.perf, -point.t))
+        reached = [best]
     if not reached:
         best = max(explored, key=lambda point: point.perf)
         raise UserError(

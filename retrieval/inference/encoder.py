@@ -64,6 +64,7 @@ class ImageEncoder:
         precision: Precision = FLOAT32,
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
+        match_threshold: dict[str, Any] | None = None,
     ) -> None:
         self.model = model.eval()
         place_model(model, device, precision.channels_last)  # moves the module in place
@@ -73,6 +74,7 @@ class ImageEncoder:
         self.precision = precision
         self.checkpoint_path = checkpoint_path
         self.checkpoint_sha256 = checkpoint_sha256
+        self.match_threshold = match_threshold  # the checkpoint's, which `index build` records in the manifest
         # The run's own evaluation preprocessing (augment.eval_mode, channels), so queries match the gallery.
         stats, in_chans = model.data_config(), model_config.in_chans
         self.transform = build_eval_transform(augment, image_size, stats, in_chans)
@@ -103,6 +105,7 @@ class ImageEncoder:
             Precision.for_run(config.train, where),
             path.resolve(),
             sha256 or file_sha256(path),
+            checkpoint.match_threshold,
         )
 
     @property

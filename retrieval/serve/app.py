@@ -1,7 +1,9 @@
 """The search service: a FastAPI app over one index directory and the model that built it.
 
 Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
-optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filters`),
+optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filters`,
+and an optional `min_score`, a number or "stored", below which results are dropped:
+`retrieval.index.threshold`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);
 every GET route answers HEAD too. `/openapi.json` and `/docs` only when asked for (`openapi=True`):
 a public service need not describe itself to every visitor.
@@ -29,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from retrieval.errors import UserError
+from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
 from retrieval.serve.backend import Views
 from retrieval.serve.budget import ServerBusy
 from retrieval.serve.database import database_views
@@ -137,13 +140,15 @@ def create_app(
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
-            data, k, where = await read_upload(request, body)
+            data, k, where, min_score = await read_upload(request, body)
+            minimum = _min_score(min_score, live.current())
             query: dict[str, Any] = {"type": "image"}
             results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
             payload = read_json(body)
             k = parse_k(payload.get("k", 10))
             where = parse_filter_field(payload.get("filter"))
+            minimum = _min_score(payload.get("min_score"), live.current())
             if "vector" in payload:
                 query = {"type": "vector"}
                 results = await run_in_threadpool(searcher.by_vector, payload["vector"], k, where)
@@ -155,8 +160,9 @@ def create_app(
             raise RequestError(
                 415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'
             )
+        results = keep_matches(results, minimum)
         took_ms = (time.perf_counter() - started) * 1000
-        return {"query": query, "k": k, "results": results, "took_ms": round(took_ms, 3)}
+        return {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": round(took_ms, 3)}
 
     return app
 
@@ -176,6 +182,14 @@ def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint
         return register
 
     return get
+
+
+def _min_score(value: Any, view: IndexView) -> float | None:
+    """A request's `min_score` (a number, "stored" for the index's threshold, or absent) as a number or None."""
+    try:
+        return resolve_min_score(parse_min_score(value), view.info)  # public_info keeps match_threshold
+    except UserError as exc:
+        raise RequestError(400, str(exc)) from exc
 
 
 def _public_paths(view: IndexView, image_root: str | Path | None) -> PublicPaths:

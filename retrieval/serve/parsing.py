@@ -65,8 +65,8 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         chunks.append(chunk)
 
 
-async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter | None]:
-    """The `image` file and optional `k` and `filter` fields of a multipart body already read (and size-checked)."""
+async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter | None, Any]:
+    """The `image` file, optional `k` and `filter` fields and raw `min_score` field of a multipart body already read."""
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -78,7 +78,7 @@ async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter
             raise RequestError(400, "multipart upload needs an 'image' file field")
         k = form.get("k", "10")
         where = form.get("filter")
-        return await upload.read(), parse_k(_form_int(k)), parse_filter_field(_form_json(where))
+        return await upload.read(), parse_k(_form_int(k)), parse_filter_field(_form_json(where)), form.get("min_score")
     finally:
         await form.close()
 

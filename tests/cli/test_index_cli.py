@@ -59,7 +59,12 @@ def test_build_skips_the_unreadable_image_and_prints_a_summary(built):
     assert code == 0, err
     assert "skipped 1 unreadable image(s):" in err and "test_100_1.png" in err
     assert "vectors: 27 of 28 images (1 unreadable, skipped)" in out and f"index: {index} (flat: " in out
-    for line in ("recall@10 vs exact: ", "latency p50 / p99: ", "bytes/vector: "):
+    for line in (
+        "recall@10 vs exact: ",
+        "latency p50 / p99: ",
+        "bytes/vector: ",
+        "search parameters: none (exact search)",
+    ):
         assert line in out
     assert (index / "manifest.json").is_file()
 

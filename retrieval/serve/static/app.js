@@ -17,7 +17,9 @@ async function search(body, describe) {
     const answer = await response.json();
     if (!response.ok) throw new Error(answer.error || response.statusText);
     render(answer.results);
-    $("status").textContent = `${answer.results.length} results for ${describe} in ${answer.took_ms.toFixed(1)} ms`;
+    const found = answer.results.length || answer.min_score == null
+      ? `${answer.results.length} results` : `no match above ${answer.min_score.toFixed(4)}`;
+    $("status").textContent = `${found} for ${describe} in ${answer.took_ms.toFixed(1)} ms`;
   } catch (error) {
     $("status").textContent = "";
     showError(String(error.message || error));
@@ -30,13 +32,16 @@ function searchFile(image) {
   form.append("image", image);
   form.append("k", $("k").value);
   if ($("filter").value.trim()) form.append("filter", $("filter").value);
+  if ($("min-score").value !== "") form.append("min_score", $("min-score").value);
   showPreview(URL.createObjectURL(image));
   search({ body: form }, image.name);
 }
 
 function searchId(id) {
   showPreview(`/thumb/${id}`);
-  const body = JSON.stringify({ id: id, k: Number($("k").value), filter: $("filter").value.trim() || undefined });
+  const minScore = $("min-score").value === "" ? undefined : Number($("min-score").value);
+  const filter = $("filter").value.trim() || undefined;
+  const body = JSON.stringify({ id: id, k: Number($("k").value), filter: filter, min_score: minScore });
   search({ body: body, headers: { "Content-Type": "application/json" } }, `item ${id}`);
 }
 
@@ -86,4 +91,9 @@ fetch("/info").then((r) => r.json()).then((manifest) => {
   const backbone = (model.model_config || {}).backbone || "no model";
   const count = manifest.count ?? "?";
   $("info").textContent = `${count} vectors · ${manifest.kind || ""} ${manifest.factory || ""} · ${backbone}`;
+  const stored = manifest.match_threshold;
+  if (stored) {  // the threshold the model's validation pairs chose: the page applies it until changed
+    $("min-score").value = stored.score.toFixed(4);
+    $("min-score").title = `stored threshold: false match rate ${stored.target_fmr} on ${stored.chosen_on} pairs`;
+  }
 }).catch(() => { $("info").textContent = ""; });

@@ -91,7 +91,10 @@ def search_passing(
     widen = searchable / max(len(passing_ids), 1)
     # `_referenced` keeps the objects FAISS points to (bitmap, selector, nested parameters) alive until it returns.
     target, parameters, _referenced = _plan(space.index, selector, widen, len(passing_ids) <= EXACT_MAX_PASSING)
-    scores, labels = target.search(queries, k, params=parameters)
+    # faiss.contrib.torch_utils (imported by pytorch-metric-learning) replaces `search` with a wrapper without
+    # `params`, and keeps FAISS's own numpy method as `search_numpy`: call that one when it is there.
+    search = getattr(target, "search_numpy", target.search)
+    scores, labels = search(queries, k, params=parameters)
     return scores, space.ids(labels)
 
 

@@ -24,18 +24,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from PIL import Image
 from timm.data import create_transform
 from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_mode
 from torchvision.transforms import InterpolationMode, v2
 
 from retrieval.config import AugmentConfig
 from retrieval.errors import UserError
+from retrieval.images import Fill, border_colour
 
 __all__ = ["border_colour", "build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
 
-Fill = int | tuple[int, int, int]
 # A geometry step (a PIL image in, a PIL image out) built for one fill colour.
 _FilledStep = Callable[[Fill], Callable[[Any], Any]]
 
@@ -154,24 +152,6 @@ def describe_eval_transform(
 def _to_image(in_chans: int) -> list[Callable]:
     """Tensors become PIL images (PIL images pass through), then grayscale or RGB as the model expects."""
     return [v2.ToPILImage(), v2.Grayscale(num_output_channels=1) if in_chans == 1 else v2.RGB()]
-
-
-def border_colour(image: Image.Image) -> Fill:
-    """The median colour of an image's one-pixel border: its background (`fill: auto`).
-
-    Example:
-        >>> page = Image.new("L", (8, 8), 230)
-        >>> page.putpixel((4, 4), 0)
-        >>> border_colour(page), border_colour(Image.new("RGB", (4, 4), (10, 20, 30)))
-        (230, (10, 20, 30))
-    """
-    pixels = np.asarray(image)
-    ring = np.concatenate([pixels[0], pixels[-1], pixels[1:-1, 0], pixels[1:-1, -1]])
-    colour = np.median(ring, axis=0).round().astype(int)
-    if colour.ndim == 0:
-        return int(colour)
-    red, green, blue = (int(value) for value in colour[:3])
-    return red, green, blue
 
 
 class _BorderFilled:

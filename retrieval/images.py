@@ -4,8 +4,8 @@
 the ONNX runtime), and `IMAGE_ERRORS` the one list of exceptions that mean "this file is not a
 readable image". It and `flatten_image` (the path of an already-decoded image: `serve`'s uploads)
 turn an image upright by its EXIF orientation first (`upright_image`), so a phone photo stored
-sideways trains, embeds and is searched as it is seen. `border_colour` is an image's background
-(`augment.fill: auto`).
+sideways trains, embeds and is searched as it is seen. `border_colour` (an image's own background,
+`augment.fill: auto`) and `fill_value` (a named one) are the colours that padding fills with.
 
 Only Pillow and numpy: a deployment that embeds with onnxruntime reads images here without torch.
 """
@@ -24,6 +24,7 @@ __all__ = [
     "Fill",
     "UnreadableImage",
     "border_colour",
+    "fill_value",
     "flatten_image",
     "image_error_reason",
     "load_image",
@@ -121,4 +122,21 @@ def border_colour(image: Image.Image) -> Fill:
     if colour.ndim == 0:
         return int(colour)
     red, green, blue = (int(value) for value in colour[:3])
+    return red, green, blue
+
+
+def fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
+    """A configured `augment.fill` (`white`, `black`, `mean`; not `auto`) as 8-bit pixel values of `mean`'s channels.
+
+    Example:
+        >>> fill_value("white", (0.5,)), fill_value("mean", (0.485, 0.456, 0.406))
+        (255, (124, 116, 104))
+    """
+    if fill == "white":
+        return 255
+    if fill == "black":
+        return 0
+    if len(mean) == 1:
+        return round(255 * mean[0])
+    red, green, blue = (round(255 * m) for m in mean)
     return red, green, blue

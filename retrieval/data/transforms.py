@@ -30,7 +30,7 @@ from torchvision.transforms import InterpolationMode, v2
 
 from retrieval.config import AugmentConfig
 from retrieval.errors import UserError
-from retrieval.images import Fill, border_colour
+from retrieval.images import Fill, border_colour, fill_value
 
 __all__ = ["border_colour", "build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
 
@@ -166,7 +166,7 @@ class _BorderFilled:
 
 def _filled(make_step: _FilledStep, fill: str, mean: tuple[float, ...]) -> Callable[[Any], Any]:
     """`make_step` with the configured fill: a fixed colour, or each image's own background for `auto`."""
-    return _BorderFilled(make_step) if fill == "auto" else make_step(_fill_value(fill, mean))
+    return _BorderFilled(make_step) if fill == "auto" else make_step(fill_value(fill, mean))
 
 
 def _eval_geometry(
@@ -184,15 +184,3 @@ def _eval_geometry(
         return CenterCropOrPad(image_size, fill=fill)
 
     return [v2.Resize(None, max_size=image_size, interpolation=mode), _filled(pad, augment.fill, mean)]
-
-
-def _fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
-    """The background as 8-bit pixel values (the pipeline fills PIL images, before normalization); not `auto`."""
-    if fill == "white":
-        return 255
-    if fill == "black":
-        return 0
-    if len(mean) == 1:
-        return round(255 * mean[0])
-    red, green, blue = (round(255 * m) for m in mean)
-    return red, green, blue

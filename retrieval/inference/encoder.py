@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -23,19 +23,12 @@ from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
+from retrieval.inference.interface import EmbeddedFiles
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
 
 __all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index"]
-
-
-class EmbeddedFiles(NamedTuple):
-    """The result of `ImageEncoder.embed_files`."""
-
-    embeddings: np.ndarray  # (M, D) float32 unit vectors of the files that could be read
-    positions: np.ndarray  # (M,) int64: embeddings[i] is the file paths[positions[i]]
-    failures: list[tuple[str, str]]  # (path, reason) of every file skipped, in input order
 
 
 class ImageEncoder:

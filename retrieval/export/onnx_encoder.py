@@ -134,16 +134,27 @@ class OnnxEncoder:
 
 
 def onnx_encoder_for_index(
-    model_info: dict[str, Any], model_dir: str | Path | None, device: str = "auto"
+    model_info: dict[str, Any],
+    model_dir: str | Path | None,
+    checkpoint: str | Path | None = None,
+    device: str = "auto",
 ) -> OnnxEncoder:
     """The export an index was built with: its recorded directory, or `model_dir` if it holds the same model.onnx.
 
     Raises:
-        UserError: the export is missing or broken, or its model.onnx is not the one the index recorded.
+        UserError: the index was built with a checkpoint (or given one), the export is missing or
+            broken, or its model.onnx is not the one the index recorded.
     """
+    recorded = str(model_info.get("onnx_sha256") or "")
+    if not recorded:
+        raise UserError(
+            "this index was not built with an export; query it with its checkpoint (--checkpoint CKPT or none), "
+            "or rebuild it with --model DIR"
+        )
+    if checkpoint is not None:
+        raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
     directory = Path(model_dir) if model_dir is not None else Path(model_info.get("model_dir", ""))
     encoder = OnnxEncoder.from_export(directory, device=device)
-    recorded = str(model_info.get("onnx_sha256"))
     if encoder.model_sha256 != recorded:
         raise UserError(
             f"the model in {directory} is not the one this index was built with (model.onnx sha256 "

@@ -112,7 +112,7 @@ class Preprocess:
                 "export the model again with this version of retrieval"
             )
         try:
-            fields = {
+            fields: dict[str, Any] = {
                 "image_size": int(data["image_size"]),
                 "resize_mode": str(data["resize_mode"]),
                 "interpolation": str(data["interpolation"]),

@@ -22,8 +22,9 @@ from retrieval.data.csv_dataset import ImageDataset, flatten_image
 from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
+from retrieval.export.onnx_encoder import onnx_encoder_for_index
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
-from retrieval.inference.interface import EmbeddedFiles
+from retrieval.inference.interface import EmbeddedFiles, Encoder
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
@@ -148,14 +149,21 @@ class ImageEncoder:
 
 
 def encoder_for_index(
-    model_info: dict[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
-) -> ImageEncoder:
+    model_info: dict[str, Any],
+    checkpoint: str | Path | None = None,
+    device: str = "auto",
+    model_dir: str | Path | None = None,
+) -> Encoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
+
+    An index built with an export (`--model DIR`) gets its `OnnxEncoder` (`onnx_encoder_for_index`).
 
     Raises:
         UserError: the checkpoint is missing, or its sha256 is not the one the index recorded
             (embeddings of another model are not comparable with the index's).
     """
+    if model_info.get("onnx_sha256") or model_dir is not None:
+        return onnx_encoder_for_index(model_info, model_dir, checkpoint, device)
     recorded = model_info.get("checkpoint_sha256")
     if not recorded:
         raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")

@@ -52,6 +52,7 @@ def create_app(
     image_root: str | Path | None = None,
     openapi: bool = False,
     reload_interval: float = 1.0,
+    model_dir: str | Path | None = None,
 ) -> FastAPI:
     """Load the index in `index_dir` and the model it records, and return the app serving them.
 
@@ -69,6 +70,7 @@ def create_app(
             that also covers images added later).
         openapi: serve `/openapi.json` and the `/docs` page.
         reload_interval: seconds between two looks for a new version of the index; 0 never reloads.
+        model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded, or the limits contradict each other.
@@ -79,7 +81,9 @@ def create_app(
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
     if reload_interval < 0:
         raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
-    live = LiveIndex(index_dir, lambda path, previous: load_view(path, previous, checkpoint, device), reload_interval)
+    live = LiveIndex(
+        index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
+    )
     searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()

@@ -14,7 +14,7 @@ __all__ = ["PublicPaths", "public_info"]
 
 # Manifest fields a client may see; anything else (checkpoint path, versions, removed ids, file checksums) stays in.
 _PUBLIC_FIELDS = ("format", "version", "kind", "factory", "dimension", "metric", "normalized", "count", "created")
-_PUBLIC_MODEL_FIELDS = ("checkpoint_sha256", "embedding_dim", "image_size", "transform")
+_PUBLIC_MODEL_FIELDS = ("checkpoint_sha256", "onnx_sha256", "embedding_dim", "image_size", "transform")
 _PRIVATE_MODEL_CONFIG = ("weights",)  # a local file path
 
 

@@ -140,3 +140,16 @@ def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gall
     assert info["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
     assert answer.status_code == 200, answer.text
     assert answer.json()["results"][0]["path"].endswith(image.name)
+
+
+def test_index_add_embeds_with_the_export_the_index_records(capsys, onnx_index, exported, digits_images, tmp_path):
+    index_dir = tmp_path / "index"
+    shutil.copytree(onnx_index, index_dir)
+    new = tmp_path / "new"
+    new.mkdir()
+    for path in digits_images[1::150]:
+        shutil.copy(path, new / path.name)
+    assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
+    assert "added 6 vectors" in capsys.readouterr().out
+    found = _query(capsys, index_dir, sorted(new.iterdir()), "--model", str(exported))
+    assert [paths[0] for paths in found] == [str(path.resolve()) for path in sorted(new.iterdir())]

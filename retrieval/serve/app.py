@@ -1,6 +1,7 @@
 """The search service: a FastAPI app over one index directory and the model that built it.
 
-Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"),
+Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
+optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filters`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);
 every GET route answers HEAD too. `/openapi.json` and `/docs` only when asked for (`openapi=True`):
 a public service need not describe itself to every visitor.
@@ -28,11 +29,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from retrieval.errors import UserError
+from retrieval.serve.backend import Views
 from retrieval.serve.budget import ServerBusy
+from retrieval.serve.database import database_views
 from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
-from retrieval.serve.parsing import MAX_K, parse_id, parse_k, read_body, read_json, read_upload
+from retrieval.serve.parsing import MAX_K, parse_filter_field, parse_id, parse_k, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
@@ -44,7 +47,7 @@ _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
 def create_app(
-    index_dir: str | Path,
+    index_dir: str | Path | None,
     checkpoint: str | Path | None = None,
     device: str = "auto",
     limits: ServeLimits | None = None,
@@ -52,12 +55,13 @@ def create_app(
     image_root: str | Path | None = None,
     openapi: bool = False,
     reload_interval: float = 1.0,
+    backend: str | None = None,
     model_dir: str | Path | None = None,
 ) -> FastAPI:
-    """Load the index in `index_dir` and the model it records, and return the app serving them.
+    """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
     Args:
-        index_dir: a directory written by `retrieval index build`.
+        index_dir: a directory written by `retrieval index build` (None with `backend`).
         checkpoint: the index's checkpoint if it moved (must be the same file, by sha256).
         device: where the model runs (`auto`, `cpu`, `cuda`).
         limits: request limits (`ServeLimits()` by default).
@@ -70,6 +74,8 @@ def create_app(
             that also covers images added later).
         openapi: serve `/openapi.json` and the `/docs` page.
         reload_interval: seconds between two looks for a new version of the index; 0 never reloads.
+        backend: instead of `index_dir`, a vector database collection written by `retrieval index
+            export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
         model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
 
     Raises:
@@ -81,9 +87,15 @@ def create_app(
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
     if reload_interval < 0:
         raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
-    live = LiveIndex(
-        index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
-    )
+    live: Views[IndexView]
+    if backend is not None and index_dir is None:
+        live = database_views(backend, checkpoint, device, model_dir)
+    elif index_dir is not None and backend is None:
+        live = LiveIndex(
+            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
+        )
+    else:
+        raise UserError("serve either an index directory or a database backend URI, not both or neither")
     searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()
@@ -127,19 +139,20 @@ def create_app(
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
-            data, k = await read_upload(request, body)
+            data, k, where = await read_upload(request, body)
             query: dict[str, Any] = {"type": "image"}
-            results = await run_in_threadpool(searcher.by_image, data, k)
+            results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
             payload = read_json(body)
             k = parse_k(payload.get("k", 10))
+            where = parse_filter_field(payload.get("filter"))
             if "vector" in payload:
                 query = {"type": "vector"}
-                results = await run_in_threadpool(searcher.by_vector, payload["vector"], k)
+                results = await run_in_threadpool(searcher.by_vector, payload["vector"], k, where)
             else:
                 item_id = parse_id(payload["id"])
                 query = {"type": "id", "id": item_id}
-                results = await run_in_threadpool(searcher.by_id, item_id, k)
+                results = await run_in_threadpool(searcher.by_id, item_id, k, where)
         else:
             raise RequestError(
                 415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'

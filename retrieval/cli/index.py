@@ -2,7 +2,8 @@
 
 The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
 new images with the same model and transform without being told; a `--checkpoint` given to them
-must be that same file.
+must be that same file. An index built from an export (`--model DIR`, `retrieval export`) records
+the sha256 of its model.onnx instead and embeds with onnxruntime (`OnnxEncoder`).
 
 Writers (`build --out` over an index, `add`, `remove`) take the index's writer lock
 (`retrieval.index.locking`) from load to save, so concurrent ones all take effect; a second
@@ -26,12 +27,14 @@ import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.errors import UserError
+from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.inference.interface import Encoder
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
 
@@ -64,7 +67,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
         "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
     )
-    build.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
+    model = build.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
+    model.add_argument("--model", type=Path, metavar="EXPORT_DIR", help="a `retrieval export` directory (onnxruntime)")
     _add_image_inputs(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
@@ -151,8 +156,12 @@ def _add_image_inputs(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
         "--checkpoint", type=Path, metavar="CKPT", help="default: the one the index records (must be the same file)"
+    )
+    model.add_argument(
+        "--model", type=Path, metavar="EXPORT_DIR", help="for an index built from an export: default the one it records"
     )
 
 
@@ -215,7 +224,11 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     target_recall, default_target_recall = _tuning(args.target_recall)
-    encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    encoder: Encoder = (
+        OnnxEncoder.from_export(args.model, device=args.device)
+        if args.model
+        else ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    )
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(
@@ -263,7 +276,9 @@ def _query(args: argparse.Namespace) -> int:
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     min_score = resolve_min_score(args.min_score, index.manifest)
-    encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
+    encoder = encoder_for_index(
+        index.manifest.get("model") or {}, args.checkpoint, device=args.device, model_dir=args.model
+    )
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
         raise UserError(f"no images in {args.images}; pass query images with --image or --images")
@@ -286,7 +301,7 @@ def _query(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     model = read_manifest(args.index).get("model") or {}  # checked against the verified load under the lock
-    encoder = encoder_for_index(model, args.checkpoint, device=args.device)
+    encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:

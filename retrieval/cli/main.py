@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import compare, data, embed, evaluate, index, serve, sweep, train
+from retrieval.cli import compare, data, embed, evaluate, export, index, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
@@ -17,6 +17,7 @@ _COMMANDS = {
     "train": train,
     "evaluate": evaluate,
     "embed": embed,
+    "export": export,
     "sweep": sweep,
     "compare": compare,
     "data": data,

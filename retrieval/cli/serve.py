@@ -25,8 +25,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
-    parser.add_argument(
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
         "--checkpoint", type=Path, metavar="CKPT", help="default: the one the index records (must be the same file)"
+    )
+    model.add_argument(
+        "--model", type=Path, metavar="EXPORT_DIR", help="for an index built from an export: default the one it records"
     )
     parser.add_argument("--device", default="auto", help="where the model runs: auto | cpu | cuda (default: auto)")
     parser.add_argument(
@@ -104,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
         openapi=args.openapi,
         reload_interval=args.reload_interval,
         backend=args.backend,
+        model_dir=args.model,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)

@@ -24,18 +24,16 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-from PIL import Image
 from timm.data import create_transform
 from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_mode
 from torchvision.transforms import InterpolationMode, v2
 
 from retrieval.config import AugmentConfig
 from retrieval.errors import UserError
+from retrieval.images import Fill, border_colour, fill_value
 
 __all__ = ["border_colour", "build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
 
-Fill = int | tuple[int, int, int]
 # A geometry step (a PIL image in, a PIL image out) built for one fill colour.
 _FilledStep = Callable[[Fill], Callable[[Any], Any]]
 
@@ -156,24 +154,6 @@ def _to_image(in_chans: int) -> list[Callable]:
     return [v2.ToPILImage(), v2.Grayscale(num_output_channels=1) if in_chans == 1 else v2.RGB()]
 
 
-def border_colour(image: Image.Image) -> Fill:
-    """The median colour of an image's one-pixel border: its background (`fill: auto`).
-
-    Example:
-        >>> page = Image.new("L", (8, 8), 230)
-        >>> page.putpixel((4, 4), 0)
-        >>> border_colour(page), border_colour(Image.new("RGB", (4, 4), (10, 20, 30)))
-        (230, (10, 20, 30))
-    """
-    pixels = np.asarray(image)
-    ring = np.concatenate([pixels[0], pixels[-1], pixels[1:-1, 0], pixels[1:-1, -1]])
-    colour = np.median(ring, axis=0).round().astype(int)
-    if colour.ndim == 0:
-        return int(colour)
-    red, green, blue = (int(value) for value in colour[:3])
-    return red, green, blue
-
-
 class _BorderFilled:
     """A geometry step filled with each image's own `border_colour` (`fill: auto`)."""
 
@@ -186,7 +166,7 @@ class _BorderFilled:
 
 def _filled(make_step: _FilledStep, fill: str, mean: tuple[float, ...]) -> Callable[[Any], Any]:
     """`make_step` with the configured fill: a fixed colour, or each image's own background for `auto`."""
-    return _BorderFilled(make_step) if fill == "auto" else make_step(_fill_value(fill, mean))
+    return _BorderFilled(make_step) if fill == "auto" else make_step(fill_value(fill, mean))
 
 
 def _eval_geometry(
@@ -204,15 +184,3 @@ def _eval_geometry(
         return CenterCropOrPad(image_size, fill=fill)
 
     return [v2.Resize(None, max_size=image_size, interpolation=mode), _filled(pad, augment.fill, mean)]
-
-
-def _fill_value(fill: str, mean: tuple[float, ...]) -> Fill:
-    """The background as 8-bit pixel values (the pipeline fills PIL images, before normalization); not `auto`."""
-    if fill == "white":
-        return 255
-    if fill == "black":
-        return 0
-    if len(mean) == 1:
-        return round(255 * mean[0])
-    red, green, blue = (round(255 * m) for m in mean)
-    return red, green, blue

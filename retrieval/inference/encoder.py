@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import torch
@@ -22,20 +22,14 @@ from retrieval.data.csv_dataset import ImageDataset, flatten_image
 from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
+from retrieval.export.onnx_encoder import onnx_encoder_for_index
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
+from retrieval.inference.interface import EmbeddedFiles, Encoder
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
 
 __all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index"]
-
-
-class EmbeddedFiles(NamedTuple):
-    """The result of `ImageEncoder.embed_files`."""
-
-    embeddings: np.ndarray  # (M, D) float32 unit vectors of the files that could be read
-    positions: np.ndarray  # (M,) int64: embeddings[i] is the file paths[positions[i]]
-    failures: list[tuple[str, str]]  # (path, reason) of every file skipped, in input order
 
 
 class ImageEncoder:
@@ -158,14 +152,21 @@ class ImageEncoder:
 
 
 def encoder_for_index(
-    model_info: dict[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
-) -> ImageEncoder:
+    model_info: dict[str, Any],
+    checkpoint: str | Path | None = None,
+    device: str = "auto",
+    model_dir: str | Path | None = None,
+) -> Encoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
+
+    An index built with an export (`--model DIR`) gets its `OnnxEncoder` (`onnx_encoder_for_index`).
 
     Raises:
         UserError: the checkpoint is missing, or its sha256 is not the one the index recorded
             (embeddings of another model are not comparable with the index's).
     """
+    if model_info.get("onnx_sha256") or model_dir is not None:
+        return onnx_encoder_for_index(model_info, model_dir, checkpoint, device)
     recorded = model_info.get("checkpoint_sha256")
     if not recorded:
         raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")

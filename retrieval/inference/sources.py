@@ -2,7 +2,8 @@
 
 A CSV is read by `retrieval.data.csv_dataset.read_csv_rows`, the reader training uses, so a value
 it does not know (a split, an is_gallery flag) is the same one-line error in every command.
-`embed_source` embeds the images with a checkpoint's `ImageEncoder`, reporting unreadable files on stderr.
+`embed_source` embeds the images with an `Encoder` (a checkpoint's or an export's), reporting unreadable
+files on stderr.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from retrieval.config import DataConfig
 from retrieval.data import CsvSplit, list_images, read_splits
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.interface import Encoder
 
 __all__ = [
     "SPLITS",
@@ -111,7 +112,7 @@ def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool
 
 
 def embed_source(
-    encoder: ImageEncoder, source: ImageSource, batch_size: int, num_workers: int
+    encoder: Encoder, source: ImageSource, batch_size: int, num_workers: int
 ) -> tuple[np.ndarray, dict[str, list[str]]]:
     """`(M, D)` embeddings of the readable files of `source` and their metadata rows; the rest reported on stderr.
 

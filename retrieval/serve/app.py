@@ -59,6 +59,7 @@ def create_app(
     openapi: bool = False,
     reload_interval: float = 1.0,
     backend: str | None = None,
+    model_dir: str | Path | None = None,
 ) -> FastAPI:
     """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
@@ -78,6 +79,7 @@ def create_app(
         reload_interval: seconds between two looks for a new version of the index; 0 never reloads.
         backend: instead of `index_dir`, a vector database collection written by `retrieval index
             export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
+        model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded, or the limits contradict each other.
@@ -90,10 +92,10 @@ def create_app(
         raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
     live: Views[IndexView]
     if backend is not None and index_dir is None:
-        live = database_views(backend, checkpoint, device)
+        live = database_views(backend, checkpoint, device, model_dir)
     elif index_dir is not None and backend is None:
         live = LiveIndex(
-            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device), reload_interval
+            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
         )
     else:
         raise UserError("serve either an index directory or a database backend URI, not both or neither")

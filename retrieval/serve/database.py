@@ -1,16 +1,17 @@
 """The search service over a vector database collection written by `retrieval index export`.
 
 The collection's record names the model that embedded its vectors; uploaded images are embedded
-with that checkpoint (the recorded path, or `checkpoint` if it is the same file by sha256), and
-search and filters run in the database. The record is read once at start; points the database
-gains or loses later are searched as they are.
+with that checkpoint or export (the recorded path, or `checkpoint` / `model_dir` if it is the same
+model file by sha256), and search and filters run in the database. The record is read once at
+start; points the database gains or loses later are searched as they are.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.inference.encoder import encoder_for_index
+from retrieval.inference.interface import Encoder, model_identity
 from retrieval.serve.backend import FixedView
 from retrieval.serve.public import public_info
 from retrieval.serve.searcher import IndexView
@@ -19,7 +20,9 @@ from retrieval.vectordb.uri import parse_database_uri
 __all__ = ["database_views"]
 
 
-def database_views(uri: str, checkpoint: str | Path | None, device: str) -> FixedView[IndexView]:
+def database_views(
+    uri: str, checkpoint: str | Path | None, device: str, model_dir: str | Path | None = None
+) -> FixedView[IndexView]:
     """The view of the collection at `uri` (see `retrieval.vectordb.uri`) and of its model.
 
     Raises:
@@ -30,8 +33,6 @@ def database_views(uri: str, checkpoint: str | Path | None, device: str) -> Fixe
 
     collection = CollectionIndex.open(parse_database_uri(uri))
     model = collection.record.model
-    encoder: ImageEncoder | None = (
-        encoder_for_index(model, checkpoint, device) if model.get("checkpoint_sha256") else None
-    )
+    encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model_identity(model) else None
     info = {**public_info(collection.manifest), "backend": "qdrant"}
     return FixedView(IndexView(collection, encoder, info))

@@ -25,7 +25,7 @@ _PUBLIC_FIELDS = (
     "created",
     "match_threshold",
 )
-_PUBLIC_MODEL_FIELDS = ("checkpoint_sha256", "embedding_dim", "image_size", "transform")
+_PUBLIC_MODEL_FIELDS = ("checkpoint_sha256", "onnx_sha256", "embedding_dim", "image_size", "transform")
 _PRIVATE_MODEL_CONFIG = ("weights",)  # a local file path
 
 

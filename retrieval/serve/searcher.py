@@ -21,7 +21,8 @@ import numpy as np
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filters import Filter
-from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.inference.encoder import encoder_for_index
+from retrieval.inference.interface import Encoder, model_identity
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
@@ -38,23 +39,29 @@ class IndexView:
     """One loaded version of the index (a FAISS index or a database collection) and the model that embeds queries."""
 
     index: SearchBackend
-    encoder: ImageEncoder | None
+    encoder: Encoder | None
     info: dict[str, Any]  # the manifest's public fields (`public_info`)
 
 
-def load_view(path: Path, previous: IndexView | None, checkpoint: str | Path | None, device: str) -> IndexView:
-    """Load the index at `path`; the previous view's model is kept when the index records the same checkpoint.
+def load_view(
+    path: Path,
+    previous: IndexView | None,
+    checkpoint: str | Path | None,
+    device: str,
+    model_dir: str | Path | None = None,
+) -> IndexView:
+    """Load the index at `path`; the previous view's model is kept when the index records the same model file.
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded.
     """
     index = SearchIndex.load(path)
     model_info = index.manifest.get("model") or {}
-    recorded = model_info.get("checkpoint_sha256")
-    if previous is not None and previous.encoder is not None and previous.encoder.checkpoint_sha256 == recorded:
-        encoder: ImageEncoder | None = previous.encoder
+    recorded = model_identity(model_info)
+    if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:
+        encoder: Encoder | None = previous.encoder
     else:
-        encoder = encoder_for_index(model_info, checkpoint, device) if recorded else None
+        encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
     return IndexView(index, encoder, public_info(index.manifest))
 
 

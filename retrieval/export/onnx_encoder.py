@@ -1,0 +1,189 @@
+"""`OnnxEncoder`: images to embeddings with an export (`model.onnx` + `preprocess.json`), onnxruntime and no torch.
+
+It offers what `index build|add|query` and `serve` use of a checkpoint's `ImageEncoder` (the
+`retrieval.inference.interface.Encoder` protocol): images are read by `retrieval.images.load_image`
+(upright, transparency on white), preprocessed by `Preprocess` (numpy + Pillow, pixel for pixel the
+PyTorch eval transform) and embedded by onnxruntime. Nothing it imports imports torch, timm or
+torchvision, so a deployment needs only onnxruntime, numpy and Pillow (the `[onnx]` extra).
+
+Example:
+    encoder = OnnxEncoder.from_export("exported/")            # checks the files against the manifest
+    embeddings = encoder.embed_files(paths).embeddings         # (M, D) float32 unit vectors
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from retrieval.errors import UserError
+from retrieval.export.bundle import read_export
+from retrieval.export.preprocess import Preprocess
+from retrieval.images import UnreadableImage, flatten_image, load_image
+from retrieval.inference.interface import EmbeddedFiles
+
+__all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
+
+
+class OnnxEncoder:
+    """An ONNX embedder in an onnxruntime session with its preprocessing; `(M, D)` float32 unit vectors out.
+
+    Args:
+        model_path: an ONNX model taking `(B, C, S, S)` float32 images and giving `(B, D)` embeddings.
+        preprocess: the eval transform the model was trained and measured with.
+        info: what an index manifest records about the model (`from_export` fills it from the manifest).
+        device: `auto` (CUDA when onnxruntime has it, else the CPU), `cpu`, `cuda` or `cuda:N`.
+        threads: onnxruntime's intra-op threads (None: its default, every core).
+    """
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        preprocess: Preprocess,
+        info: dict[str, Any] | None = None,
+        device: str = "auto",
+        threads: int | None = None,
+    ) -> None:
+        ort = _onnxruntime()
+        options = ort.SessionOptions()
+        if threads is not None:
+            options.intra_op_num_threads = threads
+        self.session = ort.InferenceSession(str(model_path), options, providers=_providers(device, ort))
+        self.preprocess = preprocess
+        self._info = dict(info or {})
+        self._input = self.session.get_inputs()[0].name
+        self._dim = int(self.session.get_outputs()[0].shape[1])
+        self.match_threshold: dict[str, Any] | None = None  # the source checkpoint's, from the export's manifest
+
+    @classmethod
+    def from_export(cls, directory: str | Path, device: str = "auto", threads: int | None = None) -> OnnxEncoder:
+        """Load a `retrieval export` directory, its files checked against its manifest (`read_export`)."""
+        files = read_export(directory)
+        manifest = files.manifest
+        info = {
+            "model_dir": str(files.directory),
+            "onnx_sha256": files.model_sha256,
+            "source_checkpoint_sha256": manifest.get("source_checkpoint_sha256"),
+            "model_config": manifest.get("model_config"),
+            "embedding_dim": manifest.get("embedding_dim"),
+            "image_size": files.preprocess.image_size,
+            "transform": files.preprocess.to_dict(),
+        }
+        encoder = cls(files.model_path, files.preprocess, info, device, threads)
+        encoder.match_threshold = manifest.get("match_threshold")
+        return encoder
+
+    @property
+    def dim(self) -> int:
+        """Embedding dimension D."""
+        return self._dim
+
+    @property
+    def model_sha256(self) -> str:
+        """The sha256 of model.onnx (empty for a model not loaded by `from_export`)."""
+        return str(self._info.get("onnx_sha256") or "")
+
+    def info(self) -> dict[str, Any]:
+        """What the index manifest records about the model that embedded it (JSON-ready)."""
+        return dict(self._info)
+
+    def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
+        """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
+        return self.embed_inputs(self.preprocess.batch([flatten_image(image) for image in images]))
+
+    def embed_inputs(self, inputs: np.ndarray) -> np.ndarray:
+        """`(B, C, S, S)` preprocessed float32 images -> `(B, D)` float32 embeddings."""
+        if not len(inputs):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        (embeddings,) = self.session.run(None, {self._input: np.ascontiguousarray(inputs, dtype=np.float32)})
+        return np.asarray(embeddings, dtype=np.float32)
+
+    def embed_files(
+        self, paths: Sequence[str | Path], batch_size: int = 64, num_workers: int = 0, progress: bool = True
+    ) -> EmbeddedFiles:
+        """Embed image files in batches, skipping (and reporting) the ones that cannot be read.
+
+        `num_workers` threads read and preprocess the images of a batch (Pillow decodes and resizes
+        without holding the GIL); 0 reads them in this thread.
+        """
+        if batch_size < 1:
+            raise UserError(f"batch size must be >= 1, got {batch_size}")
+        files = [Path(path) for path in paths]
+        chunks, positions, failures = [], [], []
+        with ThreadPoolExecutor(max(num_workers, 1)) as pool:
+            starts = range(0, len(files), batch_size)
+            for start in tqdm(starts, desc="embed", leave=False, disable=None if progress else True):
+                batch = files[start : start + batch_size]
+                read = list(pool.map(self._read, batch)) if num_workers else [self._read(path) for path in batch]
+                good = [i for i, item in enumerate(read) if isinstance(item, np.ndarray)]
+                failures += [(str(batch[i]), item) for i, item in enumerate(read) if isinstance(item, str)]
+                positions += [start + i for i in good]
+                chunks.append(self.embed_inputs(np.stack([read[i] for i in good]) if good else np.zeros((0,))))
+        embeddings = np.concatenate(chunks) if chunks else np.zeros((0, self.dim), dtype=np.float32)
+        return EmbeddedFiles(embeddings, np.asarray(positions, dtype=np.int64), failures)
+
+    def _read(self, path: Path) -> np.ndarray | str:
+        """The model input of one image file, or why it cannot be read."""
+        try:
+            return self.preprocess(load_image(path))
+        except UnreadableImage as exc:
+            return exc.reason
+
+
+def onnx_encoder_for_index(
+    model_info: dict[str, Any],
+    model_dir: str | Path | None,
+    checkpoint: str | Path | None = None,
+    device: str = "auto",
+) -> OnnxEncoder:
+    """The export an index was built with: its recorded directory, or `model_dir` if it holds the same model.onnx.
+
+    Raises:
+        UserError: the index was built with a checkpoint (or given one), the export is missing or
+            broken, or its model.onnx is not the one the index recorded.
+    """
+    recorded = str(model_info.get("onnx_sha256") or "")
+    if not recorded:
+        raise UserError(
+            "this index was not built with an export; query it with its checkpoint (--checkpoint CKPT or none), "
+            "or rebuild it with --model DIR"
+        )
+    if checkpoint is not None:
+        raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
+    directory = Path(model_dir) if model_dir is not None else Path(model_info.get("model_dir", ""))
+    encoder = OnnxEncoder.from_export(directory, device=device)
+    if encoder.model_sha256 != recorded:
+        raise UserError(
+            f"the model in {directory} is not the one this index was built with (model.onnx sha256 "
+            f"{encoder.model_sha256[:12]}... != {recorded[:12]}...); pass the original with --model or rebuild "
+            "the index"
+        )
+    return encoder
+
+
+def _onnxruntime() -> Any:
+    """The onnxruntime module, or a one-line error saying how to install it (it is the optional `[onnx]` extra)."""
+    try:
+        import onnxruntime
+    except ImportError as exc:
+        raise UserError("onnxruntime is not installed; install it with: pip install 'retrieval[onnx]'") from exc
+    return onnxruntime
+
+
+def _providers(device: str, ort: Any) -> list[str | tuple[str, dict[str, int]]]:
+    """onnxruntime execution providers for `--device` (`auto` prefers CUDA when this onnxruntime build has it)."""
+    has_cuda = "CUDAExecutionProvider" in ort.get_available_providers()
+    if device == "cpu" or (device == "auto" and not has_cuda):
+        return ["CPUExecutionProvider"]
+    name, _, index = device.partition(":")
+    if name not in ("auto", "cuda") or (index and not index.isdigit()) or (name == "auto" and index):
+        raise UserError(f"unknown --device {device!r}; use auto, cpu, cuda or cuda:N")
+    if not has_cuda:
+        raise UserError(f"--device {device}: this onnxruntime has no CUDA; install onnxruntime-gpu or use --device cpu")
+    return [("CUDAExecutionProvider", {"device_id": int(index or 0)}), "CPUExecutionProvider"]

@@ -1,0 +1,178 @@
+"""`export_checkpoint`: a `retrieval train` checkpoint -> an export directory that onnxruntime runs without torch.
+
+The directory holds `model.onnx` (the `Embedder` in eval mode, up to the L2-normalized embedding,
+`model.flip_average` included, with a dynamic batch axis), `preprocess.json` (the run's eval
+transform as data, `Preprocess`) and `manifest.json` (format, source checkpoint and its sha256,
+opset, embedding dimension, backbone, the sha256 of the other two files, and the parity measured
+here). Each file is written atomically and the manifest last (`retrieval.export.bundle`).
+
+Exporter: `torch.onnx.export(..., dynamo=True)` (torch.export + onnxscript), the one PyTorch
+maintains: the TorchScript exporter is deprecated since torch 2.9 and the fallback to it was
+removed in 2.11. It exports timm ResNets at opset 18 with a dynamic batch axis, and
+onnxruntime then matches eager PyTorch to about 1e-7. A model it cannot convert (an op without
+an ONNX translation, or data-dependent control flow torch.export cannot trace) is refused with
+one line naming the op.
+
+Parity: a few random-noise images of different sizes and aspect ratios go through both paths
+(the torch eval transform + eager PyTorch, and `Preprocess` + onnxruntime), one at a time and as
+one batch; the manifest records the largest difference of the model inputs and of the
+embeddings, and an export whose embeddings differ by more than `PARITY_TOLERANCE` is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.metadata
+import importlib.util
+import json
+import re
+from pathlib import Path
+from typing import Any, cast
+
+import numpy as np
+import torch
+from PIL import Image
+from torch import nn
+
+from retrieval import __version__
+from retrieval.checkpoint import Checkpoint
+from retrieval.errors import UserError
+from retrieval.export.bundle import EXPORT_FORMAT, MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
+from retrieval.export.onnx_encoder import OnnxEncoder
+from retrieval.export.preprocess import Preprocess
+from retrieval.inference.embedding import FLOAT32, embed_batch
+from retrieval.inference.encoder import ImageEncoder
+from retrieval.runtime.files import atomic_write, file_sha256, write_text
+
+__all__ = ["DEFAULT_OPSET", "PARITY_TOLERANCE", "export_checkpoint", "export_onnx"]
+
+DEFAULT_OPSET = 18  # read by onnxruntime >= 1.14, TensorRT 8.6+, OpenVINO 2023+
+PARITY_TOLERANCE = 1e-4  # largest max-abs embedding difference onnxruntime vs PyTorch an export may have
+INPUT_NAME, OUTPUT_NAME = "images", "embeddings"
+_ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # the `[onnx]` extra: the exporter's and the parity check's
+# Parity images: (width, height) of random-noise images, squares and both orientations of odd aspect ratios.
+_PARITY_SIZES = ((37, 53), (64, 48), (20, 20), (90, 31), (48, 64))
+
+
+def export_checkpoint(checkpoint_path: str | Path, out_dir: str | Path, opset: int = DEFAULT_OPSET) -> dict[str, Any]:
+    """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there.
+
+    Raises:
+        UserError: the checkpoint cannot be read, the model cannot be exported (the op is named),
+            `out_dir` cannot be written, or onnxruntime's embeddings differ from PyTorch's by more
+            than `PARITY_TOLERANCE`.
+    """
+    source, out = Path(checkpoint_path), Path(out_dir)
+    missing = [name for name in _ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"ONNX export needs {', '.join(missing)}; install them with: pip install 'retrieval[onnx]'")
+    if not source.is_file():
+        raise UserError(f"checkpoint not found: {source}; pass a run's checkpoints/best.pt with --checkpoint")
+    sha256 = file_sha256(source)
+    encoder = ImageEncoder.from_loaded(Checkpoint.load(source), source, device="cpu", sha256=sha256)
+    preprocess = Preprocess.from_description(encoder.transform_info)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        export_onnx(encoder.model, out / MODEL_FILE, preprocess.in_chans, preprocess.image_size, opset)
+        write_text(out / PREPROCESS_FILE, json.dumps(preprocess.to_dict(), indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write the export to {out}: {exc.strerror or exc}; choose a writable --out") from exc
+    parity = _measure_parity(encoder, OnnxEncoder(out / MODEL_FILE, preprocess, device="cpu"))
+    if parity["embedding_max_abs_diff"] > PARITY_TOLERANCE:
+        raise UserError(
+            f"onnxruntime's embeddings differ from PyTorch's by {parity['embedding_max_abs_diff']:.2e} "
+            f"(> {PARITY_TOLERANCE:g}); the export in {out} is not usable: try another --opset"
+        )
+    config = encoder.model_config
+    manifest = {
+        "format": EXPORT_FORMAT,
+        "kind": "onnx",
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source_checkpoint": str(source.resolve()),
+        "source_checkpoint_sha256": sha256,
+        "backbone": config.backbone,
+        "embedding_dim": encoder.dim,
+        "flip_average": config.flip_average,
+        "model_config": dataclasses.asdict(config),
+        "opset": opset,
+        "input": {"name": INPUT_NAME, "shape": ["batch", preprocess.in_chans, *(preprocess.image_size,) * 2]},
+        "output": {"name": OUTPUT_NAME, "shape": ["batch", encoder.dim], "l2_normalized": True},
+        "parity": parity,
+        "match_threshold": encoder.match_threshold,  # `evaluate --save-threshold`'s, carried to indexes built from it
+        "versions": {
+            "retrieval": __version__,
+            "torch": torch.__version__,
+            "onnxruntime": importlib.metadata.version("onnxruntime"),
+        },
+        "files": {name: file_sha256(out / name) for name in (MODEL_FILE, PREPROCESS_FILE)},
+    }
+    write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+    return manifest
+
+
+def export_onnx(model: nn.Module, path: str | Path, in_chans: int, image_size: int, opset: int = DEFAULT_OPSET) -> None:
+    """Write `model` (in eval mode) to the ONNX file `path`: `(batch, in_chans, S, S)` images in, its output out.
+
+    Raises:
+        UserError: the exporter cannot convert the model; the message names the op (or what torch.export
+            could not trace).
+    """
+    sample = torch.rand(2, in_chans, image_size, image_size)  # batch 2: a batch of 1 would be specialized
+    try:
+        program = torch.onnx.export(
+            model.eval(),
+            (sample,),
+            dynamo=True,
+            opset_version=opset,
+            input_names=[INPUT_NAME],
+            output_names=[OUTPUT_NAME],
+            dynamic_shapes=({0: torch.export.Dim("batch")},),
+            verbose=False,
+        )
+    except torch.onnx.OnnxExporterError as exc:
+        raise UserError(
+            f"cannot export {type(model).__name__} to ONNX: {untraceable_reason(exc)}; choose a backbone made "
+            "of standard ops, or embed with the checkpoint (--checkpoint) instead"
+        ) from exc
+    with atomic_write(path) as temporary:
+        cast(torch.onnx.ONNXProgram, program).save(temporary, external_data=False)
+
+
+def untraceable_reason(exc: BaseException) -> str:
+    """Why the exporter failed, in a few words: the op without an ONNX translation, or torch.export's complaint.
+
+    Example:
+        >>> untraceable_reason(RuntimeError("No ONNX function found for <OpOverload(op='aten.cummax', ...)>"))
+        'op aten.cummax has no ONNX translation'
+    """
+    chain = [exc]
+    while (cause := chain[-1].__cause__ or chain[-1].__context__) is not None and cause not in chain:
+        chain.append(cause)
+    for error in chain:
+        found = re.search(r"op='([\w.]+)'", str(error)) or re.search(r"\b((?:aten|prims)\.\w+)", str(error))
+        if found:
+            return f"op {found[1]} has no ONNX translation"
+    innermost = chain[-1]
+    first_line = next((line.strip() for line in str(innermost).splitlines() if line.strip()), "")
+    return f"torch.export cannot trace it ({type(innermost).__name__}: {first_line[:200]})"
+
+
+def _measure_parity(encoder: ImageEncoder, exported: OnnxEncoder) -> dict[str, Any]:
+    """Largest differences of model inputs and embeddings between the PyTorch and the exported path."""
+    rng = np.random.default_rng(0)
+    images = [
+        Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8)) for width, height in _PARITY_SIZES
+    ]
+    torch_inputs = torch.stack([encoder.preprocess(image) for image in images])
+    onnx_inputs = exported.preprocess.batch(images)
+    reference = embed_batch(encoder.model, torch_inputs, torch.device("cpu"), FLOAT32).numpy()
+    one_by_one = np.concatenate([exported.embed_images([image]) for image in images])
+    batched = exported.embed_images(images)
+    return {
+        "embedding_max_abs_diff": float(max(np.abs(one_by_one - reference).max(), np.abs(batched - reference).max())),
+        "preprocess_max_abs_diff": float(np.abs(onnx_inputs - torch_inputs.numpy()).max()),
+        "images": len(images),
+        "batch_sizes": [1, len(images)],
+        "inputs": "random-noise RGB images of several sizes, through each path's own preprocessing",
+    }

@@ -1,0 +1,155 @@
+"""`retrieval export` refusals, `index build|query --model` and `serve` over an index built from an export."""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+from fastapi.testclient import TestClient
+from torch import nn
+
+from retrieval.cli.main import main
+from retrieval.errors import UserError
+from retrieval.export.bundle import read_export
+from retrieval.export.onnx_export import export_onnx
+from retrieval.runtime.files import file_sha256
+from retrieval.serve import create_app
+
+
+@pytest.fixture(scope="module")
+def gallery(tmp_path_factory, digits_images) -> Path:
+    """60 digits test images, 6 per label, in one folder per label."""
+    folder = tmp_path_factory.mktemp("gallery")
+    for path in digits_images[::15]:
+        (folder / path.parent.name).mkdir(exist_ok=True)
+        shutil.copy(path, folder / path.parent.name / path.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def onnx_index(tmp_path_factory, exported, gallery) -> Path:
+    index_dir = tmp_path_factory.mktemp("onnx_index") / "index"
+    args = ["index", "build", "--model", str(exported), "--images", str(gallery), "--out", str(index_dir)]
+    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
+    return index_dir
+
+
+def _query(capsys, index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
+    """The result paths of `index query --json` for each image."""
+    capsys.readouterr()
+    args = ["index", "query", "--index", str(index_dir), "--image", *map(str, images), "-k", "5", "--json", *model]
+    assert main(args) == 0
+    return [[result["path"] for result in answer["results"]] for answer in json.loads(capsys.readouterr().out)]
+
+
+def _error(capsys, args: list[str]) -> str:
+    """The one line `retrieval` prints on stderr for a user error (exit code 2)."""
+    capsys.readouterr()
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    return lines[0]
+
+
+def test_index_build_and_query_with_an_export_find_what_the_checkpoint_finds(
+    capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path
+):
+    queries = sorted(gallery.rglob("*.png"))[::7]
+    by_export = _query(capsys, onnx_index, queries, "--model", str(exported))
+    assert _query(capsys, onnx_index, queries) == by_export  # the export the index records
+    assert [paths[0] for paths in by_export] == [str(query.resolve()) for query in queries]
+    checkpoint_index = tmp_path / "checkpoint_index"
+    args = ["index", "build", "--checkpoint", str(digits_checkpoint), "--images", str(gallery), "--out"]
+    assert main([*args, str(checkpoint_index), "--type", "flat", "--num-workers", "0"]) == 0
+    assert _query(capsys, checkpoint_index, queries) == by_export
+    manifest = json.loads((onnx_index / "manifest.json").read_text())
+    assert manifest["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
+
+
+def test_another_model_is_refused_in_one_line(capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path):
+    other = tmp_path / "other"
+    shutil.copytree(exported, other)
+    model = onnx.load(other / "model.onnx")
+    model.doc_string = "the same graph, another file: another model as far as an index can tell"
+    onnx.save(model, other / "model.onnx")
+    manifest = json.loads((other / "manifest.json").read_text())
+    manifest["files"]["model.onnx"] = file_sha256(other / "model.onnx")
+    (other / "manifest.json").write_text(json.dumps(manifest))
+    query = ["index", "query", "--index", str(onnx_index), "--image", str(next(gallery.rglob("*.png")))]
+    assert "is not the one this index was built with" in _error(capsys, [*query, "--model", str(other)])
+    assert "pass --model DIR" in _error(capsys, [*query, "--checkpoint", str(digits_checkpoint)])
+    add = ["index", "add", "--index", str(onnx_index), "--images", str(gallery), "--model", str(other)]
+    assert "is not the one this index was built with" in _error(capsys, add)
+
+
+def test_a_checkpoint_index_refuses_an_export(capsys, tiny_checkpoint, exported, gallery, tmp_path):
+    index_dir = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--images", str(gallery), "--out", str(index_dir)]
+    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
+    query = ["index", "query", "--index", str(index_dir), "--image", str(next(gallery.rglob("*.png")))]
+    assert "was not built with an export" in _error(capsys, [*query, "--model", str(exported)])
+
+
+def test_a_changed_or_incomplete_export_is_refused(exported, tmp_path):
+    broken = tmp_path / "broken"
+    shutil.copytree(exported, broken)
+    with open(broken / "model.onnx", "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(UserError, match="interrupted or changed"):
+        read_export(broken)
+    (broken / "manifest.json").unlink()
+    with pytest.raises(UserError, match="has no manifest.json"):
+        read_export(broken)
+    with pytest.raises(UserError, match="does not exist"):
+        read_export(tmp_path / "nowhere")
+
+
+class _CumulativeMax(nn.Module):
+    """A model with an op the ONNX exporter has no translation for (`aten.cummax`)."""
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return torch.cummax(images.flatten(1), dim=1).values
+
+
+def test_an_op_without_onnx_translation_is_refused_naming_it(tmp_path):
+    with pytest.raises(UserError, match=r"op aten\.cummax has no ONNX translation") as raised:
+        export_onnx(_CumulativeMax(), tmp_path / "model.onnx", in_chans=1, image_size=4)
+    assert "\n" not in str(raised.value) and not (tmp_path / "model.onnx").exists()
+
+
+def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkpoint, tmp_path):
+    def fail(*args, **kwargs):
+        raise torch.onnx.OnnxExporterError("No ONNX function found for <OpOverload(op='aten.fancy', overload='x')>")
+
+    monkeypatch.setattr(torch.onnx, "export", fail)
+    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")])
+    assert "op aten.fancy has no ONNX translation" in line
+    assert "checkpoint not found" in _error(capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"])
+
+
+def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gallery):
+    image = sorted(gallery.rglob("*.png"))[3]
+    with TestClient(create_app(onnx_index, model_dir=exported, device="cpu", reload_interval=0)) as client:
+        info = client.get("/info").json()
+        answer = client.post("/search", files={"image": ("q.png", io.BytesIO(image.read_bytes()), "image/png")})
+    assert info["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["results"][0]["path"].endswith(image.name)
+
+
+def test_index_add_embeds_with_the_export_the_index_records(capsys, onnx_index, exported, digits_images, tmp_path):
+    index_dir = tmp_path / "index"
+    shutil.copytree(onnx_index, index_dir)
+    new = tmp_path / "new"
+    new.mkdir()
+    for path in digits_images[1::150]:
+        shutil.copy(path, new / path.name)
+    assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
+    assert "added 6 vectors" in capsys.readouterr().out
+    found = _query(capsys, index_dir, sorted(new.iterdir()), "--model", str(exported))
+    assert [paths[0] for paths in found] == [str(path.resolve()) for path in sorted(new.iterdir())]

@@ -1,0 +1,75 @@
+"""`Preprocess` (numpy + Pillow) gives the torch eval transform's pixels exactly, for every resize mode and fill."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from retrieval.config import resolve_augment
+from retrieval.data.transforms import build_eval_transform, describe_eval_transform
+from retrieval.errors import UserError
+from retrieval.export.preprocess import Preprocess
+from retrieval.images import flatten_image
+
+_STATS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
+# (width, height): square, both orientations, smaller than the model input, odd sides that round half to even.
+_SIZES = ((40, 40), (23, 61), (100, 37), (8, 8), (33, 34), (35, 20))
+
+
+def _images(rng: np.random.Generator) -> list[Image.Image]:
+    """Noise images of every size, as RGB, grayscale, and RGBA with a transparent border (flattened onto white)."""
+    images = []
+    for width, height in _SIZES:
+        pixels = rng.integers(0, 256, (height, width, 4), dtype=np.uint8)
+        pixels[:2, :, 3] = 0
+        images += [Image.fromarray(pixels[..., :3]), Image.fromarray(pixels[..., 0]), Image.fromarray(pixels, "RGBA")]
+    return [flatten_image(image) for image in images]
+
+
+@pytest.mark.parametrize(
+    ("eval_mode", "fill", "in_chans", "interpolation"),
+    [
+        *itertools.product(["center_crop", "resize"], [None], [1, 3], ["bicubic", "bilinear"]),
+        *itertools.product(["pad_square"], ["auto", "white", "black", "mean"], [1, 3], ["bicubic"]),
+    ],
+)
+def test_pixels_equal_the_torch_eval_transform(eval_mode, fill, in_chans, interpolation):
+    augment = resolve_augment({"eval_mode": eval_mode, "crop_pct": 0.875, **({"fill": fill} if fill else {})}, "csv")
+    stats = {**_STATS, "interpolation": interpolation}
+    reference = build_eval_transform(augment, 32, stats, in_chans)
+    preprocess = Preprocess.from_description(describe_eval_transform(augment, 32, stats, in_chans))
+    for image in _images(np.random.default_rng(0)):
+        expected = reference(image).numpy()
+        assert preprocess(image).dtype == np.float32
+        np.testing.assert_array_equal(preprocess(image), expected)
+
+
+def test_json_round_trip_and_fill_as_pixel_values():
+    augment = resolve_augment({"eval_mode": "pad_square", "fill": "mean"}, "csv")
+    preprocess = Preprocess.from_description(describe_eval_transform(augment, 48, {**_STATS}, 3))
+    data = json.loads(json.dumps(preprocess.to_dict()))
+    assert data["fill"] == [124, 116, 104] and data["in_chans"] == 3 and data["interpolation"] == "bilinear"
+    assert Preprocess.from_dict(data) == preprocess
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": 99}, "format 99"),
+        ({"resize_mode": "stretch"}, "resize_mode 'stretch'"),
+        ({"mean": [0.5]}, "channels 'RGB' with 1 means"),
+        ({"interpolation": "cubic"}, "interpolation 'cubic'"),
+        ({"resize_mode": "pad_square", "fill": [1, 2]}, "fill"),
+        ({"image_size": "big"}, "ValueError"),
+    ],
+)
+def test_a_broken_preprocess_json_is_one_line(change, message):
+    augment = resolve_augment({"eval_mode": "resize"}, "csv")
+    data = Preprocess.from_description(describe_eval_transform(augment, 32, {**_STATS}, 3)).to_dict()
+    with pytest.raises(UserError, match=message) as raised:
+        Preprocess.from_dict({**data, **change})
+    assert "\n" not in str(raised.value)

@@ -24,6 +24,7 @@ from retrieval.data import EvalSplit, RetrievalData, build_data
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
 from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
+from retrieval.evaluate.reranking import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 from retrieval.evaluate.verification import (
     check_threshold_request,
@@ -32,6 +33,7 @@ from retrieval.evaluate.verification import (
     threshold_record,
     verification_lines,
 )
+from retrieval.index.rerank import parse_rerank
 from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
@@ -60,6 +62,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="also write every query's Recall@1 and AP@R to FILE.npz, for `retrieval compare`",
     )
     parser.add_argument("--grid", type=Path, metavar="FILE.png", help="draw queries with their top-5 results")
+    parser.add_argument(
+        "--rerank",
+        metavar="SPEC",
+        help="re-rank results: qe | dba | kreciprocal (parameters chosen on validation), or e.g. qe:k=2,alpha=3",
+    )
     parser.add_argument(
         "--grid-queries", choices=GRID_MODES, default="worst", help="which queries --grid draws (default: worst)"
     )
@@ -106,25 +113,37 @@ def run(args: argparse.Namespace) -> int:
     place_model(model, device, precision.channels_last)  # moves the module in place
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 
+    embedded: dict[int, np.ndarray] = {}
+
     def embed(split: EvalSplit) -> np.ndarray:
-        return embed_dataset(
-            model,
-            split.dataset,
-            config.data.eval_batch_size,
-            device,
-            num_workers=config.data.num_workers,
-            amp_dtype=precision.amp_dtype,
-            channels_last=precision.channels_last,
-            pin_memory=config.data.pin_memory and device.type == "cuda",
-        )
+        """The split's embeddings, computed once whichever options (calibration, verification, re-ranking) ask."""
+        if id(split) not in embedded:
+            embedded[id(split)] = embed_dataset(
+                model,
+                split.dataset,
+                config.data.eval_batch_size,
+                device,
+                num_workers=config.data.num_workers,
+                amp_dtype=precision.amp_dtype,
+                channels_last=precision.channels_last,
+                pin_memory=config.data.pin_memory and device.type == "cuda",
+            )
+        return embedded[id(split)]
 
     classifier = _classifier_for(checkpoint, config, data)
     _check_requests(args, classifier, data)  # before any image is embedded
     check_threshold_request(args.save_threshold, data, config.train.select_on_test)
     embeddings = embed(data.test)
     class_groups = frequency_groups(data.train_labels, data.num_classes)
+    rerank = None
+    if args.rerank:
+        rerank = choose_rerank(args.rerank, None if data.val is None else (embed(data.val), data.val))
     metrics, scores = score_split(
-        embeddings, data.test, class_groups, None if classifier is None else classifier.proxies
+        embeddings,
+        data.test,
+        class_groups,
+        None if classifier is None else classifier.proxies,
+        None if rerank is None else rerank.reranker,
     )
     values = QueryValues.from_scores(scores)
     uncertainty = uncertainty_summary(values)
@@ -132,6 +151,9 @@ def run(args: argparse.Namespace) -> int:
         save_query_values(args.per_query, values)
     notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
     extras: dict[str, Any] = {"uncertainty": uncertainty}
+    if rerank is not None:
+        notes.append(rerank.line())
+        extras["rerank"] = rerank.record()
     calibrated = None
     if args.calibrate:
         assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
@@ -185,7 +207,9 @@ def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData)
 
 
 def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
-    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to."""
+    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to, and a bad --rerank."""
+    if args.rerank:
+        parse_rerank(args.rerank)
     for flag, asked in (("--classification", args.classification), ("--calibrate", args.calibrate)):
         if not asked:
             continue

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
+from retrieval.index.rerank import Reranker
 from retrieval.inference.embedding import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
@@ -98,6 +99,7 @@ def score_split(
     split: EvalSplit,
     class_groups: np.ndarray | None = None,
     proxies: np.ndarray | None = None,
+    rerank: Reranker | None = None,
 ) -> tuple[dict[str, float], PerQuery]:
     """Recall@K, MAP@R and R-precision of a split's `(N, D)` embeddings, and per-group results where they apply.
 
@@ -111,7 +113,7 @@ def score_split(
     kept = ~np.isnan(embeddings).any(axis=1)  # rows of images skipped under data.on_bad_image: skip
     embeddings, labels = embeddings[kept], split.labels[kept]
     query_mask, gallery_mask = (None if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask))
-    scores = per_query_scores(embeddings, labels, KS, query_mask, gallery_mask)
+    scores = per_query_scores(embeddings, labels, KS, query_mask, gallery_mask, rerank)
     metrics = scores.summary(KS)
     if class_groups is not None and split.train_class is not None:
         if proxies is not None and len(proxies) != len(class_groups):

@@ -28,6 +28,7 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.index.rerank import Reranker
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
 
 __all__ = ["PerQuery", "check_queries_have_positives", "per_query_scores", "retrieval_metrics"]
@@ -139,11 +140,14 @@ def per_query_scores(
     ks: Sequence[int] = (1, 2, 4, 8),
     query_mask: ArrayLike | None = None,
     gallery_mask: ArrayLike | None = None,
+    rerank: Reranker | None = None,
 ) -> PerQuery:
     """Every query's first-hit rank, AP@R and R-precision, as `retrieval_metrics` computes them.
 
     Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
-    query searches (max(ks)), so `first_hit` is exact below it.
+    query searches (max(ks)), so `first_hit` is exact below it. With `rerank`
+    (`retrieval.index.rerank`) the gallery is stored and searched through it; a query in the
+    gallery never sees its own row, in the expansion steps either.
 
     Returns:
         The scored queries in input row order (`PerQuery.summary(ks)` gives the metrics).
@@ -157,9 +161,8 @@ def per_query_scores(
     queries = _make_queries(embeddings, codes, is_query, in_gallery)
     scored = queries.num_positives > 0
     _require_a_positive(scored)
-    index = faiss.IndexFlatIP(embeddings.shape[1])
-    index.add(embeddings[in_gallery])
-    scores = _score(index, codes[in_gallery], queries.take(scored), max(ks))
+    gallery = _Gallery(embeddings[in_gallery], rerank)
+    scores = _score(gallery, codes[in_gallery], queries.take(scored), max(ks))
     order = np.argsort(scores.rows)
     rows = scores.rows[order]
     return PerQuery(
@@ -250,11 +253,11 @@ def _require_a_positive(scored: np.ndarray) -> None:
         )
 
 
-def _score(index: faiss.IndexFlatIP, gallery_codes: np.ndarray, queries: _Queries, min_width: int) -> _QueryScores:
+def _score(gallery: _Gallery, gallery_codes: np.ndarray, queries: _Queries, min_width: int) -> _QueryScores:
     """Score queries: first those outside the gallery, then those that must skip their own row.
 
     Args:
-        index: the gallery, G vectors.
+        gallery: the gallery, G vectors.
         gallery_codes: (G,) class codes of the gallery rows.
         queries: Q queries, each with R >= 1.
         min_width: neighbors every query needs whatever its R, i.e. max(ks).
@@ -265,12 +268,12 @@ def _score(index: faiss.IndexFlatIP, gallery_codes: np.ndarray, queries: _Querie
     chunk_scores = []
     for excludes_self in (False, True):
         group = queries.take((queries.gallery_rows >= 0) == excludes_self)
-        chunk_scores += _score_group(index, gallery_codes, group, min_width, excludes_self)
+        chunk_scores += _score_group(gallery, gallery_codes, group, min_width, excludes_self)
     return _QueryScores(*map(np.concatenate, zip(*chunk_scores, strict=True)))
 
 
 def _score_group(
-    index: faiss.IndexFlatIP,
+    gallery: _Gallery,
     gallery_codes: np.ndarray,
     queries: _Queries,
     min_width: int,
@@ -282,7 +285,7 @@ def _score_group(
     needs and holds as many queries as the memory budget allows at that depth.
 
     Args:
-        index: the gallery, G vectors.
+        gallery: the gallery, G vectors.
         gallery_codes: (G,) class codes of the gallery rows, or (G, P) packed label sets.
         queries: Q queries, each with R >= 1.
         min_width: neighbors every query needs whatever its R, i.e. max(ks).
@@ -292,13 +295,13 @@ def _score_group(
         One `_QueryScores` per chunk, in no particular query order.
     """
     order = np.argsort(-queries.num_positives, kind="stable")
-    max_width = index.ntotal - excludes_self
+    max_width = len(gallery.vectors) - excludes_self
     # Multi-label hits go through a (n, W, P) array of packed label sets: fewer slots per chunk.
     slots = _SLOTS_PER_CHUNK // (gallery_codes.shape[1] if gallery_codes.ndim == 2 else 1)
     scores = []
     for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots):
         chunk = queries.take(order[rows])
-        neighbors = _nearest(index, chunk, width, excludes_self)
+        neighbors = gallery.nearest(chunk, width, excludes_self)
         hits = _relevant(gallery_codes[neighbors], chunk.codes)
         scores.append(_QueryScores(chunk.rows, *_score_hits(hits, chunk.num_positives)))
     return scores
@@ -333,40 +336,56 @@ def _chunks(
         start = stop
 
 
-def _nearest(index: faiss.IndexFlatIP, queries: _Queries, width: int, excludes_self: bool) -> np.ndarray:
-    """The `width` most similar gallery rows of each query, most similar first.
+class _Gallery:
+    """The gallery's vectors in an exact inner-product index, searched plainly or through a reranker."""
 
-    Args:
-        index: the gallery, G >= width + excludes_self vectors.
-        queries: n queries.
-        width: neighbors to return.
-        excludes_self: whether to leave out each query's own gallery row.
+    def __init__(self, vectors: np.ndarray, rerank: Reranker | None) -> None:
+        self.vectors = vectors if rerank is None else rerank.database(vectors)
+        self.index = faiss.IndexFlatIP(vectors.shape[1])
+        self.index.add(self.vectors)
+        self.rerank = rerank
 
-    Returns:
-        (n, width) int64 gallery rows.
-    """
-    _, neighbors = index.search(queries.embeddings, width + excludes_self)
-    if excludes_self:
-        neighbors = _drop_own_row(neighbors, queries.gallery_rows)
-    return neighbors
+    def nearest(self, queries: _Queries, width: int, excludes_self: bool) -> np.ndarray:
+        """`(n, width)` int64 gallery rows nearest each query, best first, its own row left out if `excludes_self`."""
+        own_rows = queries.gallery_rows if excludes_self else None
+        search = _RowSearch(self.index, self.vectors, own_rows)
+        if self.rerank is None:
+            return search.search(queries.embeddings, width)[1]
+        return self.rerank.search(search, queries.embeddings, width)[1]
 
 
-def _drop_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
-    """Remove each query's own gallery row from its neighbors, matching by index.
+class _RowSearch:
+    """A `retrieval.index.rerank.Gallery` over gallery rows, where query i never finds `own_rows[i]`."""
+
+    def __init__(self, index: faiss.IndexFlatIP, vectors: np.ndarray, own_rows: np.ndarray | None) -> None:
+        self.index, self._vectors, self.own_rows = index, vectors, own_rows
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, neighbors = self.index.search(
+            np.ascontiguousarray(vectors, dtype=np.float32), k + (self.own_rows is not None)
+        )
+        if self.own_rows is None:
+            return scores, neighbors
+        keep = _not_own_row(neighbors, self.own_rows)
+        return scores[keep].reshape(len(scores), -1), neighbors[keep].reshape(len(neighbors), -1)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        return self._vectors[np.maximum(ids, 0)]
+
+
+def _not_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
+    """`(n, k)` bool: every neighbor but each query's own gallery row, matched by index.
 
     A query normally retrieves itself, but exact duplicates tie with it and can push it out of
-    the list; those rows drop their last neighbor instead, so every row keeps the same length.
+    the list; those rows drop their last neighbor instead, so every row keeps k - 1 neighbors.
 
     Args:
         neighbors: (n, k) gallery rows, most similar first.
         own_rows: (n,) each query's row in the gallery.
-
-    Returns:
-        (n, k - 1) gallery rows, order kept.
     """
     is_own = neighbors == own_rows[:, None]
     is_own[~is_own.any(axis=1), -1] = True
-    return neighbors[~is_own].reshape(len(neighbors), -1)
+    return ~is_own
 
 
 def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -194,7 +194,8 @@ def test_missing_image_is_one_line_before_training(tmp_path, csv_dataset, capsys
 def test_corrupt_image_is_one_line_also_from_a_worker(tmp_path, csv_dataset, capsys, workers):
     (csv_dataset.parent / "images" / "train_0_0.png").write_bytes(b"\x89PNG broken")
     config = _csv_config(tmp_path, csv_dataset)
-    assert main(["train", "--config", str(config), "--set", f"data.num_workers={workers}"]) == 2
+    run = ["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]
+    assert main([*run, "--set", f"data.num_workers={workers}"]) == 2
     line = _error_line(capsys)
     assert "cannot read image" in line and "train_0_0.png" in line
 

@@ -70,3 +70,15 @@ def test_classification_needs_proxies(tmp_path, capsys):
     checkpoint = _digits_checkpoint(tmp_path / "triplet.pt", "triplet")
     assert main(["evaluate", "--checkpoint", str(checkpoint), "--classification", str(tmp_path / "out")]) == 2
     assert "needs a checkpoint trained with a proxy loss" in capsys.readouterr().err
+
+
+def test_rerank_parameters_are_chosen_on_validation_and_recorded(proxy_checkpoint, tmp_path, capsys):
+    checkpoint = proxy_checkpoint
+    result = tmp_path / "metrics.json"
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--rerank", "qe", "--json", str(result)]) == 0
+    out = capsys.readouterr().out
+    chosen = json.loads(result.read_text())["rerank"]
+    assert chosen["chosen_on"] == "validation" and chosen["spec"].startswith("qe:k=")
+    assert f"re-ranking: {chosen['spec']} (chosen on validation: MAP@R {chosen['validation']['map@r']:.4f}" in out
+    assert main(["evaluate", "--checkpoint", str(checkpoint), "--rerank", "mqe"]) == 2
+    assert "unknown re-ranking method 'mqe'" in capsys.readouterr().err

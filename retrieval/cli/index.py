@@ -31,6 +31,7 @@ from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
+from retrieval.index.rerank import IndexGallery, rerank_at_query
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
@@ -102,6 +103,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar=f"S|{STORED}",
         help="drop results scoring below S (a cosine), or below the threshold the index stores (evaluate "
         "--save-threshold); default: none",
+    )
+    query.add_argument(
+        "--rerank",
+        metavar="SPEC",
+        help="re-rank results: qe or kreciprocal, with the parameters evaluate --rerank chose, e.g. qe:k=2,alpha=3",
     )
     _add_checkpoint_check(query)
     add_embedding_arguments(query)
@@ -276,6 +282,7 @@ def _query(args: argparse.Namespace) -> int:
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     min_score = resolve_min_score(args.min_score, index.manifest)
+    reranker = rerank_at_query(args.rerank) if args.rerank else None
     encoder = encoder_for_index(
         index.manifest.get("model") or {}, args.checkpoint, device=args.device, model_dir=args.model
     )
@@ -286,7 +293,10 @@ def _query(args: argparse.Namespace) -> int:
     if embedded.failures:
         path, reason = embedded.failures[0]
         raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
-    scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
+    if reranker is None:
+        scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
+    else:
+        scores, ids = reranker.search(IndexGallery(index, where), embedded.embeddings, args.k)
     answers = [
         {
             "query": str(path),

@@ -24,12 +24,13 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import faiss
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.index.filters import Filter
 
 __all__ = [
     "RERANK_METHODS",
@@ -37,9 +38,11 @@ __all__ = [
     "Gallery",
     "KReciprocal",
     "QueryExpansion",
+    "IndexGallery",
     "Reranker",
     "augment_vectors",
     "parse_rerank",
+    "rerank_at_query",
 ]
 
 _BATCH = 256  # queries re-ranked at once by k-reciprocal: a few (B, n, n) float32 arrays
@@ -187,6 +190,34 @@ class KReciprocal(_Spec):
         final = (1.0 - self.lam) * jaccard[:, 1:] + self.lam * distances[:, 0, 1:]
         final[~valid] = np.inf
         return np.argsort(final, axis=1, kind="stable")
+
+
+class IndexGallery:
+    """A `Gallery` over a `SearchIndex` (or anything with its `search(..., filter=)` and `reconstruct`), filtered."""
+
+    def __init__(self, index: Any, filter: Filter | None = None) -> None:  # noqa: A002 - SearchIndex's name
+        self.index, self.filter = index, filter
+
+    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        return self.index.search(vectors, k, filter=self.filter)
+
+    def vectors(self, ids: np.ndarray) -> np.ndarray:
+        found = np.zeros((*ids.shape, self.index.dim), dtype=np.float32)
+        for position in zip(*np.nonzero(ids >= 0), strict=True):
+            found[position] = self.index.reconstruct(int(ids[position]))
+        return found
+
+
+def rerank_at_query(spec: str) -> Reranker:
+    """The reranker `spec` names, for a search of a built index: `dba` belongs to the build, not the query.
+
+    Raises:
+        UserError: `spec` is not a valid spec, or names `dba`.
+    """
+    reranker = parse_rerank(spec)
+    if isinstance(reranker, DatabaseAugmentation):
+        raise UserError("dba re-ranks the stored vectors, not a query; at query time use qe or kreciprocal")
+    return reranker
 
 
 RERANK_METHODS: dict[str, type[_Spec]] = {

@@ -86,6 +86,17 @@ def test_query_finds_each_image_first_as_json_and_as_a_table(built, capsys):
     assert (rank, label, path, item_id) == ("1", "2", str(image.resolve()), str(first["id"]))
 
 
+def test_query_reranks_with_query_expansion(built, capsys):
+    csv_path, index, _ = built
+    image = csv_path.parent / "images" / "train_2_3.png"
+    (plain,) = _query(capsys, index, "--image", str(image), "-k", "5")
+    (expanded,) = _query(capsys, index, "--image", str(image), "-k", "5", "--rerank", "qe:k=1,alpha=0")
+    # Expanding with its own first result (itself, score 1) gives the query back: the same ranking.
+    assert [r["id"] for r in expanded["results"]] == [r["id"] for r in plain["results"]]
+    assert main(["index", "query", "--index", str(index), "--image", str(image), "--rerank", "dba"]) == 2
+    assert "dba re-ranks the stored vectors" in capsys.readouterr().err
+
+
 def test_a_folder_of_queries(built, capsys, tmp_path):
     csv_path, index, _ = built
     for name in ("train_0_0.png", "test_101_2.png"):

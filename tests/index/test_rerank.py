@@ -123,3 +123,22 @@ def test_specs_round_trip_and_refuse_unknown_names():
         with pytest.raises(UserError) as error:
             parse_rerank(bad)
         assert str(error.value) == message
+
+
+def test_a_search_index_reranks_like_the_exact_gallery_and_keeps_its_filter(data):
+    from retrieval.index import SearchIndex
+    from retrieval.index.filters import parse_where
+    from retrieval.index.rerank import IndexGallery, rerank_at_query
+
+    gallery, queries, labels = data
+    index = SearchIndex.build(gallery, {"label": labels[:600].tolist()}, kind="flat", progress=False)
+    for method in (QueryExpansion(k=3), KReciprocal(k1=8, k2=3, shortlist=30)):
+        _, expected = method.search(_Exact(gallery), queries, 10)
+        scores, ids = method.search(IndexGallery(index), queries, 10)
+        np.testing.assert_array_equal(ids, expected)  # SearchIndex ids are the build rows here
+        np.testing.assert_allclose(scores, np.einsum("nd,nkd->nk", queries, gallery[ids]), atol=1e-5)
+    where = parse_where("label in (0, 1, 2)")
+    _, ids = QueryExpansion().search(IndexGallery(index, where), queries, 10)
+    assert np.isin(labels[:600][ids[ids >= 0]], [0, 1, 2]).all()
+    with pytest.raises(UserError, match="dba re-ranks the stored vectors, not a query"):
+        rerank_at_query("dba")

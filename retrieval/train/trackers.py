@@ -161,6 +161,7 @@ class MlflowTracker(Tracker):
 
     def start(self, config: Mapping[str, Any] | None) -> None:
         self.run_id = self._resumed_run() or self._new_run()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         write_text(self.run_dir / "mlflow.json", json.dumps({"tracking_uri": self.tracking_uri, "run_id": self.run_id}))
         if config is None:
             return

@@ -323,7 +323,7 @@ class Trainer:
         if scaler is not None:
             record["skipped_steps"] = int(parts.step.skipped_steps - skipped_before)
             record["loss_scale"] = scaler.get_scale()
-            self._check_some_steps_taken(record["skipped_steps"], steps, epoch)
+            self._check_scaled_steps(record, steps, epoch)
         record.update(diagnostics.summary())
         return record
 
@@ -337,13 +337,17 @@ class Trainer:
                 f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
             )
 
-    def _check_some_steps_taken(self, skipped: int, steps: int, epoch: int) -> None:
-        """fp16: the loss scaler skips overflowing steps, but an epoch where it skipped every one diverged."""
-        if skipped == steps:
+    def _check_scaled_steps(self, record: dict[str, Any], steps: int, epoch: int) -> None:
+        """fp16: stop when every step of the epoch overflowed even at a loss scale below 1 (the run diverged).
+
+        Skipped steps are how the scaler finds its scale (the first few of a run always are); only
+        gradients that overflow without any scaling up are not its doing.
+        """
+        if record["skipped_steps"] == steps and record["loss_scale"] < 1.0:
             raise UserError(
-                f"train.amp=fp16: every one of the {steps} steps of epoch {epoch + 1} overflowed (inf or NaN "
-                f"gradients) and was skipped; nothing saved was overwritten (checkpoints/last.pt holds epoch {epoch}); "
-                "use train.amp=bf16 (GPUs that have it) or none, or lower train.lr"
+                f"train.amp=fp16: every one of the {steps} steps of epoch {epoch + 1} had inf or NaN gradients even "
+                f"at a loss scale of {record['loss_scale']:.3g} and was skipped; nothing saved was overwritten "
+                f"(checkpoints/last.pt holds epoch {epoch}); lower train.lr, or use train.amp=bf16 (GPUs that have it)"
             )
 
     def _set_train_mode(self, epoch: int) -> None:

@@ -13,7 +13,13 @@ from retrieval.errors import UserError
 from retrieval.sweep.runner import _environment
 from retrieval.train.trackers import SWEEP_DIR_ENV, open_tracker, scalars
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=4"]
+
+
+@pytest.fixture
+def tiny(csv_dataset) -> list[str]:
+    """16 training images, half of each class validating: a few seconds an epoch."""
+    return [*TINY, "data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0.5"]
 
 
 @pytest.fixture(autouse=True)
@@ -30,11 +36,11 @@ def _mlflow_run(run_dir):
     return client, client.get_run(store["run_id"])
 
 
-def test_every_record_the_config_and_the_result_reach_tensorboard_and_mlflow(tmp_path, capsys):
+def test_every_record_the_config_and_the_result_reach_tensorboard_and_mlflow(tiny, tmp_path, capsys):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*TINY, "train.epochs=2", "train.loggers=[tensorboard, mlflow]"]]
+    args = [f"--set={o}" for o in [*tiny, "train.epochs=2", "train.loggers=[tensorboard, mlflow]"]]
     assert main(["train", *args, "--output-dir", str(run)]) == 0
     capsys.readouterr()
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -45,15 +51,17 @@ def test_every_record_the_config_and_the_result_reach_tensorboard_and_mlflow(tmp
         tag for tag in events.Tags()["scalars"] if tag.startswith("result/")
     }
     for key in ("loss", "lr", "val/recall@1", "val/map@r", "time/train", "c/median"):
-        expected = [(record["epoch"], scalars(record)[key]) for record in records]
-        assert [(event.step, event.value) for event in events.Scalars(key)] == pytest.approx(expected, rel=1e-6)
+        assert [event.step for event in events.Scalars(key)] == [record["epoch"] for record in records]
+        expected = [scalars(record)[key] for record in records]
+        assert [event.value for event in events.Scalars(key)] == pytest.approx(expected, rel=1e-6)
     assert events.Scalars("result/test/recall@1")[0].value == pytest.approx(result["test"]["recall@1"], rel=1e-6)
     assert any(tag.startswith("config") for tag in events.Tags()["tensors"])
 
     client, mlflow_run = _mlflow_run(run)
     assert mlflow_run.info.status == "FINISHED" and mlflow_run.info.run_name == "run"
     history = client.get_metric_history(mlflow_run.info.run_id, "val/map_at_r")
-    assert [(m.step, m.value) for m in history] == pytest.approx([(r["epoch"], r["val/map@r"]) for r in records])
+    assert [m.step for m in history] == [r["epoch"] for r in records]
+    assert [m.value for m in history] == pytest.approx([r["val/map@r"] for r in records])
     metrics, params = mlflow_run.data.metrics, mlflow_run.data.params
     assert metrics["result/test/recall_at_1"] == pytest.approx(result["test"]["recall@1"])
     assert params["model.backbone"] == "resnet10t" and params["train.loggers"] == "['tensorboard', 'mlflow']"
@@ -91,12 +99,12 @@ def test_a_resumed_run_continues_its_mlflow_run_and_a_sweep_groups_its_cells(tmp
 
 
 def test_without_loggers_no_tracker_package_is_imported_and_a_missing_one_says_how_to_install(
-    tmp_path, monkeypatch, capsys
+    tiny, tmp_path, monkeypatch, capsys
 ):
     for module in ("mlflow", "tensorboard", "torch.utils.tensorboard"):
         monkeypatch.setitem(sys.modules, module, None)  # importing it now raises ImportError
     run = tmp_path / "run"
-    assert main(["train", *[f"--set={o}" for o in [*TINY, "train.epochs=1"]], "--output-dir", str(run)]) == 0
+    assert main(["train", *[f"--set={o}" for o in [*tiny, "train.epochs=1"]], "--output-dir", str(run)]) == 0
     assert not {"tensorboard", "mlruns", "mlflow.json"} & {path.name for path in run.iterdir()}
     for logger in ("tensorboard", "mlflow"):
         with pytest.raises(UserError, match=r"install the trackers extra: pip install 'retrieval\[trackers\]'"):

@@ -7,6 +7,10 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     optimizer    the optimizer's state dict (`last.pt` only: what a resume needs)
     epoch        the last trained epoch (0-based)
     best_score   the selection metric's best value so far, and `best_epoch` (1-based) where it was reached
+    selected_weights  which weights the selection holds: `raw` (trained) or `ema` (averaged, `train.ema`);
+                 in `best.pt`, `model` and `loss` are those weights
+    ema          the EMA of the model and loss (`last.pt` of a run with `train.ema`)
+    grad_scaler  fp16's loss-scaler state (`last.pt` of a run with `train.amp: fp16`)
     config       the run's resolved config as plain dicts (`config_to_dict`)
     num_classes  training classes (one proxy each)
     match_threshold  optional: the score threshold of "is there a match at all" and how it was chosen
@@ -15,8 +19,8 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
                  and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`)
 
-`best.pt` is the same without `optimizer` (`Checkpoint.slim`). Version 2 files (this layout) are
-what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
+`best.pt` is the same without `optimizer`, `ema` and `grad_scaler` (`Checkpoint.slim`). Version 2 files
+(this layout) are what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
 
 Loading checks the weights against `checksum` and, when the manifest has one, everything else
 (proxies, optimizer state, counters, config, manifest) against `payload_checksum`, so a byte flipped
@@ -73,6 +77,9 @@ class Checkpoint:
     loss: StateDict = field(default_factory=dict)  # the loss's state (proxies)
     optimizer: StateDict | None = None  # None in best.pt: evaluation needs no optimizer state
     toolkit_version: str = __version__  # the version that wrote it
+    selected_weights: str = "raw"  # raw | ema: which weights of best_epoch were selected (best.pt's model holds them)
+    ema: StateDict | None = None  # last.pt with train.ema: the averaged model and loss (`WeightAverage.averaged`)
+    grad_scaler: StateDict | None = None  # last.pt with train.amp fp16: the loss scaler's scale and growth tracker
     # {"score", "target_fmr", "chosen_on", ...} from `evaluate --save-threshold`; `index build` copies it
     match_threshold: dict[str, Any] | None = None
 
@@ -93,8 +100,8 @@ class Checkpoint:
         return proxies if isinstance(proxies, Tensor) else None
 
     def slim(self) -> Checkpoint:
-        """The same checkpoint without the optimizer state: what `best.pt` holds."""
-        return dataclasses.replace(self, optimizer=None)
+        """The same checkpoint without what only a resume needs (optimizer, EMA, loss scaler): `best.pt`."""
+        return dataclasses.replace(self, optimizer=None, ema=None, grad_scaler=None)
 
     def embedder(self) -> Embedder:
         """The trained `Embedder` (eval mode, CPU); nothing is downloaded or read from `model.weights`."""
@@ -119,6 +126,7 @@ class Checkpoint:
             "epoch": self.epoch,
             "best_score": self.best_score,
             "best_epoch": self.best_epoch,
+            "selected_weights": self.selected_weights,
             "config": self.run_config,
             "num_classes": self.num_classes,
             "manifest": {
@@ -130,10 +138,14 @@ class Checkpoint:
                 "checksum": state_checksum(self.model),
             },
         }
-        if self.optimizer is not None:
-            payload["optimizer"] = self.optimizer
-        if self.match_threshold is not None:
-            payload["match_threshold"] = self.match_threshold
+        for name, state in (
+            ("optimizer", self.optimizer),
+            ("ema", self.ema),
+            ("grad_scaler", self.grad_scaler),
+            ("match_threshold", self.match_threshold),
+        ):
+            if state is not None:
+                payload[name] = state
         payload["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(payload)
         with atomic_write(path) as temporary:
             torch.save(payload, temporary)
@@ -192,6 +204,9 @@ class Checkpoint:
             # Resuming needs the selection state too: files older than version 2 lack it.
             optimizer=raw.get("optimizer") if "best_epoch" in raw else None,
             toolkit_version=str(manifest.get("toolkit_version", "unknown")),
+            selected_weights=str(raw.get("selected_weights", "raw")),
+            ema=raw.get("ema"),
+            grad_scaler=raw.get("grad_scaler"),
             match_threshold=raw.get("match_threshold"),
         )
 

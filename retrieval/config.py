@@ -34,6 +34,7 @@ __all__ = [
     "DEMO_CONFIG",
     "SCHEDULES",
     "SELECTION_METRICS",
+    "TRACKERS",
     "AugmentConfig",
     "Config",
     "DataConfig",
@@ -86,6 +87,8 @@ def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
 def _is_count_or_fraction(value: float | None) -> bool:
     return value is None or value == 0 or 0 < value < 1 or (value >= 1 and float(value).is_integer())
 
+
+TRACKERS = ("tensorboard", "mlflow")  # the values of train.loggers (retrieval.train.trackers)
 
 _POSITIVE = _accepts(lambda value: math.isfinite(value) and value > 0, "a number > 0")
 _NON_NEGATIVE = _accepts(lambda value: value >= 0, "a number >= 0")
@@ -230,7 +233,8 @@ class TrainConfig(_Section):
     freeze_backbone_epochs: int = field(default=1, metadata=_at_least(0))  # train only head and proxies first
     freeze_bn: bool = True  # keep BatchNorm statistics frozen (pretrained backbones, small batches)
     seed: int = field(default=0, metadata=_at_least(0))  # seeds Python, NumPy, torch and the data order
-    amp: Literal["none", "bf16", "auto"] = "auto"  # none | bf16 | auto (bf16 on GPU, none on CPU)
+    # none | bf16 | fp16 (float16 with loss scaling, GPUs without bf16) | auto (bf16 on GPU, none on CPU)
+    amp: Literal["none", "bf16", "fp16", "auto"] = "auto"
     channels_last: bool = True  # NHWC memory format on GPU (ignored on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
     eval_every: int = field(default=1, metadata=_at_least(1))  # validate every N epochs (and always after the last)
@@ -243,6 +247,19 @@ class TrainConfig(_Section):
         default=None, metadata=_accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
     )
     deterministic: bool = False  # torch's deterministic algorithms (slower; bit-exact reruns on one machine)
+    # micro-batches per optimizer step (and per lr-schedule and EMA step): data.batch_size x N images a step
+    accumulate_steps: int = field(default=1, metadata=_at_least(1, "micro-batches per optimizer step"))
+    # decay of an exponential moving average of the weights (timm's ModelEmaV3), selected against the raw weights
+    ema: float | None = field(
+        default=None, metadata=_accepts(lambda value: value is None or 0.0 < value < 1.0, "null (off) or in (0, 1)")
+    )
+    # experiment trackers every metrics.jsonl record is mirrored to (pip install 'retrieval[trackers]')
+    loggers: list[str] = field(
+        default_factory=list,
+        metadata=_accepts(
+            lambda names: all(name in TRACKERS for name in names), f"a list of {' and '.join(TRACKERS)}, or []"
+        ),
+    )
 
 
 @dataclass
@@ -528,6 +545,8 @@ def _type_name(annotation: Any) -> str:
         return "null"
     if typing.get_origin(annotation) is tuple:
         return "a pair of numbers (e.g. 0.5,1.0)"
+    if typing.get_origin(annotation) is list:
+        return "a list (e.g. [a, b])"
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -541,6 +560,8 @@ def _convert(value: Any, target: Any) -> Any:
         return value if isinstance(value, (str, int, float)) else _FAIL
     if typing.get_origin(target) is tuple:
         return _convert_pair(value, typing.get_args(target))
+    if typing.get_origin(target) is list:
+        return _convert_list(value, typing.get_args(target)[0])
     if target is Any:
         return value
     if target is bool:
@@ -572,6 +593,16 @@ def _convert_pair(value: Any, targets: tuple[Any, ...]) -> Any:
     if not isinstance(value, (list, tuple)) or len(value) != len(targets):
         return _FAIL
     items = tuple(_convert(item, target) for item, target in zip(value, targets, strict=True))
+    return _FAIL if any(item is _FAIL for item in items) else items
+
+
+def _convert_list(value: Any, target: Any) -> Any:
+    """A YAML list `[a, b]` or a --set string `a,b` (brackets optional; `[]` is empty) as a list of `target`."""
+    if isinstance(value, str):
+        value = [part.strip() for part in value.strip().strip("[]").split(",") if part.strip()]
+    if not isinstance(value, (list, tuple)):
+        return _FAIL
+    items = [_convert(item, target) for item in value]
     return _FAIL if any(item is _FAIL for item in items) else items
 
 

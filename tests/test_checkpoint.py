@@ -91,7 +91,8 @@ def test_a_hand_edited_manifest_is_one_line_not_a_key_error(tmp_path):
 
 def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_path):
     # The proxies are the classifier of `evaluate --classification/--calibrate`; the optimizer only resumes.
-    full = _checkpoint(optimizer={"state": {}}, loss={"proxies": torch.ones(2, 2)})
+    full = _checkpoint(optimizer={"state": {}}, loss={"proxies": torch.ones(2, 2)}, selected_weights="ema")
+    full.ema, full.grad_scaler = {"model.w": torch.zeros(1)}, {"scale": 1024.0}  # what only a resume needs
     path = tmp_path / "best.pt"
     full.slim().save(path)
     assert sorted(torch.load(path, weights_only=True)) == [
@@ -103,9 +104,13 @@ def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_
         "manifest",
         "model",
         "num_classes",
+        "selected_weights",
     ]
     loaded = Checkpoint.load(path)
-    assert not loaded.resumable and full.resumable
+    assert not loaded.resumable and full.resumable and loaded.selected_weights == "ema"
+    full.save(tmp_path / "last.pt")
+    resumable = Checkpoint.load(tmp_path / "last.pt")
+    assert resumable.grad_scaler == {"scale": 1024.0} and torch.equal(resumable.ema["model.w"], torch.zeros(1))
     assert loaded.proxies is not None and torch.equal(loaded.proxies, torch.ones(2, 2))
 
 

@@ -277,7 +277,7 @@ def test_set_values_are_read_as_yaml_and_typed_by_the_field():
         ("train.epochs=null", "train.epochs must be int, got 'null'"),
         ("train.epochs=[1, 2]", "train.epochs must be int, got '[1, 2]'"),
         ("augment.hflip=[0.5]", "augment.hflip must be float, got '[0.5]'"),
-        ("train.amp=null", "train.amp must be one of none, bf16, auto, got None"),
+        ("train.amp=null", "train.amp must be one of none, bf16, fp16, auto, got None"),
         ("train.schedule=linear", "train.schedule must be one of cosine, step, got 'linear'"),
         ("train.select_on=[map@r]", "train.select_on must be recall@1 or map@r, got '[map@r]'"),
         ("model.output_stride=abc", "model.output_stride must be null, 8, 16 or 32, got 'abc'"),

@@ -46,7 +46,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"sweep of {len(cells)} runs in {output_dir}", flush=True)
     failed = []
     if not args.report_only:
-        failed = run_cells(cells, args.config, args.overrides, args.jobs, report=lambda line: print(line, flush=True))
+        failed = run_cells(
+            cells, args.config, args.overrides, args.jobs, lambda line: print(line, flush=True), sweep_dir=output_dir
+        )
     summaries = summarize(cells)
     if not summaries:
         raise UserError(f"no run of the sweep finished; see the train.log files under {output_dir}")

@@ -20,9 +20,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def amp_dtype(amp: str, device: torch.device) -> torch.dtype | None:
-    """Autocast dtype for `train.amp` (`auto`: bf16 on GPU, none on CPU)."""
-    if amp not in ("none", "bf16", "auto"):
-        raise UserError(f"train.amp must be none, bf16 or auto, got {amp!r}")
+    """Autocast dtype for `train.amp` (`auto`: bf16 on GPU, none on CPU; fp16 trains with loss scaling)."""
+    if amp not in ("none", "bf16", "fp16", "auto"):
+        raise UserError(f"train.amp must be none, bf16, fp16 or auto, got {amp!r}")
+    if amp == "fp16":
+        return torch.float16
     if amp == "bf16" or (amp == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import retrieval
 from retrieval.sweep.grid import Cell
+from retrieval.train.trackers import SWEEP_DIR_ENV
 
 __all__ = ["cell_command", "run_cells"]
 
@@ -43,6 +44,7 @@ def run_cells(
     overrides: Sequence[str],
     jobs: int = 1,
     report: Callable[[str], None] = print,
+    sweep_dir: Path | None = None,
 ) -> list[Cell]:
     """Train every unfinished cell, `jobs` at a time; each writes `train.log` in its directory.
 
@@ -52,6 +54,7 @@ def run_cells(
         overrides: `--set` overrides of every cell.
         jobs: cells trained at once (give each `train.threads` so that jobs x threads fits the CPU).
         report: receives one progress line per skipped, finished or failed cell.
+        sweep_dir: the sweep directory; the cells' experiment trackers group their runs by it.
 
     Returns:
         The cells that failed (non-zero exit); their logs say why.
@@ -69,7 +72,8 @@ def run_cells(
         with open(cell.directory / "train.log", "a") as log:
             log.write(f"$ {' '.join(command)}\n")
             log.flush()
-            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=_environment())
+            env = _environment(sweep_dir)
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT, env=env)
         seconds = time.perf_counter() - started
         position = f"[{next(counter)}/{len(todo)}]"
         if code != 0 or not cell.is_finished:
@@ -85,8 +89,10 @@ def run_cells(
         return [cell for cell in pool.map(run_one, todo) if cell is not None]
 
 
-def _environment() -> dict[str, str]:
-    """This process's environment with the running `retrieval` package first on PYTHONPATH."""
+def _environment(sweep_dir: Path | None) -> dict[str, str]:
+    """This process's environment, the running `retrieval` package first on PYTHONPATH, and the sweep directory."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [_PACKAGE_ROOT, env.get("PYTHONPATH")]))
+    if sweep_dir is not None:
+        env[SWEEP_DIR_ENV] = str(sweep_dir.resolve())
     return env

@@ -14,6 +14,7 @@ builds the same weights and the caller's random stream is left alone.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import warnings
 from dataclasses import dataclass, field
 
@@ -33,6 +34,7 @@ from retrieval.models import Embedder
 from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import torch_seeded
+from retrieval.train.accumulation import optimizer_steps
 from retrieval.train.loaders import build_train_loader, sampler_kind
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import GatheredLoss, TrainStep
@@ -45,6 +47,8 @@ __all__ = [
     "build_optimizer",
     "build_training",
 ]
+
+_log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -61,7 +65,7 @@ class TrainingParts:
     loader: DataLoader  # training batches (see `retrieval.train.loaders`)
     optimizer: torch.optim.Optimizer  # AdamW over the model's and the loss's parameters
     schedule: LrSchedule  # the lr factor of every step
-    step: TrainStep  # one optimizer step: forward, loss, backward (DDP), clipping, AdamW
+    step: TrainStep  # one optimizer step: forward, loss, backward (DDP), clipping, loss scaling, AdamW
     evaluators: dict[str, SplitEvaluator]  # "test", and "val" when the data has a validation split
     device: torch.device
     class_groups: np.ndarray  # (K,) head / mid / tail group of every training class
@@ -146,7 +150,7 @@ def assemble_training(
     optimizer = build_optimizer(model, loss, train)
     schedule = LrSchedule(
         train.schedule,
-        len(loader),
+        optimizer_steps(len(loader), train.accumulate_steps),
         train.epochs,
         train.warmup_epochs,
         train.freeze_backbone_epochs,
@@ -155,7 +159,16 @@ def assemble_training(
     )
     # Pair losses compare the images of a batch: under several processes they see every rank's share.
     criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
-    step = TrainStep(model, criterion, optimizer, context, autocast, train.grad_clip, train.compile)
+    step = TrainStep(
+        model, criterion, optimizer, context, autocast, train.grad_clip, train.compile, train.accumulate_steps
+    )
+    if train.accumulate_steps > 1 and loss.needs_pk_batches and context.is_main:
+        _log.warning(
+            "train.accumulate_steps=%d with a pair loss: pairs never cross micro-batches, so a step is not one batch "
+            "%d times larger (each micro-batch of data.p x data.k images forms its pairs alone)",
+            train.accumulate_steps,
+            train.accumulate_steps,
+        )
     evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
     return TrainingParts(
         model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context

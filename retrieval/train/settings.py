@@ -30,6 +30,8 @@ class TrainSettings:
     log_test: bool = False  # also score the test set every epoch (logged, never used for selection)
     freeze_backbone_epochs: int = 0  # first epochs with the model's `backbone` frozen (needs one)
     freeze_bn: bool = False  # keep BatchNorm statistics and affine parameters frozen
+    ema: float | None = None  # decay of a weight average evaluated and selected beside the raw weights; None: off
+    loggers: tuple[str, ...] = ()  # experiment trackers the records are mirrored to (retrieval.train.trackers)
     model_config: ModelConfig | None = None  # rebuilds the model from a checkpoint; None: no checkpoint files
     run_config: dict[str, Any] | None = None  # the resolved config: config.yaml and the checkpoints' copy
 
@@ -58,6 +60,8 @@ class TrainSettings:
             log_test=train.log_test,
             freeze_backbone_epochs=train.freeze_backbone_epochs,
             freeze_bn=train.freeze_bn,
+            ema=train.ema,
+            loggers=tuple(train.loggers),
             model_config=model_config,
             run_config=run_config,
         )

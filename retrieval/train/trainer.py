@@ -5,6 +5,12 @@ Model selection is honest: the result is the epoch with the best validation metr
 once, at the end, on the selected weights; choosing on it needs `select_on_test`, and then every
 test figure is labelled as selected on test.
 
+With `train.ema`, the weight average (`retrieval.train.ema`) is scored beside the raw weights at
+every evaluation (`ema/val/...`), and selection takes the better of the two (ties: the raw
+weights); each evaluated record says which (`better_weights`), and `best.pt` and `result.json`
+which was selected (`selected_weights`). Without a validation split the result is the last epoch's
+average: asking for EMA is asking for the averaged weights.
+
 The `Trainer` only runs the loop: the parts it drives (model, loss, loader, optimizer, schedule,
 step, evaluators) come built in `TrainingParts` (`retrieval.train.builders`), its settings in
 `TrainSettings`. `Trainer.from_config(config, run_dir)` does both from a `Config`.
@@ -15,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -28,12 +34,15 @@ from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
 from retrieval.runtime.environment import describe_environment, seed_everything
+from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps, plan_micro_batches
 from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
+from retrieval.train.ema import WeightAverage
 from retrieval.train.loaders import epoch_samplers
 from retrieval.train.run_files import RunFiles
 from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
+from retrieval.train.trackers import Tracker, open_tracker, tracked
 
 __all__ = ["TrainResult", "Trainer"]
 
@@ -42,9 +51,14 @@ __all__ = ["TrainResult", "Trainer"]
 CHECK_EVERY = 50
 
 StateDict = dict[str, Any]
+EMA_PREFIX = "ema/"  # the record keys of the weight average's scores: ema/val/recall@1, ...
 
 
-def _load_part(name: str, part: nn.Module | torch.optim.Optimizer, state: StateDict) -> None:
+class _Stateful(Protocol):
+    def load_state_dict(self, state_dict: Any, /) -> Any: ...
+
+
+def _load_part(name: str, part: _Stateful, state: StateDict) -> None:
     """Load one part of a `last.pt` into the run's own, or say in one line why it does not fit.
 
     A resume whose config differs from the run's (backbone, embedding size, loss, optimizer
@@ -78,6 +92,7 @@ class TrainResult:
     test: dict[str, float]  # Recall@K, MAP@R, R-precision of the selected checkpoint on the test set
     selection_value: float | None = None  # the selection metric's value at that epoch
     uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)  # test R@1 / MAP@R 95% bootstrap CIs
+    selected_weights: str = "raw"  # raw (trained) or ema (the weight average, train.ema)
 
     @property
     def label(self) -> str:
@@ -86,10 +101,11 @@ class TrainResult:
 
     def describe(self, metric: str) -> str:
         """One line saying which checkpoint the test figures belong to and why."""
+        weights = " (EMA weights)" if self.selected_weights == "ema" else ""
         if self.selected_on == "last":
-            return f"result: last epoch ({self.epoch}); no validation split, so nothing was selected"
+            return f"result: last epoch ({self.epoch}); no validation split, so nothing was selected{weights}"
         where = "validation set" if self.selected_on == "val" else "TEST set (train.select_on_test; optimistic)"
-        return f"result: epoch {self.epoch}, best {metric} {self.selection_value:.4f} on the {where}"
+        return f"result: epoch {self.epoch}, best {metric} {self.selection_value:.4f} on the {where}{weights}"
 
 
 class Trainer:
@@ -100,6 +116,7 @@ class Trainer:
     evaluating and writing, and the training images per second), `result.json` (the selected
     epoch's test metrics), `plots/*.png` and, with a model config, `checkpoints/last.pt`
     (everything a resume needs, every epoch) and `best.pt` (the selected weights, no optimizer state).
+    `settings.loggers` mirror the config, the records and the result to experiment trackers.
 
     The model needs only `forward(images) -> (B, D)`; `settings.freeze_backbone_epochs > 0` also
     needs a `backbone` submodule (the part frozen first). Under torchrun (an initialized process
@@ -125,6 +142,9 @@ class Trainer:
         self.base_lrs = [group["lr"] for group in parts.optimizer.param_groups]
         self.selection_split = "test" if settings.select_on_test else ("val" if "val" in parts.evaluators else None)
         self.start_epoch, self.best_score, self.best_epoch = 0, -1.0, 0
+        self.ema = WeightAverage(parts.model, parts.loss, settings.ema) if settings.ema else None
+        # Without a selection split the result is the last epoch: its average when there is one.
+        self.selected_weights = "ema" if self.ema is not None and self.selection_split is None else "raw"
         self._best_weights: tuple[StateDict, StateDict] | None = None  # (model, loss) of the selected epoch, CPU
 
     @classmethod
@@ -140,7 +160,7 @@ class Trainer:
         return cls(build_training(config, resuming), settings)
 
     def resume(self, checkpoint: Checkpoint, best: Checkpoint | None = None) -> None:
-        """Continue from a loaded `last.pt`: weights, proxies, optimizer, epoch and the selection so far.
+        """Continue from a loaded `last.pt`: weights, proxies, optimizer, EMA, loss scale, epoch and selection so far.
 
         Args:
             checkpoint: the run's `last.pt`.
@@ -154,10 +174,21 @@ class Trainer:
         _load_part("model", parts.model, checkpoint.model)
         _load_part("loss", parts.loss, checkpoint.loss)
         _load_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
+        if self.ema is not None:
+            if checkpoint.ema is None:
+                self.ema.reset()  # the run trained without EMA so far: the average starts now
+            else:
+                _load_part("ema", self.ema.averaged, checkpoint.ema)
+        if parts.step.scaler is not None and checkpoint.grad_scaler is not None:
+            parts.step.scaler.load_state_dict(checkpoint.grad_scaler)
         self.start_epoch = checkpoint.epoch + 1
         self.best_score, self.best_epoch = checkpoint.best_score, checkpoint.best_epoch
+        if self.selection_split is not None:
+            self.selected_weights = checkpoint.selected_weights
         if self.best_epoch:
-            selected = checkpoint if self.best_epoch == self.start_epoch else best
+            # last.pt holds the raw weights only; selected averaged weights are in best.pt
+            in_last = self.best_epoch == self.start_epoch and self.selected_weights == "raw"
+            selected = checkpoint if in_last else best
             if selected is None:
                 raise UserError(
                     f"the run's selected epoch {self.best_epoch} is in checkpoints/best.pt, which is missing; "
@@ -167,13 +198,27 @@ class Trainer:
 
     def fit(self) -> TrainResult:
         """Train all remaining epochs, then score the selected weights on the test set once."""
-        context, epochs = self.parts.context, self.settings.epochs
+        context = self.parts.context
         records: list[dict[str, Any]] = context.broadcast(
             self.files.read_records(self.start_epoch) if context.is_main else []
         )
         if context.is_main:
             environment = describe_environment(self.parts.device) | {"world_size": context.world_size}
             self.files.start(environment, self.settings.run_config, records)
+        loggers = self.settings.loggers if context.is_main else ()
+        with tracked(open_tracker(loggers, self.settings.run_dir), self.settings.run_config) as tracker:
+            self._train_epochs(records, tracker)
+            if context.is_main:
+                plot_run(self.settings.run_dir)
+            result = self._final_result()
+            if context.is_main:
+                self.files.write_result(dataclasses.asdict(result))
+                tracker.log_result(dataclasses.asdict(result))
+        return result
+
+    def _train_epochs(self, records: list[dict[str, Any]], tracker: Tracker) -> None:
+        """Train, evaluate, save and record every remaining epoch."""
+        context, epochs = self.parts.context, self.settings.epochs
         for epoch in range(self.start_epoch, epochs):
             started = time.perf_counter()
             record = self._train_epoch(epoch)
@@ -195,25 +240,30 @@ class Trainer:
             records.append(record)
             if context.is_main:
                 self.files.append_record(record)
+                tracker.log_record(record)
                 print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
-        if context.is_main:
-            plot_run(self.settings.run_dir)
-        result = self._final_result()
-        if context.is_main:
-            self.files.write_result(dataclasses.asdict(result))
-        return result
 
-    def train_step(self, images: Tensor, labels: Tensor, step: int) -> Tensor:
-        """One optimizer step of the run's global step `step` on a batch; returns its loss, on the device.
+    def train_step(self, images: Tensor, labels: Tensor, step: int, micro: MicroBatch = WHOLE_STEP) -> Tensor:
+        """One micro-batch of the run's global optimizer step `step`; returns its loss, on the device.
 
-        The lr is set for `step`, the batch moved to the device (NHWC on GPU); nothing is read back.
+        The first micro-batch of a step sets the lr for `step` and clears the gradients; the last one
+        steps the optimizer and then updates the weight average. By default the batch is a whole step.
+        The batch is moved to the device (NHWC on GPU); nothing is read back.
         """
-        self._set_lr(step)
-        device = self.parts.device
+        parts = self.parts
+        if micro.first:
+            self._set_lr(step)
+            parts.step.zero_grad()
+        device = parts.device
         images, labels = images.to(device, non_blocking=True), labels.to(device, non_blocking=True)
-        if self.parts.channels_last:
+        if parts.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)
-        return self.parts.step(images, labels)
+        loss = parts.step.forward_backward(images, labels, micro.weight, sync=micro.last)
+        if micro.last:
+            parts.step.apply()
+            if self.ema is not None:
+                self.ema.update(step + 1)
+        return loss
 
     def begin_epoch(self, epoch: int) -> None:
         """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
@@ -228,38 +278,52 @@ class Trainer:
         parts.step.refresh()
 
     def recorded_step(
-        self, images: Tensor, labels: Tensor, step: int, tracker: LossTracker, diagnostics: EpochDiagnostics
+        self,
+        images: Tensor,
+        labels: Tensor,
+        step: int,
+        tracker: LossTracker,
+        diagnostics: EpochDiagnostics,
+        micro: MicroBatch = WHOLE_STEP,
     ) -> None:
         """`train_step` plus what the epoch loop keeps of it (loss and the loss's diagnostics, on the device)."""
-        tracker.add(self.train_step(images, labels, step))
+        tracker.add(self.train_step(images, labels, step, micro))
         diagnostics.update(self.parts.loss.last_stats)
 
     def _train_epoch(self, epoch: int) -> dict[str, Any]:
         self.begin_epoch(epoch)
         parts = self.parts
-        tracker = LossTracker(parts.device)
+        scaler = parts.step.scaler
+        tracker = LossTracker(parts.device, skip_non_finite=scaler is not None)
         diagnostics = EpochDiagnostics(torch.from_numpy(parts.class_groups).to(parts.device))
-        steps, images_seen = len(parts.loader), 0
+        batches, accumulate = len(parts.loader), parts.step.accumulate_steps
+        plan, steps = plan_micro_batches(batches, accumulate), optimizer_steps(batches, accumulate)
+        skipped_before, images_seen = parts.step.skipped_steps.clone(), 0
         progress = tqdm(
             parts.loader,
             desc=f"epoch {epoch + 1}/{self.settings.epochs}",
             leave=False,
             disable=None if parts.context.is_main else True,
         )
-        for step, (images, labels) in enumerate(progress):
-            self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics)
+        for index, (images, labels) in enumerate(progress):
+            step, micro = plan[index]
+            self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics, micro)
             images_seen += len(images)
-            if (step + 1) % CHECK_EVERY == 0 or step + 1 == steps:
+            if (index + 1) % CHECK_EVERY == 0 or index + 1 == batches:
                 self._check_finite(tracker, epoch)
                 progress.set_postfix(loss=f"{tracker.mean():.4f}")
-        world_size = parts.context.world_size
-        total_loss = parts.context.sum(tracker.total())  # the ranks' loss sums; the mean of their means
+        context = parts.context
+        total_loss, count = context.sum(tracker.total()), context.sum(tracker.count())  # the mean of all ranks' losses
         record: dict[str, Any] = {
             "epoch": epoch + 1,
-            "loss": float(total_loss) / max(tracker.steps * world_size, 1),
+            "loss": float(total_loss) / max(float(count), 1.0),
             "lr": parts.optimizer.param_groups[0]["lr"],
-            "images": images_seen * world_size,
+            "images": images_seen * context.world_size,
         }
+        if scaler is not None:
+            record["skipped_steps"] = int(parts.step.skipped_steps - skipped_before)
+            record["loss_scale"] = scaler.get_scale()
+            self._check_scaled_steps(record, steps, epoch)
         record.update(diagnostics.summary())
         return record
 
@@ -271,6 +335,19 @@ class Trainer:
             raise UserError(
                 f"the loss became {value} at epoch {epoch + 1}, step {step + 1}; nothing saved was "
                 f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
+            )
+
+    def _check_scaled_steps(self, record: dict[str, Any], steps: int, epoch: int) -> None:
+        """fp16: stop when every step of the epoch overflowed even at a loss scale below 1 (the run diverged).
+
+        Skipped steps are how the scaler finds its scale (the first few of a run always are); only
+        gradients that overflow without any scaling up are not its doing.
+        """
+        if record["skipped_steps"] == steps and record["loss_scale"] < 1.0:
+            raise UserError(
+                f"train.amp=fp16: every one of the {steps} steps of epoch {epoch + 1} had inf or NaN gradients even "
+                f"at a loss scale of {record['loss_scale']:.3g} and was skipped; nothing saved was overwritten "
+                f"(checkpoints/last.pt holds epoch {epoch}); lower train.lr, or use train.amp=bf16 (GPUs that have it)"
             )
 
     def _set_train_mode(self, epoch: int) -> None:
@@ -292,29 +369,67 @@ class Trainer:
         for group, base in zip(self.parts.optimizer.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * factor
 
-    def _score(self, split: str) -> dict[str, float]:
-        """Metrics of the current model on `val` or `test`, with per-group results on closed-set data."""
-        return self.parts.evaluators[split](self.parts.model, self.parts.loss.proxies)
+    def _score(self, split: str, model: nn.Module, proxies: Tensor | None) -> dict[str, float]:
+        """Metrics of `model` on `val` or `test`, with per-group results on closed-set data."""
+        return self.parts.evaluators[split](model, proxies)
+
+    def _candidates(self) -> dict[str, tuple[nn.Module, Tensor | None]]:
+        """The weights each evaluation scores, by record-key prefix: the raw ones and, with EMA, the average."""
+        candidates = {"": (self.parts.model, self.parts.loss.proxies)}
+        if self.ema is not None:
+            candidates[EMA_PREFIX] = (self.ema.model, self.ema.proxies)
+        return candidates
 
     def _evaluate_epoch(self) -> dict[str, float]:
-        """Validation metrics (`val/...`), and test metrics (`test/...`) only when selected or logged on test."""
-        scores = {}
-        if "val" in self.parts.evaluators:
-            scores.update({f"val/{key}": value for key, value in self._score("val").items()})
+        """Validation metrics (`val/...`), and test metrics (`test/...`) only when selected or logged on test.
+
+        With EMA, the same for the weight average under `ema/` (`ema/val/...`).
+        """
+        splits = ["val"] if "val" in self.parts.evaluators else []
         if self.selection_split == "test" or self.settings.log_test:
-            scores.update({f"test/{key}": value for key, value in self._score("test").items()})
+            splits.append("test")
+        scores = {}
+        for prefix, (model, proxies) in self._candidates().items():
+            for split in splits:
+                scores.update(
+                    {f"{prefix}{split}/{key}": value for key, value in self._score(split, model, proxies).items()}
+                )
         return scores
 
+    def _select(self, epoch: int, record: dict[str, Any]) -> bool:
+        """Keep this epoch's weights if they beat the selection so far; with EMA, the better of raw and average.
+
+        Returns whether they did. The better weights of the epoch go into the record (`better_weights`).
+        """
+        key = f"{self.selection_split}/{self.settings.select_on}"
+        if key not in record:
+            return False
+        weights, score = "raw", record[key]
+        if self.ema is not None:
+            if record[EMA_PREFIX + key] > score:
+                weights, score = "ema", record[EMA_PREFIX + key]
+            record["better_weights"] = weights
+        if score <= self.best_score:
+            return False
+        self.best_score, self.best_epoch, self.selected_weights = score, epoch + 1, weights
+        model_state, loss_state = self._weights(weights)
+        self._best_weights = (_cpu_copy(model_state), _cpu_copy(loss_state))
+        return True
+
+    def _weights(self, kind: str) -> tuple[StateDict, StateDict]:
+        """The current (model, loss) state dicts of the `raw` weights or of their average (`ema`)."""
+        if kind == "ema":
+            assert self.ema is not None  # only selected when there is one
+            return self.ema.weights()
+        return self.parts.model.state_dict(), self.parts.loss.state_dict()
+
     def _save(self, epoch: int, record: dict[str, Any]) -> None:
-        """Keep the selected weights; write `last.pt` (for a resume) and `best.pt` (rank 0, with a model config)."""
+        """Select; write `last.pt` (for a resume) and `best.pt` (the selected weights; rank 0, with a model config)."""
         parts, settings = self.parts, self.settings
-        key = f"{self.selection_split}/{settings.select_on}"
-        improved = key in record and record[key] > self.best_score
-        if improved:
-            self.best_score, self.best_epoch = record[key], epoch + 1
-            self._best_weights = (_cpu_copy(parts.model.state_dict()), _cpu_copy(parts.loss.state_dict()))
+        improved = self._select(epoch, record)
         if not parts.context.is_main or settings.model_config is None:
             return
+        scaler = parts.step.scaler
         checkpoint = Checkpoint(
             model=parts.model.state_dict(),
             model_config=settings.model_config,
@@ -325,30 +440,46 @@ class Trainer:
             best_epoch=self.best_epoch,
             loss=parts.loss.state_dict(),
             optimizer=parts.optimizer.state_dict(),
+            selected_weights=self.selected_weights,
+            ema=None if self.ema is None else self.ema.averaged.state_dict(),
+            grad_scaler=None if scaler is None else scaler.state_dict(),
         )
         checkpoint.save(self.files.checkpoints / "last.pt")
         # Without a selection split, the run's result is its last epoch: best.pt follows last.pt.
         if improved or self.selection_split is None:
-            checkpoint.slim().save(self.files.checkpoints / "best.pt")
+            model_state, loss_state = self._weights(self.selected_weights)
+            selected = dataclasses.replace(checkpoint, model=model_state, loss=loss_state)
+            selected.slim().save(self.files.checkpoints / "best.pt")
 
     def _final_result(self) -> TrainResult:
         """Test metrics of the selected weights, with per-query scores (`per_query.npz`) and their CIs."""
         parts, last_epoch = self.parts, self.settings.epochs
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
-        if chosen != last_epoch and self._best_weights is not None:  # every rank kept the same copy
-            model_state, loss_state = self._best_weights
+        selected = None
+        if chosen != last_epoch:
+            selected = self._best_weights  # every rank kept the same copy
+        elif self.selected_weights == "ema":
+            selected = self._weights("ema")
+        if selected is not None:
+            model_state, loss_state = selected
             parts.model.load_state_dict(model_state)
             parts.loss.load_state_dict(loss_state)
         test, scores = parts.evaluators["test"].score(parts.model, parts.loss.proxies)
         uncertainty = record_uncertainty(self.settings.run_dir, scores) if scores is not None else {}
         selection_value = self.best_score if self.selection_split is not None else None
-        return TrainResult(chosen, self.selection_split or "last", test, selection_value, uncertainty)
+        split = self.selection_split or "last"
+        return TrainResult(chosen, split, test, selection_value, uncertainty, self.selected_weights)
 
     def _summary(self, record: dict[str, Any]) -> str:
         text = f"epoch {record['epoch']}/{self.settings.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
-        for split in ("val", "test"):
-            if f"{split}/recall@1" in record:
-                text += f"  {split} R@1 {record[f'{split}/recall@1']:.4f} MAP@R {record[f'{split}/map@r']:.4f}"
+        for prefix in self._candidates():
+            for split in ("val", "test"):
+                if f"{prefix}{split}/recall@1" in record:
+                    name = f"{prefix}{split}".replace("/", " ")
+                    recall, map_r = record[f"{prefix}{split}/recall@1"], record[f"{prefix}{split}/map@r"]
+                    text += f"  {name} R@1 {recall:.4f} MAP@R {map_r:.4f}"
+        if "skipped_steps" in record:
+            text += f"  fp16 skipped {record['skipped_steps']} (scale {record['loss_scale']:.0f})"
         return text + describe_stats(record) + f"  ({record['seconds']:.1f}s, {record['images_per_second']:.0f} img/s)"
 
 

@@ -354,6 +354,12 @@ def _check_across_fields(config: Config) -> None:
             f"data.name {data.name} reads a dataset folder but data.root is not set; "
             "use --set data.root=/path/to/the/extracted/dataset"
         )
+    memory_size = config.loss.params.get("memory_size") or 0
+    if 0 < memory_size < data.p * data.k:
+        raise UserError(
+            f"loss.memory_size={memory_size} is smaller than one batch (data.p x data.k = {data.p * data.k}); "
+            "the memory must hold at least the batch: raise loss.memory_size or set it to 0 (no memory)"
+        )
     if data.val_classes and data.val_fraction:
         raise UserError(
             "data.val_classes and data.val_fraction are both set; hold out whole classes (zero-shot data) "

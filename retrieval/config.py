@@ -109,7 +109,10 @@ class ModelConfig(_Section):
     section: ClassVar[str] = "model"
 
     backbone: str = "resnet50"  # any timm model name
-    embedding_dim: int = field(default=128, metadata=_at_least(1))  # size of the L2-normalized embedding
+    # size of the L2-normalized embedding; null: the backbone's pooled features, no head (a baseline without training)
+    embedding_dim: int | None = field(
+        default=128, metadata=_accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
+    )
     # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem (retrieval.models.pooling)
     pooling: Literal["avg", "max", "token", "avgmax", "gem"] = "avgmax"
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)

@@ -24,11 +24,13 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import read_manifest
+from retrieval.inference.backbone import backbone_config
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 
@@ -61,7 +63,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
         "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
     )
-    build.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
+    model = build.add_mutually_exclusive_group(required=True)
+    model.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
+    model.add_argument(
+        "--backbone",
+        metavar="NAME",
+        help="a timm model without training (pooled features); image size and transform from --config/--set",
+    )
+    build.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
+    add_config_arguments(build)
     _add_image_inputs(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
@@ -140,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
-    encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    encoder = _build_encoder(args)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(
@@ -163,6 +173,16 @@ def _build(args: argparse.Namespace) -> int:
     )
     print(_format_measurement(measured))
     return 0
+
+
+def _build_encoder(args: argparse.Namespace) -> ImageEncoder:
+    """The encoder of `--checkpoint`, or of `--backbone` (with `--weights`) on the config of `--config` / `--set`."""
+    if args.backbone is None:
+        if args.weights is not None or args.config is not None or args.overrides:
+            raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
+        return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
+    return ImageEncoder.from_backbone(config, device=args.device)
 
 
 def _query(args: argparse.Namespace) -> int:

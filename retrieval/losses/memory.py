@@ -57,6 +57,8 @@ class EmbeddingQueue(nn.Module):
         """How many slots hold an embedding (`size` once the buffer has wrapped)."""
         return min(self._total, self.size)
 
+    # The count lives on the host and changes every step: a compiled training step calls these eagerly.
+    @torch.compiler.disable
     def enqueue(self, embeddings: Tensor, labels: Tensor) -> None:
         """Store a batch `(B, D)`, `(B,)` (B <= size), detached, over the oldest entries.
 
@@ -74,6 +76,7 @@ class EmbeddingQueue(nn.Module):
         self._total += len(embeddings)
         self.total.fill_(self._total)
 
+    @torch.compiler.disable
     def older(self, skip_newest: int) -> tuple[Tensor, Tensor]:
         """The stored embeddings `(M', D)` and labels `(M',)`, oldest first, without the `skip_newest` most recent."""
         oldest = (self.position - self.count) % self.size

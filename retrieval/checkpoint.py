@@ -90,8 +90,12 @@ class Checkpoint:
 
     @property
     def embedding_dim(self) -> int:
-        """Size D of the embeddings the model outputs."""
-        return int(self.model_config.embedding_dim)
+        """Size D of the embeddings the model outputs (the backbone's width when the model has no head)."""
+        if self.model_config.embedding_dim is not None:
+            return self.model_config.embedding_dim
+        config = dataclasses.replace(self.model_config, pretrained=False, weights=None)
+        with torch.device("meta"):  # the architecture alone: no memory, no initialization
+            return Embedder(**dataclasses.asdict(config)).embedding_dim
 
     @property
     def proxies(self) -> Tensor | None:

@@ -112,7 +112,10 @@ class ModelConfig(_Section):
     section: ClassVar[str] = "model"
 
     backbone: str = "resnet50"  # any timm model name
-    embedding_dim: int = field(default=128, metadata=_at_least(1))  # size of the L2-normalized embedding
+    # size of the L2-normalized embedding; null: the backbone's pooled features, no head (a baseline without training)
+    embedding_dim: int | None = field(
+        default=128, metadata=_accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
+    )
     # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem (retrieval.models.pooling)
     pooling: Literal["avg", "max", "token", "avgmax", "gem"] = "avgmax"
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
@@ -370,6 +373,12 @@ def _check_across_fields(config: Config) -> None:
         raise UserError(
             f"data.name {data.name} reads a dataset folder but data.root is not set; "
             "use --set data.root=/path/to/the/extracted/dataset"
+        )
+    memory_size = config.loss.params.get("memory_size") or 0
+    if 0 < memory_size < data.p * data.k:
+        raise UserError(
+            f"loss.memory_size={memory_size} is smaller than one batch (data.p x data.k = {data.p * data.k}); "
+            "the memory must hold at least the batch: raise loss.memory_size or set it to 0 (no memory)"
         )
     if data.val_classes and data.val_fraction:
         raise UserError(

@@ -124,8 +124,9 @@ def test_missing_or_invalid_yaml_is_a_user_error(tmp_path):
 
 
 def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
-    assert load_config(None, ["loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 256.0}
-    assert load_config(None, ["loss.gamma=80", "loss.name=circle"]).loss.params == {"m": 0.25, "gamma": 80.0}
+    circle = {"memory_size": 0, "m": 0.25}
+    assert load_config(None, ["loss.name=circle"]).loss.params == {**circle, "gamma": 256.0}
+    assert load_config(None, ["loss.gamma=80", "loss.name=circle"]).loss.params == {**circle, "gamma": 80.0}
     proxy_nca = Path(__file__).resolve().parent.parent / "configs" / "csv_proxy_nca.yaml"
     assert load_config(proxy_nca, ["loss.name=anchor"]).loss.params == {
         "class_weights": "none",

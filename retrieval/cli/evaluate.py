@@ -1,5 +1,8 @@
 """`retrieval evaluate`: Recall@K / MAP@R of a checkpoint on the test split of its (or another) dataset.
 
+`--backbone NAME [--weights FILE]` scores a timm model without training instead (its pooled
+features, `retrieval.inference.backbone`) on the data of `--config` / `--set` (the digits demo by default).
+
 On closed-set data it also reports results per training-frequency group and, on request, scores
 the proxy classifier (`--classification DIR`), calibrates it (`--calibrate`), measures pair-level
 verification with match thresholds (`--verification`, `--save-threshold`) and draws a grid of
@@ -19,7 +22,7 @@ import numpy as np
 
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments
-from retrieval.config import Config
+from retrieval.config import Config, load_config
 from retrieval.data import EvalSplit, RetrievalData, build_data
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
@@ -34,6 +37,7 @@ from retrieval.evaluate.verification import (
     verification_lines,
 )
 from retrieval.index.rerank import parse_rerank
+from retrieval.inference.backbone import backbone_checkpoint, backbone_config
 from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
 from retrieval.metrics.calibration import temperature_softmax
@@ -50,7 +54,12 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("evaluate", help="measure Recall@K and MAP@R of a checkpoint")
-    parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
+    source.add_argument(
+        "--backbone", metavar="NAME", help="a timm model without training: its pooled features, L2-normalized"
+    )
+    parser.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
     add_config_arguments(parser)
     parser.add_argument(
         "--json", type=Path, metavar="FILE", help="also write the metrics and their 95%% intervals to FILE as JSON"
@@ -105,8 +114,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    checkpoint = Checkpoint.load(args.checkpoint)
-    config = checkpoint.config(args.config, args.overrides)
+    checkpoint, config = _model_and_config(args)
     device = resolve_device(config.train.device)
     precision = Precision.for_run(config.train, device)
     model = checkpoint.embedder()
@@ -196,6 +204,19 @@ def _verification(
             "indexes built from it before have its old sha256: build them again to use it"
         )
     return lines
+
+
+def _model_and_config(args: argparse.Namespace) -> tuple[Checkpoint, Config]:
+    """The `--checkpoint` with its run's config, or the `--backbone` on the config of `--config` / `--set`."""
+    if args.backbone is not None and args.save_threshold is not None:
+        raise UserError("--save-threshold writes into a checkpoint; a --backbone has none: evaluate a trained run")
+    if args.backbone is None:
+        if args.weights is not None:
+            raise UserError("--weights gives the weights of --backbone NAME; a checkpoint holds its own")
+        checkpoint = Checkpoint.load(args.checkpoint)
+        return checkpoint, checkpoint.config(args.config, args.overrides)
+    config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
+    return backbone_checkpoint(config), config
 
 
 def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData) -> ProxyClassifier | None:

@@ -25,7 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
@@ -34,6 +35,7 @@ from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.rerank import IndexGallery, rerank_at_query
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
+from retrieval.inference.backbone import backbone_config
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.interface import Encoder
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
@@ -71,6 +73,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     model = build.add_mutually_exclusive_group(required=True)
     model.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
     model.add_argument("--model", type=Path, metavar="EXPORT_DIR", help="a `retrieval export` directory (onnxruntime)")
+    model.add_argument(
+        "--backbone",
+        metavar="NAME",
+        help="a timm model without training (pooled features); image size and transform from --config/--set",
+    )
+    build.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
+    add_config_arguments(build)
     _add_image_inputs(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
@@ -230,11 +239,7 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     target_recall, default_target_recall = _tuning(args.target_recall)
-    encoder: Encoder = (
-        OnnxEncoder.from_export(args.model, device=args.device)
-        if args.model
-        else ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
-    )
+    encoder = _build_encoder(args)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(
@@ -272,6 +277,18 @@ def _tuning_line(manifest: dict[str, Any]) -> str:
         return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
     which = "the default target" if source == "default" else "--target-recall"
     return f"search parameters: {parameters} (tuned to recall@10 {target}, {which})"
+
+
+def _build_encoder(args: argparse.Namespace) -> Encoder:
+    """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
+    if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
+        raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
+    if args.model is not None:
+        return OnnxEncoder.from_export(args.model, device=args.device)
+    if args.backbone is None:
+        return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
+    return ImageEncoder.from_backbone(config, device=args.device)
 
 
 def _query(args: argparse.Namespace) -> int:

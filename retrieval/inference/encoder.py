@@ -3,6 +3,8 @@
 An index is only meaningful with the exact model and preprocessing that embedded its gallery, so
 the encoder records the checkpoint's sha256, its model config and a description of the transform
 (`info()`), and `encoder_for_index` refuses a checkpoint other than the one an index was built with.
+An encoder of a timm backbone without training (`ImageEncoder.from_backbone`) has no file: it
+records the config it was built from and the checksum of its weights, and is rebuilt from them.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from retrieval.checkpoint import Checkpoint
-from retrieval.config import AugmentConfig, ModelConfig
+from retrieval.checkpoint import Checkpoint, state_checksum
+from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
 from retrieval.data.csv_dataset import ImageDataset, flatten_image
 from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import onnx_encoder_for_index
+from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, Encoder
 from retrieval.models import Embedder
@@ -59,6 +62,7 @@ class ImageEncoder:
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
         match_threshold: dict[str, Any] | None = None,
+        backbone_config: dict[str, Any] | None = None,
     ) -> None:
         self.model = model.eval()
         place_model(model, device, precision.channels_last)  # moves the module in place
@@ -69,6 +73,7 @@ class ImageEncoder:
         self.checkpoint_path = checkpoint_path
         self.checkpoint_sha256 = checkpoint_sha256
         self.match_threshold = match_threshold  # the checkpoint's, which `index build` records in the manifest
+        self.backbone_config = backbone_config  # the config of a backbone without training: how to rebuild it
         # The run's own evaluation preprocessing (augment.eval_mode, channels), so queries match the gallery.
         stats, in_chans = model.data_config(), model_config.in_chans
         self.transform = build_eval_transform(augment, image_size, stats, in_chans)
@@ -88,7 +93,28 @@ class ImageEncoder:
     ) -> ImageEncoder:
         """`from_checkpoint` for a `Checkpoint` already loaded from `path` (read once by callers that need it too)."""
         path = Path(path)
-        config = checkpoint.config()
+        return cls._of(checkpoint, checkpoint.config(), device, path.resolve(), sha256 or file_sha256(path))
+
+    @classmethod
+    def from_backbone(cls, config: Config, device: str = "auto") -> ImageEncoder:
+        """The timm backbone of `config.model` without training (`retrieval.inference.backbone.backbone_config`).
+
+        Its `checkpoint_sha256` is the checksum of its weights (`state_checksum`): there is no file.
+        """
+        checkpoint = backbone_checkpoint(config)
+        return cls._of(checkpoint, config, device, None, state_checksum(checkpoint.model), config_to_dict(config))
+
+    @classmethod
+    def _of(
+        cls,
+        checkpoint: Checkpoint,
+        config: Config,
+        device: str,
+        path: Path | None,
+        sha256: str,
+        backbone_config: dict[str, Any] | None = None,
+    ) -> ImageEncoder:
+        """The encoder of `checkpoint` with the image size, eval transform and precision of run `config`."""
         where = resolve_device(device)
         return cls(
             checkpoint.embedder(),
@@ -97,9 +123,10 @@ class ImageEncoder:
             config.augment,
             where,
             Precision.for_run(config.train, where),
-            path.resolve(),
-            sha256 or file_sha256(path),
+            path,
+            sha256,
             checkpoint.match_threshold,
+            backbone_config,
         )
 
     @property
@@ -109,14 +136,15 @@ class ImageEncoder:
 
     def info(self) -> dict[str, Any]:
         """What the index manifest records about the model that embedded it (JSON-ready)."""
-        return {
-            "checkpoint": str(self.checkpoint_path),
+        info = {
+            "checkpoint": None if self.checkpoint_path is None else str(self.checkpoint_path),
             "checkpoint_sha256": self.checkpoint_sha256,
             "model_config": dataclasses.asdict(self.model_config),
             "embedding_dim": self.dim,
             "image_size": self.image_size,
             "transform": self.transform_info,
         }
+        return info if self.backbone_config is None else {**info, "backbone_config": self.backbone_config}
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""
@@ -161,12 +189,17 @@ def encoder_for_index(
 
     An index built with an export (`--model DIR`) gets its `OnnxEncoder` (`onnx_encoder_for_index`).
 
+    An index of a backbone without training (`--backbone`) records no checkpoint: its encoder is
+    rebuilt from the recorded config, and its weights must have the recorded checksum.
+
     Raises:
         UserError: the checkpoint is missing, or its sha256 is not the one the index recorded
             (embeddings of another model are not comparable with the index's).
     """
     if model_info.get("onnx_sha256") or model_dir is not None:
         return onnx_encoder_for_index(model_info, model_dir, checkpoint, device)
+    if "backbone_config" in model_info:
+        return _backbone_encoder(model_info, checkpoint, device)
     recorded = model_info.get("checkpoint_sha256")
     if not recorded:
         raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")
@@ -181,3 +214,19 @@ def encoder_for_index(
             f"{recorded[:12]}...); pass the original with --checkpoint or rebuild the index"
         )
     return ImageEncoder.from_checkpoint(path, device=device, sha256=actual)
+
+
+def _backbone_encoder(model_info: dict[str, Any], checkpoint: str | Path | None, device: str) -> ImageEncoder:
+    """The encoder of an index built with `--backbone`, rebuilt from its recorded config and checked against it."""
+    config = config_from_dict(model_info["backbone_config"])
+    name = config.model.backbone
+    if checkpoint is not None:
+        raise UserError(f"this index was built from the timm backbone {name} without training; leave out --checkpoint")
+    encoder = ImageEncoder.from_backbone(config, device=device)
+    if encoder.checkpoint_sha256 != model_info.get("checkpoint_sha256"):
+        source = config.model.weights or ("timm's pretrained weights" if config.model.pretrained else "a seeded init")
+        raise UserError(
+            f"the weights of backbone {name} ({source}) are not the ones this index was built with; "
+            "restore that weights file or rebuild the index"
+        )
+    return encoder

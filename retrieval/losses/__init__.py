@@ -4,7 +4,8 @@ Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ..
 proxies and train on shuffled batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K
 batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
 multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar; all of them are a
-`MetricLoss`, the interface the trainer and the proxy classifier rely on.
+`MetricLoss`, the interface the trainer and the proxy classifier rely on. `CrossBatchMemory`
+(`loss.memory_size`) lets a pair loss compare each batch with the embeddings of earlier ones.
 """
 
 from retrieval.losses.anchor import AnchorLoss
@@ -14,6 +15,7 @@ from retrieval.losses.base import MetricLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
+from retrieval.losses.memory import CrossBatchMemory
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss, registry_name
@@ -27,6 +29,7 @@ __all__ = [
     "AsymmetricProxyLoss",
     "CircleLoss",
     "CosFaceLoss",
+    "CrossBatchMemory",
     "FocalProxyLoss",
     "MetricLoss",
     "ProxyAnchorLoss",

@@ -4,7 +4,7 @@ import torch
 from torch import Tensor
 
 from retrieval.losses.base import MetricLoss
-from retrieval.losses.functional.pair import circle_loss, cosine_similarity_matrix
+from retrieval.losses.functional.pair import circle_loss, cosine_similarity_matrix, reference_labels
 from retrieval.miners.masks import pair_masks
 
 __all__ = ["CircleLoss"]
@@ -43,19 +43,30 @@ class CircleLoss(MetricLoss):
         self.m = m
         self.gamma = gamma
 
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        """Loss of one batch.
+    def forward(
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        memory_embeddings: Tensor | None = None,
+        memory_labels: Tensor | None = None,
+    ) -> Tensor:
+        """Loss of one batch, each anchor against the rest of the batch and, when given, a memory of earlier batches.
 
         Args:
             embeddings: raw embeddings (B, D); normalized here, computed in float32.
             labels: class ids (B,).
+            memory_embeddings: raw embeddings of earlier batches (M, D), detached, or None
+                (`retrieval.losses.CrossBatchMemory` passes them).
+            memory_labels: their class ids (M,), or None.
 
         Returns:
             Scalar loss; 0 (still backpropagating) if no anchor has both a positive and a negative.
         """
-        loss = circle_loss(cosine_similarity_matrix(embeddings), labels, m=self.m, gamma=self.gamma)
+        ref_labels = reference_labels(labels, memory_embeddings, memory_labels)
+        similarities = cosine_similarity_matrix(embeddings, memory_embeddings)
+        loss = circle_loss(similarities, labels, m=self.m, gamma=self.gamma, ref_labels=ref_labels)
         with torch.no_grad():
-            self.last_stats = {"valid_anchors": pair_masks(labels).valid_anchors.sum()}
+            self.last_stats = {"valid_anchors": pair_masks(labels, ref_labels).valid_anchors.sum()}
         return loss
 
     def extra_repr(self) -> str:

@@ -16,6 +16,7 @@ from retrieval.losses.circle import CircleLoss
 from retrieval.losses.class_weights import class_weights
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
+from retrieval.losses.memory import CrossBatchMemory
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
@@ -45,6 +46,10 @@ _PROVIDED = ("num_classes", "embedding_dim")
 # training class counts (`retrieval.losses.class_weights`), set after construction.
 _CLASS_WEIGHT_PARAMETERS = {"class_weights": "none", "beta": 0.999}
 
+# Parameters of every pair loss beyond its constructor's: the size of a cross-batch memory
+# (`retrieval.losses.CrossBatchMemory`, 0: none), wrapped around the loss after construction.
+_MEMORY_PARAMETERS = {"memory_size": 0}
+
 
 def loss_parameters(name: str) -> dict[str, Any]:
     """The user-settable parameters of loss `name` with their defaults."""
@@ -56,7 +61,9 @@ def loss_parameters(name: str) -> dict[str, Any]:
         for key, param in signature.parameters.items()
         if param.kind in named and key not in ("self", *_PROVIDED)
     }
-    return {**_CLASS_WEIGHT_PARAMETERS, **own} if issubclass(cls, ProxySoftmaxLoss) else own
+    if issubclass(cls, ProxySoftmaxLoss):
+        return {**_CLASS_WEIGHT_PARAMETERS, **own}
+    return {**_MEMORY_PARAMETERS, **own} if cls.needs_pk_batches else own
 
 
 def build_loss(
@@ -71,17 +78,25 @@ def build_loss(
     Args:
         name: a key of `LOSSES`.
         params: constructor arguments from the config (`loss.<parameter>`); proxy-softmax losses
-            also take `class_weights` (none | inverse | effective_number) and `beta`.
+            also take `class_weights` (none | inverse | effective_number) and `beta`, pair losses
+            `memory_size` (> 0: wrapped in a `CrossBatchMemory` of that many embeddings).
         num_classes: number of training classes, passed to losses that hold proxies.
-        embedding_dim: embedding size, passed to losses that hold proxies.
+        embedding_dim: embedding size, passed to losses that hold proxies and to a memory.
         class_counts: `(num_classes,)` training images per class, needed when `class_weights` is not none.
+
+    Raises:
+        UserError: an unknown name, or parameters the loss refuses (`memory_size` on a proxy loss).
     """
     cls = _loss_class(name)
     wanted = inspect.signature(cls.__init__).parameters
     provided = {"num_classes": num_classes, "embedding_dim": embedding_dim}
-    own = {key: value for key, value in params.items() if key in wanted or key not in _CLASS_WEIGHT_PARAMETERS}
+    added = {**_CLASS_WEIGHT_PARAMETERS, **_MEMORY_PARAMETERS}
+    own = {key: value for key, value in params.items() if key in wanted or key not in added}
+    memory_size = params.get("memory_size", 0)
     try:
         loss = cls(**own, **{key: value for key, value in provided.items() if key in wanted})
+        if memory_size:
+            return _with_memory(loss, embedding_dim, memory_size)
         if isinstance(loss, ProxySoftmaxLoss):
             mode = params.get("class_weights", "none")
             if mode != "none" and class_counts is None:
@@ -94,8 +109,22 @@ def build_loss(
 
 
 def registry_name(loss: MetricLoss) -> str:
-    """The `loss.name` of `loss`'s class in `LOSSES` (its class name when it is not registered)."""
+    """The `loss.name` of `loss`'s class in `LOSSES` (its class name when it is not registered).
+
+    A `CrossBatchMemory` is named after the pair loss it wraps.
+    """
+    if isinstance(loss, CrossBatchMemory):
+        loss = loss.loss
     return next((name for name, cls in LOSSES.items() if type(loss) is cls), type(loss).__name__)
+
+
+def _with_memory(loss: MetricLoss, embedding_dim: int, memory_size: int) -> CrossBatchMemory:
+    """`loss` with a cross-batch memory of `memory_size` embeddings (pair losses only)."""
+    if not loss.needs_pk_batches:
+        raise ValueError(f"memory_size applies to pair losses ({', '.join(sorted(PAIR_LOSSES))}), not to proxy losses")
+    if memory_size < 0:
+        raise ValueError(f"memory_size must be >= 0 (0: no memory), got {memory_size}")
+    return CrossBatchMemory(loss, embedding_dim, memory_size)
 
 
 def _loss_class(name: str) -> type[MetricLoss]:

@@ -8,6 +8,7 @@ from retrieval.losses.functional.pair import (
     cosine_similarity_matrix,
     euclidean_distance_matrix,
     mean_over_active,
+    reference_labels,
     triplet_margin_losses,
 )
 from retrieval.miners import TripletMiner, build_miner
@@ -51,18 +52,28 @@ class TripletLoss(MetricLoss):
         self.margin = margin
         self.miner = build_miner(miner, margin) if isinstance(miner, str) else miner
 
-    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
-        """Loss of one batch.
+    def forward(
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        memory_embeddings: Tensor | None = None,
+        memory_labels: Tensor | None = None,
+    ) -> Tensor:
+        """Loss of one batch: anchors from the batch, positives and negatives from the batch and, when given, a memory.
 
         Args:
             embeddings: raw embeddings (B, D); normalized here, computed in float32.
             labels: class ids (B,).
+            memory_embeddings: raw embeddings of earlier batches (M, D), detached, or None
+                (`retrieval.losses.CrossBatchMemory` passes them).
+            memory_labels: their class ids (M,), or None.
 
         Returns:
             Scalar loss; 0 (still backpropagating) when no triplet is mined or none violates the margin.
         """
-        distances = euclidean_distance_matrix(cosine_similarity_matrix(embeddings))
-        losses = triplet_margin_losses(distances, self.miner(distances, labels), self.margin)
+        ref_labels = reference_labels(labels, memory_embeddings, memory_labels)
+        distances = euclidean_distance_matrix(cosine_similarity_matrix(embeddings, memory_embeddings))
+        losses = triplet_margin_losses(distances, self.miner(distances, labels, ref_labels), self.margin)
         with torch.no_grad():
             self.last_stats = {
                 "triplets": torch.tensor(losses.numel()),

@@ -3,8 +3,7 @@
 from torch import Tensor
 
 from retrieval.miners.base import TripletMiner
-from retrieval.miners.masks import pair_masks
-from retrieval.miners.types import TripletIndices
+from retrieval.miners.types import PairMasks, TripletIndices
 
 __all__ = ["AllTripletsMiner"]
 
@@ -17,8 +16,7 @@ class AllTripletsMiner(TripletMiner):
     At K = 4 that is about 3 B^2 triplets: 0.8 M at B = 512, 3.1 M at B = 1024, 12.6 M at B = 2048.
     """
 
-    def _mine(self, distances: Tensor, labels: Tensor) -> TripletIndices:
-        masks = pair_masks(labels)
+    def _mine(self, distances: Tensor, masks: PairMasks) -> TripletIndices:
         anchor, positive = masks.positive.nonzero(as_tuple=True)
         pair, negative = masks.negative[anchor].nonzero(as_tuple=True)
         return TripletIndices(anchor=anchor[pair], positive=positive[pair], negative=negative)

@@ -4,8 +4,7 @@ import torch
 from torch import Tensor
 
 from retrieval.miners.base import TripletMiner
-from retrieval.miners.masks import pair_masks
-from retrieval.miners.types import TripletIndices
+from retrieval.miners.types import PairMasks, TripletIndices
 
 __all__ = ["BatchHardMiner"]
 
@@ -18,8 +17,7 @@ class BatchHardMiner(TripletMiner):
     the lowest index. Memory: (B, B).
     """
 
-    def _mine(self, distances: Tensor, labels: Tensor) -> TripletIndices:
-        masks = pair_masks(labels)
+    def _mine(self, distances: Tensor, masks: PairMasks) -> TripletIndices:
         farthest_positive = distances.masked_fill(~masks.positive, -torch.inf).argmax(dim=1)
         nearest_negative = distances.masked_fill(~masks.negative, torch.inf).argmin(dim=1)
         anchor = masks.valid_anchors.nonzero(as_tuple=True)[0]

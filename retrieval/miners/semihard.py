@@ -4,8 +4,7 @@ import torch
 from torch import Tensor
 
 from retrieval.miners.base import TripletMiner
-from retrieval.miners.masks import pair_masks
-from retrieval.miners.types import TripletIndices
+from retrieval.miners.types import PairMasks, TripletIndices
 
 __all__ = ["SemiHardMiner"]
 
@@ -34,8 +33,7 @@ class SemiHardMiner(TripletMiner):
             raise ValueError(f"margin must be >= 0 (it is the width of the semi-hard band); got {margin}.")
         self.margin = margin
 
-    def _mine(self, distances: Tensor, labels: Tensor) -> TripletIndices:
-        masks = pair_masks(labels)
+    def _mine(self, distances: Tensor, masks: PairMasks) -> TripletIndices:
         negative_distances, order = distances.masked_fill(~masks.negative, torch.inf).sort(dim=1, stable=True)
         # Per (a, j): position of a's first negative strictly farther than d(a, j).
         beyond = torch.searchsorted(negative_distances, distances.contiguous(), right=True)

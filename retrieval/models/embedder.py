@@ -1,4 +1,4 @@
-"""The image embedder: timm backbone -> global pooling -> Linear -> L2 normalization."""
+"""The image embedder: timm backbone -> global pooling -> Linear (or none) -> L2 normalization."""
 
 from __future__ import annotations
 
@@ -42,7 +42,8 @@ class Embedder(nn.Module):
 
     Args:
         backbone: a timm model name, e.g. `resnet50`, `resnet18`, `vit_small_patch16_224`.
-        embedding_dim: size of the output embedding.
+        embedding_dim: size of the output embedding; None: no Linear head, the backbone's pooled
+            features (`num_features` of them) are the embedding, the baseline without training.
         pooling: timm's `avg`, `max` or `token` (class token), or ours for feature maps: `avgmax`
             (the *sum* of average and max pooling; timm's `avgmax` is their mean) or `gem` (GeM, p = 3).
         pretrained: load timm's pretrained weights (downloads, or uses timm's cache).
@@ -60,7 +61,7 @@ class Embedder(nn.Module):
     def __init__(
         self,
         backbone: str = "resnet50",
-        embedding_dim: int = 128,
+        embedding_dim: int | None = 128,
         pooling: str = "avgmax",
         pretrained: bool = False,
         weights: str | Path | None = None,
@@ -69,7 +70,7 @@ class Embedder(nn.Module):
         flip_average: bool = False,
     ) -> None:
         super().__init__()
-        if embedding_dim < 1:
+        if embedding_dim is not None and embedding_dim < 1:
             raise UserError(f"model.embedding_dim must be >= 1, got {embedding_dim}")
         if pooling not in POOLINGS:
             raise UserError(f"unknown model.pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
@@ -85,8 +86,9 @@ class Embedder(nn.Module):
         )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
-        self.head = nn.Linear(_timm(self.backbone).num_features, embedding_dim)
-        self.embedding_dim = embedding_dim
+        width = _timm(self.backbone).num_features
+        self.head: nn.Module = nn.Identity() if embedding_dim is None else nn.Linear(width, embedding_dim)
+        self.embedding_dim = width if embedding_dim is None else embedding_dim
         self.flip_average = flip_average
 
     def forward(self, images: Tensor) -> Tensor:

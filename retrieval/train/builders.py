@@ -84,7 +84,7 @@ def build_training(config: Config, resuming: bool = False) -> TrainingParts:
         model = build_embedder(config.model, config.train, resuming)
         data = build_data(config.data, model.data_config(), config.augment, config.model.in_chans)
         counts = class_counts(data.train_labels, data.num_classes)
-        loss = build_loss(config.loss.name, config.loss.params, data.num_classes, config.model.embedding_dim, counts)
+        loss = build_loss(config.loss.name, config.loss.params, data.num_classes, model.embedding_dim, counts)
     return assemble_training(model, loss, data, config.train, config.data)
 
 

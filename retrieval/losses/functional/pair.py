@@ -2,8 +2,10 @@
 
 Similarities are cosines between L2-normalized embeddings, in [-1, 1]; distances are Euclidean
 distances between the same unit vectors, in [0, 2]. Masks and mined indices come from
-`retrieval.miners`. No function here holds state or builds a tensor larger than its inputs'
-B x B matrix, except `triplet_margin_losses`, which is (T,) for T mined triplets.
+`retrieval.miners`. The matrices compare the batch with itself (B, B) or, with a cross-batch
+memory, with the batch followed by the memory (B, B + M). No function here holds state or builds
+a tensor larger than its inputs' matrix, except `triplet_margin_losses`, which is (T,) for T mined
+triplets.
 """
 
 import torch
@@ -18,33 +20,59 @@ __all__ = [
     "cosine_similarity_matrix",
     "euclidean_distance_matrix",
     "mean_over_active",
+    "reference_labels",
     "triplet_margin_losses",
 ]
 
 
-def cosine_similarity_matrix(embeddings: Tensor) -> Tensor:
-    """Cosine similarity of every pair of rows, from one matmul of the L2-normalized rows.
+def cosine_similarity_matrix(embeddings: Tensor, memory_embeddings: Tensor | None = None) -> Tensor:
+    """Cosine similarity of every row with every row, from one matmul of the L2-normalized rows.
 
     Computed in float32 even under autocast (float64 input stays float64).
 
     Args:
         embeddings: raw embeddings (B, D); they are normalized here.
+        memory_embeddings: raw embeddings of earlier batches (M, D) (a cross-batch memory), or None.
 
     Returns:
-        Similarities (B, B).
+        Similarities (B, B); with a memory (B, B + M): the batch's rows against the batch, then the memory.
 
     Raises:
-        ValueError: if `embeddings` is not 2-D.
+        ValueError: if `embeddings` or `memory_embeddings` is not 2-D.
     """
-    if embeddings.ndim != 2:
-        raise ValueError(
-            f"embeddings must be 2-D, shape (B, D); got {tuple(embeddings.shape)}. "
-            "Flatten extra dimensions with embeddings.flatten(1)."
-        )
+    for name, values in (("embeddings", embeddings), ("memory_embeddings", memory_embeddings)):
+        if values is not None and values.ndim != 2:
+            raise ValueError(
+                f"{name} must be 2-D, shape (B, D); got {tuple(values.shape)}. "
+                f"Flatten extra dimensions with {name}.flatten(1)."
+            )
     dtype = torch.promote_types(embeddings.dtype, torch.float32)
     with torch.autocast(embeddings.device.type, enabled=False):
         unit = F.normalize(embeddings.to(dtype), dim=1)
-        return unit @ unit.T
+        if memory_embeddings is None:
+            return unit @ unit.T
+        return unit @ torch.cat([unit, F.normalize(memory_embeddings.to(dtype), dim=1)]).T
+
+
+def reference_labels(labels: Tensor, memory_embeddings: Tensor | None, memory_labels: Tensor | None) -> Tensor | None:
+    """The labels of the columns of `cosine_similarity_matrix(embeddings, memory_embeddings)`, None without memory.
+
+    Args:
+        labels: class ids of the batch (B,).
+        memory_embeddings: embeddings of earlier batches (M, D), or None.
+        memory_labels: their class ids (M,), or None; given together with `memory_embeddings`.
+
+    Returns:
+        (B + M,) class ids, the batch's first; None when there is no memory.
+
+    Raises:
+        ValueError: if only one of `memory_embeddings` and `memory_labels` is given, or their lengths differ.
+    """
+    if memory_embeddings is None and memory_labels is None:
+        return None
+    if memory_embeddings is None or memory_labels is None or len(memory_embeddings) != len(memory_labels):
+        raise ValueError("pass memory_embeddings (M, D) and memory_labels (M,) together, one label per embedding")
+    return torch.cat([labels, memory_labels.to(labels.dtype)])
 
 
 def euclidean_distance_matrix(similarities: Tensor) -> Tensor:
@@ -63,7 +91,9 @@ def euclidean_distance_matrix(similarities: Tensor) -> Tensor:
     return squared.sqrt()
 
 
-def circle_loss(similarities: Tensor, labels: Tensor, m: float = 0.25, gamma: float = 256.0) -> Tensor:
+def circle_loss(
+    similarities: Tensor, labels: Tensor, m: float = 0.25, gamma: float = 256.0, ref_labels: Tensor | None = None
+) -> Tensor:
     """Circle Loss, per anchor, averaged over the anchors that have a positive and a negative.
 
     Sun et al. 2020, "Circle Loss: A Unified Perspective of Pair Similarity Optimization". For
@@ -78,10 +108,12 @@ def circle_loss(similarities: Tensor, labels: Tensor, m: float = 0.25, gamma: fl
     beyond gamma ~ 3000 in float32).
 
     Args:
-        similarities: raw cosines (B, B), not pre-scaled: gamma is the scale.
+        similarities: raw cosines (B, B), not pre-scaled: gamma is the scale; or (B, B + M) from
+            the batch to itself and a cross-batch memory (`cosine_similarity_matrix`).
         labels: class ids (B,).
         m: relaxation margin; the paper uses 0.25 (face, retrieval) and 0.4 (fine-grained).
         gamma: scale; the paper uses 256 (80 is common too).
+        ref_labels: class ids of the columns (B + M,) (`reference_labels`); None: the columns are the batch.
 
     Returns:
         Scalar loss; 0, still connected to the graph, when no anchor has both a positive and a negative.
@@ -89,8 +121,8 @@ def circle_loss(similarities: Tensor, labels: Tensor, m: float = 0.25, gamma: fl
     Raises:
         ValueError: if the shapes do not match.
     """
-    check_pairwise(similarities, labels, "similarities")
-    masks = pair_masks(labels)
+    check_pairwise(similarities, labels, "similarities", ref_labels)
+    masks = pair_masks(labels, ref_labels)
     detached = similarities.detach()
     positive_logits = -gamma * F.relu(1.0 + m - detached) * (similarities - (1.0 - m))
     negative_logits = gamma * F.relu(detached + m) * (similarities - m)
@@ -107,8 +139,10 @@ def triplet_margin_losses(distances: Tensor, triplets: TripletIndices, margin: f
     """Hinge loss of each triplet: [d(a, p) - d(a, n) + margin]_+.
 
     Args:
-        distances: Euclidean distances between L2-normalized embeddings (B, B).
-        triplets: mined (anchor, positive, negative) indices, each (T,).
+        distances: Euclidean distances between L2-normalized embeddings (B, B), or from the batch
+            to itself and a cross-batch memory (B, B + M).
+        triplets: mined (anchor, positive, negative) indices, each (T,): anchors index rows, the
+            others columns of `distances`.
         margin: required gap between d(a, n) and d(a, p); default 0.2.
 
     Returns:

@@ -1,0 +1,82 @@
+"""`retrieval evaluate --backbone` and `retrieval index build --backbone`: a timm model scored and indexed untrained."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import timm
+import torch
+
+from retrieval.cli.main import main
+
+NO_WORKERS = ["--num-workers", "0"]
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory) -> Path:
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet10t.pth"
+    torch.save(timm.create_model("resnet10t").state_dict(), path)
+    return path
+
+
+def _data_overrides(csv_path: Path) -> list[str]:
+    settings = [
+        "data.name=csv",
+        f"data.path={csv_path}",
+        "data.image_size=32",
+        "data.val_fraction=0",
+        "train.threads=1",
+    ]
+    return [argument for setting in settings for argument in ("--set", setting)]
+
+
+def test_evaluate_a_backbone_prints_recall_lines(weights: Path, csv_dataset: Path, capsys) -> None:
+    code = main(["evaluate", "--backbone", "resnet10t", "--weights", str(weights), *_data_overrides(csv_dataset)])
+    out = capsys.readouterr().out.strip().splitlines()
+    assert code == 0
+    assert re.fullmatch(r"Recall@1: \d\.\d{4}", out[-5]) and re.fullmatch(r"MAP@R: \d\.\d{4}", out[-1])
+    assert any(line.startswith("95% CI (class bootstrap") for line in out)
+
+
+@pytest.mark.parametrize("content", ["resnet18", "junk"])
+def test_weights_that_do_not_fit_are_one_line(content: str, tmp_path: Path, csv_dataset: Path, capsys) -> None:
+    path = tmp_path / "weights.pth"
+    if content == "junk":
+        path.write_bytes(b"not a state dict")
+    else:
+        torch.save(timm.create_model(content).state_dict(), path)
+    code = main(["evaluate", "--backbone", "resnet10t", "--weights", str(path), *_data_overrides(csv_dataset)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1
+    assert err[0].startswith(f"error: could not load pretrained weights for resnet10t from {path}")
+
+
+def test_weights_without_a_backbone_are_refused(tiny_checkpoint: Path, csv_dataset: Path, capsys) -> None:
+    code = main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--weights", str(tiny_checkpoint)])
+    assert code == 2 and "--weights gives the weights of --backbone" in capsys.readouterr().err
+
+
+def test_index_build_with_a_backbone_then_query(weights: Path, csv_dataset: Path, tmp_path: Path, capsys) -> None:
+    index = tmp_path / "index"
+    build = ["index", "build", "--backbone", "resnet10t", "--weights", str(weights), "--csv", str(csv_dataset)]
+    assert main([*build, "--out", str(index), "--set", "data.image_size=32", *NO_WORKERS]) == 0
+    assert "vectors: 28 of 28 images" in capsys.readouterr().out
+    manifest = json.loads((index / "manifest.json").read_text())
+    assert manifest["dimension"] == 512 and manifest["model"]["backbone_config"]["model"]["weights"] == str(weights)
+
+    image = csv_dataset.parent / "images" / "test_100_0.png"
+    query = ["index", "query", "--index", str(index), "--image", str(image), "-k", "3", "--json", *NO_WORKERS]
+    assert main(query) == 0
+    (answer,) = json.loads(capsys.readouterr().out)
+    assert answer["results"][0]["path"] == str(image)
+    assert answer["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+
+
+def test_index_build_from_a_checkpoint_refuses_backbone_options(tiny_checkpoint: Path, csv_dataset: Path, capsys):
+    build = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset)]
+    code = main([*build, "--out", "unused", "--set", "data.image_size=32"])
+    assert code == 2 and "--weights, --config and --set describe a --backbone" in capsys.readouterr().err

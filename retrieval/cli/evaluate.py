@@ -36,7 +36,6 @@ from retrieval.evaluate.verification import (
     threshold_record,
     verification_lines,
 )
-from retrieval.index.rerank import parse_rerank
 from retrieval.inference.backbone import backbone_checkpoint, backbone_config
 from retrieval.inference.embedding import Precision
 from retrieval.metrics import GROUP_NAMES, frequency_groups
@@ -46,6 +45,7 @@ from retrieval.metrics.verification import FMR_TARGETS
 from retrieval.models import Embedder
 from retrieval.report.classification_plots import plot_classification
 from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
+from retrieval.rerank import parse_rerank
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import write_text
 

@@ -32,13 +32,13 @@ from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
 from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.rerank import IndexGallery, rerank_at_query
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 from retrieval.inference.backbone import backbone_config
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.interface import Encoder
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
+from retrieval.rerank import IndexGallery, rerank_at_query
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
 
 __all__ = ["add_parser", "run"]

@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
-from retrieval.index.rerank import Reranker
 from retrieval.inference.embedding import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
+from retrieval.rerank import Reranker
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
 
 __all__ = [

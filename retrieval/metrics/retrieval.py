@@ -28,8 +28,8 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
-from retrieval.index.rerank import Reranker
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
+from retrieval.rerank import Reranker
 
 __all__ = ["PerQuery", "check_queries_have_positives", "per_query_scores", "retrieval_metrics"]
 
@@ -146,7 +146,7 @@ def per_query_scores(
 
     Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
     query searches (max(ks)), so `first_hit` is exact below it. With `rerank`
-    (`retrieval.index.rerank`) the gallery is stored and searched through it; a query in the
+    (`retrieval.rerank`) the gallery is stored and searched through it; a query in the
     gallery never sees its own row, in the expansion steps either.
 
     Returns:
@@ -355,7 +355,7 @@ class _Gallery:
 
 
 class _RowSearch:
-    """A `retrieval.index.rerank.Gallery` over gallery rows, where query i never finds `own_rows[i]`."""
+    """A `retrieval.rerank.Gallery` over gallery rows, where query i never finds `own_rows[i]`."""
 
     def __init__(self, index: faiss.IndexFlatIP, vectors: np.ndarray, own_rows: np.ndarray | None) -> None:
         self.index, self._vectors, self.own_rows = index, vectors, own_rows

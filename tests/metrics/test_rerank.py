@@ -1,4 +1,4 @@
-"""Re-ranking (`retrieval.index.rerank`) against naive loops over each method's definition."""
+"""Re-ranking (`retrieval.rerank`) against naive loops over each method's definition."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 
 from retrieval.errors import UserError
 from retrieval.index import clustered_unit_vectors
-from retrieval.index.rerank import DatabaseAugmentation, KReciprocal, QueryExpansion, parse_rerank
 from retrieval.metrics import per_query_scores
+from retrieval.rerank import DatabaseAugmentation, KReciprocal, QueryExpansion, parse_rerank
 
 
 class _Exact:
@@ -128,7 +128,7 @@ def test_specs_round_trip_and_refuse_unknown_names():
 def test_a_search_index_reranks_like_the_exact_gallery_and_keeps_its_filter(data):
     from retrieval.index import SearchIndex
     from retrieval.index.filters import parse_where
-    from retrieval.index.rerank import IndexGallery, rerank_at_query
+    from retrieval.rerank import IndexGallery, rerank_at_query
 
     gallery, queries, labels = data
     index = SearchIndex.build(gallery, {"label": labels[:600].tolist()}, kind="flat", progress=False)

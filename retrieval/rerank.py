@@ -24,13 +24,15 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import faiss
 import numpy as np
 
 from retrieval.errors import UserError
-from retrieval.index.filters import Filter
+
+if TYPE_CHECKING:  # evaluation imports this module and must not load the index package
+    from retrieval.index.filters import Filter
 
 __all__ = [
     "RERANK_METHODS",

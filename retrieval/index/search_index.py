@@ -32,6 +32,7 @@ from retrieval.index.storage import (
     read_verified_manifest,
     write_index_directory,
 )
+from retrieval.index.streaming import VectorStream, exact_neighbors_streamed, gather_rows
 from retrieval.index.tuning import (
     Measurement,
     apply_search_parameters,
@@ -140,50 +141,110 @@ class SearchIndex:
                 memory budget nothing fits, or a recall target no setting reaches.
         """
         vectors, were_unit = _unit_rows(embeddings, "embeddings")
-        n, dim = vectors.shape
-        options = {"nlist": nlist, "hnsw_m": hnsw_m}
+        return cls.build_streamed(
+            VectorStream.of_array(vectors),
+            metadata,
+            kind=kind,
+            max_memory=max_memory,
+            target_recall=target_recall,
+            tuning_queries=tuning_queries,
+            model_info=model_info,
+            progress=progress,
+            nlist=nlist,
+            hnsw_m=hnsw_m,
+            pq_bytes=pq_bytes,
+            inputs_were_normalized=were_unit,
+        )
+
+    @classmethod
+    def build_streamed(
+        cls,
+        stream: VectorStream,
+        metadata: MetadataInput = None,
+        *,
+        kind: str = "auto",
+        max_memory: int | str | None = None,
+        target_recall: float | None = None,
+        tuning_queries: np.ndarray | None = None,
+        model_info: dict[str, Any] | None = None,
+        progress: bool = True,
+        nlist: int | None = None,
+        hnsw_m: int | None = None,
+        pq_bytes: int | None = None,
+        chunk_rows: int = _ADD_CHUNK,
+        sources: list[dict[str, Any]] | None = None,
+        inputs_were_normalized: bool | None = None,
+    ) -> SearchIndex:
+        """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
+
+        Two passes over `stream`: the first gathers the sampled rows (the k-means/PQ training
+        sample FAISS trains on, the held-out queries, the stored vectors tuning checks), the
+        second adds every row in chunks and keeps, chunk by chunk, the held-out queries' exact
+        neighbours. Rows are numbered 0..N-1 in stream order; those numbers are the ids. Given
+        the same rows, the result is the same as `build`'s, whatever `chunk_rows` is.
+
+        Args:
+            stream: the N rows (see `retrieval.index.streaming.VectorStream`); each chunk is
+                L2-normalized as it is read.
+            metadata, kind, max_memory, target_recall, tuning_queries, model_info, progress, nlist,
+                hnsw_m, pq_bytes: as for `build`.
+            chunk_rows: rows read, normalized and added at a time.
+            sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
+            inputs_were_normalized: recorded in the manifest; `None` records whether every chunk was.
+
+        Raises:
+            UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
+        """
+        n, dim = stream.count, stream.dim
         budget = parse_memory(max_memory)
-        if IndexKind.parse(kind) is IndexKind.AUTO:
-            plan = choose_index(n, dim, budget, pq_bytes=pq_bytes, **options)
-        else:
-            plan = plan_index(n, dim, kind, pq_bytes=pq_bytes, **options)
+        plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes)
         if n < plan.min_training_vectors:
             raise UserError(_too_few_message(plan, n))
         ids = np.arange(n, dtype=np.int64)
         table = Metadata.from_rows(ids, metadata)
         rng = np.random.default_rng(_SEED)
-
-        if tuning_queries is not None:
-            queries, _ = _unit_rows(tuning_queries, "tuning_queries", dim)
-            held_out = np.zeros(0, dtype=np.int64)
-        else:
+        held_out = np.zeros(0, dtype=np.int64)
+        if tuning_queries is None:
             held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
-            queries = vectors[held_out]
-        inserted = np.setdiff1d(ids, held_out, assume_unique=True)
+        training = np.zeros(0, dtype=np.int64)
+        if plan.trained:
+            training = np.sort(rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False))
+        inserted_count = n - len(held_out)
+        measuring = tuning_queries is not None or len(held_out) > 0
+        checked = np.zeros(0, dtype=np.int64)
+        if measuring and target_recall is not None:
+            inserted = np.setdiff1d(ids, held_out, assume_unique=True)
+            checked = rng.choice(inserted, size=min(_TUNING_QUERIES, inserted_count), replace=False)
+
+        reader = _UnitChunks(stream, chunk_rows)
+        wanted = np.concatenate([held_out, training, checked])
+        gathered = gather_rows(reader.read("sampling", progress and len(wanted) > 0), wanted, dim)
+        held_vectors, training_vectors, checked_vectors = np.split(
+            gathered, [len(held_out), len(held_out) + len(training)]
+        )
+        queries = held_vectors if tuning_queries is None else _unit_rows(tuning_queries, "tuning_queries", dim)[0]
 
         index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
         graph = find_index(index, faiss.IndexHNSW)
         if graph is not None and "ef_construction" in plan.parameters:
             graph.hnsw.efConstruction = plan.parameters["ef_construction"]
         if plan.trained:
-            sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
-            index.train(vectors[np.sort(sample)])
-        _add(index, vectors[inserted], inserted, progress, "indexing")
+            index.train(training_vectors)
+        del gathered, training_vectors
+        depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
+        true_ids = _add_stream(index, reader, held_out, queries if measuring else None, depth, progress)
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
-        if len(queries):
-            true_ids = inserted[exact_neighbors(vectors[inserted], queries, _TUNED_K)]
+        if measuring:
             if target_recall is not None:
-                sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
-                stored = (vectors[sample], to_label(sample))
-                depth = true_ids.shape[1]  # below _TUNED_K when fewer vectors are stored
+                stored = (checked_vectors, to_label(checked))
                 parameters, _ = tune_search_parameters(
                     searchable, queries, to_label(true_ids), target_recall, depth, stored
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        _add(index, vectors[held_out], held_out, progress, "adding held-out queries")
+        _add(index, held_vectors, held_out, progress, "adding held-out queries")
 
         manifest = {
             "format": FORMAT,
@@ -199,7 +260,7 @@ class SearchIndex:
             "dimension": dim,
             "metric": "inner_product",
             "normalized": True,
-            "inputs_were_normalized": were_unit,
+            "inputs_were_normalized": reader.were_unit if inputs_were_normalized is None else inputs_were_normalized,
             "count": n,
             "stored": int(index.ntotal),
             "next_id": n,
@@ -208,6 +269,7 @@ class SearchIndex:
             "target_recall": target_recall,
             "measured": _measured(measured, index, held_out, tuning_queries),
             "model": dict(model_info or {}),
+            **({"sources": sources} if sources is not None else {}),
         }
         return cls(index, table, manifest)
 
@@ -490,6 +552,67 @@ def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np
         raise UserError(f"{name} row {int(np.argmin(norms))} is all zeros and has no direction")
     were_unit = bool(np.all(np.abs(norms - 1.0) < 1e-3))
     return (matrix if were_unit else matrix / norms[:, None]), were_unit
+
+
+def _plan(n: int, dim: int, kind: str, budget: int | None, **options: int | None) -> IndexPlan:
+    """The plan `auto` chooses for N vectors within `budget`, or the explicit `kind`'s."""
+    if IndexKind.parse(kind) is IndexKind.AUTO:
+        return choose_index(n, dim, budget, **options)
+    return plan_index(n, dim, kind, **options)
+
+
+class _UnitChunks:
+    """Passes over a `VectorStream` as `(first row, unit rows)` pairs, each chunk checked and L2-normalized."""
+
+    def __init__(self, stream: VectorStream, chunk_rows: int) -> None:
+        self._stream, self._chunk_rows = stream, chunk_rows
+        self.were_unit = True  # every chunk read so far was already L2-normalized
+
+    def read(self, description: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
+        """One pass from the first row, with a progress bar; `UserError` if the rows do not number `count`."""
+        count, start = self._stream.count, 0
+        with tqdm(total=count, desc=description, unit="vec", disable=not progress or count < _ADD_CHUNK) as bar:
+            for chunk in self._stream.read(self._chunk_rows):
+                if start + len(chunk) > count:
+                    raise UserError(f"the embeddings hold more than the {count:,} rows their files announce")
+                if len(chunk):
+                    rows, unit = _unit_rows(chunk, f"embeddings (rows {start:,} on)", self._stream.dim)
+                    self.were_unit &= unit
+                    yield start, rows
+                    start += len(rows)
+                    bar.update(len(rows))
+        if start != count:
+            raise UserError(f"the embeddings hold {start:,} rows where their files announce {count:,}")
+
+
+def _add_stream(
+    index: faiss.Index,
+    reader: _UnitChunks,
+    held_out: np.ndarray,
+    queries: np.ndarray | None,
+    depth: int,
+    progress: bool,
+) -> np.ndarray:
+    """Add every row but the `held_out` ones (sorted), ids = row numbers, in one pass over `reader`.
+
+    Returns:
+        `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
+        by chunk as they are added; `(0, depth)` when `queries` is None.
+    """
+
+    def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for start, rows in reader.read("indexing", progress):
+            ids = np.arange(start, start + len(rows), dtype=np.int64)
+            keep = ~np.isin(ids, held_out, assume_unique=True)
+            index.add_with_ids(rows[keep], ids[keep])
+            yield ids[keep], rows[keep]
+
+    if queries is None:
+        for _ in added():
+            pass
+        return np.zeros((0, depth), dtype=np.int64)
+    _, true_ids = exact_neighbors_streamed(added(), queries, depth)
+    return true_ids
 
 
 def _add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, progress: bool, description: str) -> None:

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli.index_from_files import add_embeddings_arguments, build_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -61,8 +62,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
         "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
     )
-    build.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
-    _add_image_inputs(build)
+    build.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
+    _add_image_inputs(build, required=False)
+    add_embeddings_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
@@ -100,8 +102,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
 
-def _add_image_inputs(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group(required=True)
+def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    group = parser.add_mutually_exclusive_group(required=required)
     group.add_argument("--csv", type=Path, metavar="FILE", help="dataset CSV: path,label,split[,...] (see --split)")
     group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR; label = its subfolder")
     parser.add_argument("--split", default="all", choices=SPLITS, help=_SPLIT_HELP)
@@ -139,6 +141,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    if args.embeddings:
+        return _save_built(args, *build_from_embeddings(args))
+    if args.checkpoint is None or (args.csv is None and args.images is None):
+        raise UserError("index build needs --checkpoint CKPT and --csv FILE or --images DIR, or --embeddings PATH...")
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     encoder = ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
     source = read_source(args.csv, args.images, args.split)
@@ -151,16 +157,21 @@ def _build(args: argparse.Namespace) -> int:
         target_recall=args.target_recall,
         model_info=encoder.info(),
     )
+    skipped = len(source.paths) - index.ntotal
+    inputs = f"vectors: {index.ntotal} of {len(source.paths)} images" + (
+        f" ({skipped} unreadable, skipped)" if skipped else ""
+    )
+    return _save_built(args, index, inputs)
+
+
+def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> int:
+    """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
     measured = index.manifest.get("measured") or index.evaluate(k=10)
-    skipped = len(source.paths) - index.ntotal
     print(f"index: {args.out} ({index.kind}: {index.factory})")
-    print(
-        f"vectors: {index.ntotal} of {len(source.paths)} images"
-        + (f" ({skipped} unreadable, skipped)" if skipped else "")
-    )
+    print(inputs)
     print(_format_measurement(measured))
     return 0
 

@@ -1,0 +1,57 @@
+"""`retrieval index build --embeddings PATH...`: an index from the files `retrieval embed` wrote, no model needed.
+
+The vectors are streamed (see `SearchIndex.build_streamed`): memory holds the index, FAISS's
+training sample and one chunk, not the N embeddings. Ids are the rows' numbers 0..N-1 in the
+order of the paths given (a parts directory in part order). The manifest records the files and,
+when they say so, the checkpoint's sha256; `index query` and `index add` with images then need
+that checkpoint (`--checkpoint`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from retrieval.errors import UserError
+from retrieval.index import SearchIndex, parse_memory
+from retrieval.index.embedding_files import open_embedding_files
+
+__all__ = ["add_embeddings_arguments", "build_from_embeddings"]
+
+
+def add_embeddings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--embeddings` of `index build`."""
+    parser.add_argument(
+        "--embeddings",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="build from embed's .parquet/.npy/.npz files or DIR/ of parts instead of images (no model needed)",
+    )
+
+
+def build_from_embeddings(args: argparse.Namespace) -> tuple[SearchIndex, str]:
+    """The index of `args.embeddings`, and the line that says what it was built from.
+
+    Raises:
+        UserError: images or a checkpoint were given too, or the files are unreadable (see `open_embedding_files`).
+    """
+    given = [
+        flag
+        for flag, value in (("--checkpoint", args.checkpoint), ("--csv", args.csv), ("--images", args.images))
+        if value
+    ]
+    if given:
+        raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
+    files = open_embedding_files(args.embeddings)
+    model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
+    index = SearchIndex.build_streamed(
+        files.stream,
+        files.metadata(),
+        kind=args.type,
+        max_memory=parse_memory(args.max_memory) if args.max_memory else None,
+        target_recall=args.target_recall,
+        model_info=model,
+        sources=files.sources(),
+    )
+    return index, f"vectors: {index.ntotal} from {len(files.files)} embedding file(s)"

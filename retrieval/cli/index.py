@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
-from retrieval.cli.index_from_files import add_embeddings_arguments, build_from_embeddings
+from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -142,7 +142,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _build(args: argparse.Namespace) -> int:
     if args.embeddings:
-        return _save_built(args, *build_from_embeddings(args))
+        with built_from_embeddings(args) as (index, inputs):
+            return _save_built(args, index, inputs)
     if args.checkpoint is None or (args.csv is None and args.images is None):
         raise UserError("index build needs --checkpoint CKPT and --csv FILE or --images DIR, or --embeddings PATH...")
     max_memory = parse_memory(args.max_memory) if args.max_memory else None

@@ -10,13 +10,17 @@ that checkpoint (`--checkpoint`).
 from __future__ import annotations
 
 import argparse
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
 from retrieval.index.embedding_files import open_embedding_files
+from retrieval.index.storage import working_directory
 
-__all__ = ["add_embeddings_arguments", "build_from_embeddings"]
+__all__ = ["add_embeddings_arguments", "built_from_embeddings"]
 
 
 def add_embeddings_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,30 +32,42 @@ def add_embeddings_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="PATH",
         help="build from embed's .parquet/.npy/.npz files or DIR/ of parts instead of images (no model needed)",
     )
+    parser.add_argument(
+        "--on-disk",
+        action="store_true",
+        help="with --embeddings: IVF-Flat whose inverted lists stay on disk, memory-mapped (larger than RAM)",
+    )
 
 
-def build_from_embeddings(args: argparse.Namespace) -> tuple[SearchIndex, str]:
-    """The index of `args.embeddings`, and the line that says what it was built from.
+@contextmanager
+def built_from_embeddings(args: argparse.Namespace) -> Iterator[tuple[SearchIndex, str]]:
+    """The index of `args.embeddings` and the line that says what it was built from, valid until the block ends.
+
+    With `--on-disk` the inverted lists are built in a working directory beside `--out`, removed
+    when the block ends (once the index is saved, its directory holds a link to them).
 
     Raises:
         UserError: images or a checkpoint were given too, or the files are unreadable (see `open_embedding_files`).
     """
-    given = [
-        flag
-        for flag, value in (("--checkpoint", args.checkpoint), ("--csv", args.csv), ("--images", args.images))
-        if value
-    ]
+    flags = (("--checkpoint", args.checkpoint), ("--csv", args.csv), ("--images", args.images))
+    given = [flag for flag, value in flags if value]
     if given:
         raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
     files = open_embedding_files(args.embeddings)
     model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
-    index = SearchIndex.build_streamed(
-        files.stream,
-        files.metadata(),
-        kind=args.type,
-        max_memory=parse_memory(args.max_memory) if args.max_memory else None,
-        target_recall=args.target_recall,
-        model_info=model,
-        sources=files.sources(),
-    )
-    return index, f"vectors: {index.ntotal} from {len(files.files)} embedding file(s)"
+    work = working_directory(args.out) if args.on_disk else None
+    try:
+        index = SearchIndex.build_streamed(
+            files.stream,
+            files.metadata(),
+            kind=args.type,
+            max_memory=parse_memory(args.max_memory) if args.max_memory else None,
+            target_recall=args.target_recall,
+            model_info=model,
+            sources=files.sources(),
+            on_disk=work,
+        )
+        yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding file(s)"
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)

@@ -108,9 +108,13 @@ class EmbeddingFiles:
 
         return VectorStream(count=self.rows, dim=self.dim, read=read)
 
-    def metadata(self) -> pa.Table:
-        """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows."""
-        return pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
+    def metadata(self) -> pa.Table | None:
+        """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
+
+        None when no file has any (plain `.npy` arrays): the index then stores ids only.
+        """
+        table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
+        return table if table.column_names else None
 
     def sources(self) -> list[dict[str, Any]]:
         """What the manifest records about the inputs: each file's path, rows and size."""

@@ -9,8 +9,9 @@ search filters out, and that the manifest lists, until the index is rebuilt.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
+from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -48,6 +50,7 @@ _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded
 _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
 _TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
 _NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
+_SHARD_BYTES = 1 << 30  # in-memory lists of an on-disk build, written out as a shard once this full (no budget)
 _SEED = 0
 _TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
 _MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
@@ -174,6 +177,7 @@ class SearchIndex:
         chunk_rows: int = _ADD_CHUNK,
         sources: list[dict[str, Any]] | None = None,
         inputs_were_normalized: bool | None = None,
+        on_disk: Path | None = None,
     ) -> SearchIndex:
         """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
 
@@ -191,13 +195,17 @@ class SearchIndex:
             chunk_rows: rows read, normalized and added at a time.
             sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
             inputs_were_normalized: recorded in the manifest; `None` records whether every chunk was.
+            on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
+                written there in shards of at most half of `max_memory` (default 1 GiB) and merged
+                into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
+                in memory. `save` links that file into the index directory; the index is read-only.
 
         Raises:
             UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
         """
         n, dim = stream.count, stream.dim
         budget = parse_memory(max_memory)
-        plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes)
+        plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes, on_disk=on_disk is not None)
         if n < plan.min_training_vectors:
             raise UserError(_too_few_message(plan, n))
         ids = np.arange(n, dtype=np.int64)
@@ -232,7 +240,13 @@ class SearchIndex:
             index.train(training_vectors)
         del gathered, training_vectors
         depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
-        true_ids = _add_stream(index, reader, held_out, queries if measuring else None, depth, progress)
+        shards = None
+        if on_disk is not None:
+            shard_rows = max(chunk_rows, int((budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
+            shards = ShardedLists(index, on_disk, shard_rows)
+        true_ids = _add_stream(shards or index, reader, held_out, queries if measuring else None, depth, progress)
+        if shards is not None:
+            index = shards.merge()
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
@@ -244,7 +258,10 @@ class SearchIndex:
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        _add(index, held_vectors, held_out, progress, "adding held-out queries")
+        if shards is None:
+            _add(index, held_vectors, held_out, progress, "adding held-out queries")
+        elif len(held_out):
+            index = shards.add_and_merge(held_vectors, held_out)
 
         manifest = {
             "format": FORMAT,
@@ -418,7 +435,9 @@ class SearchIndex:
         An existing index there is replaced only once the new one is complete on disk.
         """
         manifest = dict(self.manifest)
-        writers = {INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write}
+        lists = lists_file(self._index)
+        writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
+        writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
         self.manifest = write_index_directory(directory, writers, manifest)
 
     @classmethod
@@ -463,7 +482,10 @@ class SearchIndex:
         if dim is not None and dim != expected_dim:
             raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
         try:
-            index = faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
+            on_disk = LISTS_FILE in manifest["files"]  # its lists are memory-mapped from beside the index file
+            index = faiss.read_index(
+                str(path), faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else _MMAP_FLAGS if mmap else 0
+            )
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
@@ -477,7 +499,7 @@ class SearchIndex:
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
                 f"{manifest['count']} vectors: count mismatch"
             )
-        return cls(index, metadata, manifest, read_only=mmap)
+        return cls(index, metadata, manifest, read_only=mmap or on_disk)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:
@@ -492,7 +514,10 @@ class SearchIndex:
 
     def _check_writable(self, action: str) -> None:
         if self._read_only:
-            raise UserError(f"cannot {action} an index loaded with mmap=True (read-only); load it without mmap")
+            raise UserError(
+                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists); "
+                "load it without mmap, or rebuild an on-disk index with `index build --on-disk`"
+            )
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""
@@ -554,9 +579,14 @@ def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np
     return (matrix if were_unit else matrix / norms[:, None]), were_unit
 
 
-def _plan(n: int, dim: int, kind: str, budget: int | None, **options: int | None) -> IndexPlan:
-    """The plan `auto` chooses for N vectors within `budget`, or the explicit `kind`'s."""
-    if IndexKind.parse(kind) is IndexKind.AUTO:
+def _plan(n: int, dim: int, kind: str, budget: int | None, on_disk: bool, **options: int | None) -> IndexPlan:
+    """The plan `auto` chooses for N vectors within `budget`, or the explicit `kind`'s; `ivf` for lists on disk."""
+    requested = IndexKind.parse(kind)
+    if on_disk:
+        if requested not in (IndexKind.AUTO, IndexKind.IVF):
+            raise UserError(f"an on-disk index is of kind 'ivf' (IVF-Flat lists on disk), not {kind!r}; use --type ivf")
+        return plan_index(n, dim, IndexKind.IVF, **options)
+    if requested is IndexKind.AUTO:
         return choose_index(n, dim, budget, **options)
     return plan_index(n, dim, kind, **options)
 
@@ -586,7 +616,7 @@ class _UnitChunks:
 
 
 def _add_stream(
-    index: faiss.Index,
+    index: faiss.Index | ShardedLists,
     reader: _UnitChunks,
     held_out: np.ndarray,
     queries: np.ndarray | None,

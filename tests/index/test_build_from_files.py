@@ -14,6 +14,7 @@ import pytest
 from index_oracle import brute_force, overlap
 
 from retrieval.cli.main import main
+from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.embedding_files import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
@@ -150,3 +151,49 @@ def test_a_build_killed_while_saving_leaves_the_previous_index_intact(data, tmp_
     assert main(argv) == 0  # the next build replaces the index and clears the killed one's leftovers
     assert SearchIndex.load(out).ntotal == len(vectors)
     assert not any(path.name.endswith(".tmp") for path in tmp_path.iterdir())
+
+
+def test_shards_merged_into_on_disk_lists_search_like_one_in_memory_build(data, tmp_path) -> None:
+    vectors, queries = data
+    whole = SearchIndex.build(vectors, kind="ivf", target_recall=0.9, progress=False)
+    (tmp_path / "work").mkdir()
+    merged = SearchIndex.build_streamed(
+        VectorStream.of_array(vectors),
+        kind="ivf",
+        target_recall=0.9,
+        progress=False,
+        chunk_rows=250,
+        max_memory=300_000,  # shards of 300,000 / 2 / 136 bytes = 1,102 rows: 4 shards, then the held-out rows
+        on_disk=tmp_path / "work",
+    )
+    assert merged.manifest["search_parameters"] == whole.manifest["search_parameters"]
+    merged.save(tmp_path / "index")
+    (tmp_path / "index").rename(tmp_path / "moved")
+    loaded = SearchIndex.load(tmp_path / "moved")
+    assert sorted(path.name for path in (tmp_path / "moved").iterdir()) == [
+        "index.faiss",
+        "lists.ivfdata",
+        "manifest.json",
+        "metadata.arrow",
+    ]
+    np.testing.assert_array_equal(loaded.ids, whole.ids)
+    for expected, got in zip(whole.search(queries, 10), loaded.search(queries, 10), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    with pytest.raises(UserError, match="on-disk lists"):
+        loaded.add(queries)
+
+
+def test_the_cli_builds_an_on_disk_index_and_removes_its_working_files(data, tmp_path, capsys) -> None:
+    vectors, queries = data
+    np.save(tmp_path / "gallery.npy", vectors)
+    argv = ["index", "build", "--embeddings", str(tmp_path / "gallery.npy"), "--out", str(tmp_path / "index")]
+    assert main([*argv, "--on-disk", "--max-memory", "300k"]) == 0
+    assert "(ivf: IVF" in capsys.readouterr().out
+    assert sorted(path.name for path in tmp_path.iterdir() if not path.name.endswith(".lock")) == [
+        "gallery.npy",
+        "index",
+    ]
+    _, found = SearchIndex.load(tmp_path / "index").search(queries, 10)
+    assert overlap(found, brute_force(vectors, np.arange(len(vectors)), queries, 10)) >= 0.9
+    assert main([*argv, "--on-disk", "--type", "hnsw"]) == 2
+    assert "use --type ivf" in capsys.readouterr().err

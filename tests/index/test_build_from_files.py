@@ -19,6 +19,7 @@ from retrieval.index import SearchIndex
 from retrieval.index.embedding_files import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
+from retrieval.inference.encoder import encoder_for_index
 from retrieval.runtime.files import file_sha256
 
 PART_ROWS = 1000
@@ -197,3 +198,11 @@ def test_the_cli_builds_an_on_disk_index_and_removes_its_working_files(data, tmp
     assert overlap(found, brute_force(vectors, np.arange(len(vectors)), queries, 10)) >= 0.9
     assert main([*argv, "--on-disk", "--type", "hnsw"]) == 2
     assert "use --type ivf" in capsys.readouterr().err
+
+
+def test_an_index_from_embedding_files_asks_for_the_checkpoint_to_embed_images(tmp_path) -> None:
+    with pytest.raises(UserError, match="pass the checkpoint that made the embeddings with --checkpoint"):
+        encoder_for_index({"checkpoint_sha256": "ab" * 32})
+    with pytest.raises(UserError, match="is not the one this index was built with"):
+        (tmp_path / "other.pt").write_bytes(b"another model")
+        encoder_for_index({"checkpoint_sha256": "ab" * 32}, tmp_path / "other.pt")

@@ -1,6 +1,7 @@
-"""`retrieval embed`: embeddings of images with a trained checkpoint, written to one file for use elsewhere.
+"""`retrieval embed`: embeddings of images with a trained checkpoint, written to one file or to parts.
 
-    retrieval embed --checkpoint CKPT (--csv FILE | --images DIR | --set data.KEY=VALUE ...) --out FILE
+    retrieval embed --checkpoint CKPT (--csv FILE | --images DIR | --set data.KEY=VALUE ...) --out FILE|DIR/
+    torchrun --nproc_per_node N -m retrieval embed ... --out DIR/ [--part-rows 100000]
 
 The images come from a dataset CSV, a folder (labels: the first-level subfolder names), or a
 dataset configured with `--set data.*` on top of the checkpoint's own data section (e.g.
@@ -8,33 +9,44 @@ dataset configured with `--set data.*` on top of the checkpoint's own data secti
 `index build`. The model, its evaluation preprocessing and its precision are the checkpoint's own, as
 `retrieval evaluate` runs them (`ImageEncoder`).
 `--out` ends in `.npz`, `.npy` or `.parquet`; each holds the embeddings, ids (absolute image
-paths) and labels, as described in `retrieval.inference.embeddings_file`. Unreadable images are
-left out and listed on stderr, as `index build` does.
+paths) and labels, as described in `retrieval.inference.embeddings_file`. `--out DIR/` (a trailing
+slash, or an existing folder) writes parquet parts of `--part-rows` images and `_SUCCESS`, in one
+process or split over torchrun's processes, and a rerun resumes a killed job
+(`retrieval.inference.embed_in_parts`). Unreadable images are left out and listed on stderr, as
+`index build` does.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+from typing import Any
 
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.config import DataConfig
 from retrieval.errors import UserError
+from retrieval.inference.embed_in_parts import embed_in_parts
 from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES, write_embeddings
 from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.sources import SPLITS, dataset_source, embed_source, read_source
+from retrieval.inference.sources import SPLITS, ImageSource, dataset_source, embed_source, read_source
+from retrieval.runtime.device import resolve_device
+from retrieval.runtime.distributed import process_group
 
-__all__ = ["add_parser", "run"]
+__all__ = ["DEFAULT_PART_ROWS", "add_parser", "run"]
+
+DEFAULT_PART_ROWS = 100_000  # ~50 MB of 128-d float32 a part: few files for 10M images, little work lost to a kill
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser(
         "embed",
-        help="write embeddings, ids and labels of images to .npz / .npy / .parquet",
+        help="write embeddings, ids and labels of images to .npz / .npy / .parquet, or parquet parts in DIR/",
         description="Embed images with a checkpoint's model and eval transform and write one file: embeddings "
         "(N, D) float32 unit vectors, ids (absolute image paths) and labels, plus the source's other columns. "
-        "The format follows the --out suffix (.npz arrays, .npy structured array, .parquet table). "
+        "The format follows the --out suffix (.npz arrays, .npy structured array, .parquet table); --out DIR/ "
+        "writes parquet parts and _SUCCESS, under torchrun split over the processes, and a rerun resumes it. "
         "Unreadable images are left out and listed on stderr.",
     )
     parser.add_argument("--checkpoint", type=Path, required=True, metavar="CKPT", help="a run's checkpoints/best.pt")
@@ -55,13 +67,21 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         choices=SPLITS,
         help="rows of a CSV or dataset: all (default), train, val, test, gallery",
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="FILE", help=f"{' | '.join(EMBEDDING_SUFFIXES)}")
+    parser.add_argument(
+        "--out", required=True, metavar="FILE|DIR/", help=f"{' | '.join(EMBEDDING_SUFFIXES)} | DIR/ for parts"
+    )
+    parser.add_argument(
+        "--part-rows", type=int, metavar="N", help=f"images per part of --out DIR/ (default: {DEFAULT_PART_ROWS})"
+    )
     add_embedding_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.out.suffix.lower() not in EMBEDDING_SUFFIXES:
-        raise UserError(f"--out {args.out}: end the name with {', '.join(EMBEDDING_SUFFIXES)} to choose the format")
+    directory = _parts_directory(args.out)
+    if directory is None:
+        _check_one_file(Path(args.out), args.part_rows)
+    elif args.part_rows is not None and args.part_rows < 1:
+        raise UserError(f"--part-rows must be >= 1, got {args.part_rows}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     given = [flag for flag, value in (("--csv", args.csv), ("--images", args.images)) if value] + (
@@ -73,11 +93,13 @@ def run(args: argparse.Namespace) -> int:
             "or --set data.name=... --set data.root=... (a configured dataset)"
         )
     checkpoint = Checkpoint.load(args.checkpoint)
-    encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device)
     if args.overrides:
         source = dataset_source(_data_config(checkpoint, args.overrides), args.split)
     else:
         source = read_source(args.csv, args.images, args.split)
+    if directory is not None:
+        return _embed_parts(args, checkpoint, source, directory)
+    encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     ids, labels = rows.pop("path"), rows.pop("label")
     write_embeddings(args.out, embeddings, ids, labels, rows)
@@ -87,6 +109,52 @@ def run(args: argparse.Namespace) -> int:
         + (f"; {skipped} unreadable image(s) skipped" if skipped else "")
     )
     return 0
+
+
+def _parts_directory(out: str) -> Path | None:
+    """The folder `--out` names for parts (a trailing slash, or an existing folder), else None: one file."""
+    path = Path(out)
+    return path if out.endswith(("/", os.sep)) or path.is_dir() else None
+
+
+def _check_one_file(out: Path, part_rows: int | None) -> None:
+    """Refuse a one-file `--out` that cannot be written as asked."""
+    if out.suffix.lower() not in EMBEDDING_SUFFIXES:
+        raise UserError(
+            f"--out {out}: end the name with {', '.join(EMBEDDING_SUFFIXES)} to choose the format, "
+            "or with / for a folder of parts"
+        )
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        raise UserError(f"--out {out} is one file, but torchrun started several processes; pass a folder: --out DIR/")
+    if part_rows is not None:
+        raise UserError(f"--part-rows is for a folder of parts; pass --out {out.with_suffix('')}/ or drop it")
+
+
+def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:
+    """Embed `source` into parts in `directory`, over every process torchrun started (or in this one alone)."""
+    part_rows = args.part_rows or DEFAULT_PART_ROWS
+    with process_group(args.device) as context:
+        device = context.process_device(resolve_device(args.device))
+        encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=str(device))
+        summary = embed_in_parts(
+            encoder, source, directory, part_rows, args.batch_size, args.num_workers, context, _source_info(args)
+        )
+        if context.is_main:
+            print(
+                f"embeddings: {directory}/ ({summary.rows} x {summary.dim} in {summary.parts} part(s) of {part_rows} "
+                f"images; {summary.embedded} embedded now, {summary.parts - summary.embedded} already done"
+                + (f"; {summary.skipped} unreadable image(s) skipped)" if summary.skipped else ")")
+            )
+    return 0
+
+
+def _source_info(args: argparse.Namespace) -> dict[str, Any]:
+    """What the images are, as the command line named them: a rerun resumes parts of the same images only."""
+    if args.csv is not None:
+        return {"csv": str(args.csv.resolve()), "split": args.split}
+    if args.images is not None:
+        return {"images": str(args.images.resolve()), "split": args.split}
+    return {"set": list(args.overrides), "split": args.split}
 
 
 def _data_config(checkpoint: Checkpoint, overrides: list[str]) -> DataConfig:

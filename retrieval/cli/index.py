@@ -1,4 +1,4 @@
-"""`retrieval index build|query|add|remove|eval`: a FAISS index of a trained embedder's gallery.
+"""`retrieval index build|query|add|remove|compact|eval`: a FAISS index of a trained embedder's gallery.
 
 The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
 new images with the same model and transform without being told; a `--checkpoint` given to them
@@ -28,8 +28,9 @@ from retrieval.cli._common import add_embedding_arguments
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
+from retrieval.index.filters import load_filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.storage import read_manifest
+from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
 
@@ -81,6 +82,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR is a query")
     query.add_argument("-k", type=int, default=10, help="results per query (default: 10)")
     query.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    query.add_argument(
+        "--where",
+        metavar="EXPR|FILE.json",
+        help='search only items whose metadata passes, e.g. "label in (3, 5) and price < 50" or a JSON filter file',
+    )
     _add_checkpoint_check(query)
     add_embedding_arguments(query)
 
@@ -95,6 +101,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     remove.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
     remove.add_argument("--ids", type=int, nargs="+", required=True, metavar="ID", help="ids from query results")
     _add_lock_timeout(remove)
+
+    compact = actions.add_parser("compact", help="drop removed vectors that hnsw/ivfpq only hide (atomic)")
+    compact.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    _add_lock_timeout(compact)
 
     evaluate = actions.add_parser("eval", help="recall@k vs exact search, latency and bytes/vector")
     evaluate.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
@@ -137,7 +147,8 @@ def _seconds(text: str) -> float:
 
 
 def run(args: argparse.Namespace) -> int:
-    return {"build": _build, "query": _query, "add": _add, "remove": _remove, "eval": _eval}[args.index_command](args)
+    commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
+    return commands[args.index_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -180,7 +191,10 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
 def _query(args: argparse.Namespace) -> int:
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
+    where = load_filter(args.where) if args.where is not None else None
     index = SearchIndex.load(args.index)
+    if where is not None:
+        where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     encoder = encoder_for_index(index.manifest.get("model") or {}, args.checkpoint, device=args.device)
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
@@ -189,7 +203,7 @@ def _query(args: argparse.Namespace) -> int:
     if embedded.failures:
         path, reason = embedded.failures[0]
         raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
-    scores, ids = index.search(embedded.embeddings, k=args.k)
+    scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
     answers = [
         {"query": str(path), "results": _results(index, scores[row], ids[row])} for row, path in enumerate(paths)
     ]
@@ -220,6 +234,18 @@ def _remove(args: argparse.Namespace) -> int:
     with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
         removed = index.remove(ids)  # UserError naming unknown ids, before anything changes
     print(f"removed {removed} vectors; the index holds {index.ntotal}")
+    return 0
+
+
+def _compact(args: argparse.Namespace) -> int:
+    with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
+        before = index.manifest["files"][INDEX_FILE]["size"]
+        dropped = index.compact()
+    after = index.manifest["files"][INDEX_FILE]["size"]
+    print(
+        f"compacted {args.index}: dropped {dropped} removed vectors, {index.ntotal} remain; "
+        f"{INDEX_FILE} {before / 2**20:.1f} MB -> {after / 2**20:.1f} MB"
+    )
     return 0
 
 

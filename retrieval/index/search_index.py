@@ -3,7 +3,7 @@
 Ids are int64 and never reused: a vector keeps its id through `add`, `remove`, `save` and `load`,
 and metadata rows are joined by id, never by position. Kinds whose FAISS index removes vectors
 in place (flat, ivf) do; for the others (hnsw, ivfpq) a removed id becomes a tombstone that
-search filters out, and that the manifest lists, until the index is rebuilt.
+search filters out, and that the manifest lists, until `compact` drops it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from tqdm.auto import tqdm
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.filtered import LabelSpace, search_passing
+from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
@@ -76,6 +78,7 @@ class SearchIndex:
         self.manifest = manifest
         self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
         self._directory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ivf id -> (list, offset)
+        self._labels: LabelSpace | None = None  # id <-> FAISS label, for filtered search
         _set_search_parameters(index, manifest.get("search_parameters", {}))
 
     # -- shape ---------------------------------------------------------------------------------
@@ -291,20 +294,38 @@ class SearchIndex:
         return cls(index, table, manifest)
 
     # -- searching -----------------------------------------------------------------------------
-    def search(self, vectors: np.ndarray, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
-        """The k most similar stored vectors of each query.
+    def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The k most similar stored vectors of each query, among those whose metadata passes `filter`.
 
         Args:
             vectors: `(Q, D)` or `(D,)` queries; normalized here.
             k: results per query, >= 1.
+            filter: metadata conditions (`retrieval.index.filters`), applied inside FAISS with an
+                `IDSelector` (see `retrieval.index.filtered`): the exact top-k of the passing vectors
+                for flat, the tuned recall for the other kinds. `None` or no conditions: all vectors.
 
         Returns:
             `(scores, ids)`: `(Q, k)` float32 inner products, best first, and `(Q, k)` int64 ids;
-            fewer than k matches are padded with id -1 and score -inf.
+            fewer than k matches (fewer stored, or fewer passing the filter) are padded with id -1
+            and score -inf.
+
+        Raises:
+            UserError: bad queries or k; a filter naming an unknown column or comparing a column
+                with a value of another type.
         """
         queries, _ = _unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
+        if filter is not None and filter.conditions:
+            scores, ids = self._search_filtered(queries, int(k), filter)
+        else:
+            scores, ids = self._search_all(queries, int(k))
+        scores, ids = _padded(scores[:, :k], ids[:, :k], k)
+        scores[ids < 0] = -np.inf
+        return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
+
+    def _search_all(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's `(scores, ids)` for `queries`, removed ids moved last as -1; at least k columns when stored."""
         # Never a shorter list than the k the index was tuned for: re-ranking and graph search
         # shortlists scale with it, and the top 1 of a k=1 search should be the top 1 of k=10.
         width = min(max(int(k), _TUNED_K) + len(self._tombstones), max(int(self._index.ntotal), 1))
@@ -315,9 +336,17 @@ class SearchIndex:
             scores = np.take_along_axis(scores, order, axis=1)
             ids = np.take_along_axis(ids, order, axis=1)
             ids[~np.take_along_axis(keep, order, axis=1)] = -1
-        scores, ids = _padded(scores[:, :k], ids[:, :k], k)
-        scores[ids < 0] = -np.inf
-        return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
+        return scores, ids
+
+    def _search_filtered(self, queries: np.ndarray, k: int, filter: Filter) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's `(scores, ids)` among the vectors whose metadata passes `filter` (removed ones have no row)."""
+        passing = self._metadata.ids[filter.mask(self._metadata.table)]
+        if len(passing) == 0:
+            return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
+        if self._labels is None:
+            self._labels = LabelSpace.of(self._index, int(self.manifest["next_id"]))
+        width = min(max(k, _TUNED_K), len(passing))  # the tuned shortlist length, as in `_search_all`
+        return search_passing(self._labels, queries, width, passing, self.ntotal)
 
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - the public name is the API
         """The stored `(D,)` vector of `id` (decoded, hence approximate, for ivfpq); `UserError` if unknown."""
@@ -336,6 +365,11 @@ class SearchIndex:
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
         return self._metadata.rows_for(ids)
+
+    @property
+    def metadata_schema(self) -> pa.Schema:
+        """The metadata's Arrow schema (`id` and the other columns): what a filter may name."""
+        return self._metadata.table.schema
 
     @property
     def ids(self) -> np.ndarray:
@@ -359,7 +393,7 @@ class SearchIndex:
             raise UserError(f"new metadata columns do not match the index's: {exc}") from exc
         _add(self._index, vectors, ids, progress=False, description="adding")
         self._metadata = merged
-        self._directory = None
+        self._directory = self._labels = None
         self.manifest.update(count=len(merged), stored=int(self._index.ntotal), next_id=start + len(vectors))
         return ids
 
@@ -377,11 +411,32 @@ class SearchIndex:
         else:
             self._tombstones = np.union1d(self._tombstones, unique)
         self._metadata = remaining
-        self._directory = None
+        self._directory = self._labels = None
         self.manifest.update(
             count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
         )
         return len(unique)
+
+    def compact(self) -> int:
+        """Drop the removed vectors hnsw and ivfpq only hide, by re-adding the survivors; returns how many went.
+
+        The trained parts (ivfpq's centroids and product quantizer) are kept and the survivors are
+        encoded again with them into the same codes. An hnsw graph
+        is rebuilt over the survivors with the same M and efConstruction; its tuned efSearch is kept
+        (the same construction over a subset of the same vectors), and `evaluate` measures it anew.
+        Ids, metadata and search parameters stay. Flat and ivf drop removed vectors at once: 0.
+        """
+        self._check_writable("compact")
+        if len(self._tombstones) == 0:
+            return 0
+        ids, vectors = self._stored()
+        self._index.reset()
+        _add(self._index, vectors, ids, progress=True, description="compacting")
+        dropped = len(self._tombstones)
+        self._tombstones = np.zeros(0, dtype=np.int64)
+        self._directory = self._labels = None
+        self.manifest.update(stored=int(self._index.ntotal), removed_ids=[])
+        return dropped
 
     # -- measuring -----------------------------------------------------------------------------
     def evaluate(self, queries: np.ndarray | None = None, k: int = 10) -> dict[str, Any]:

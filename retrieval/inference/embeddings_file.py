@@ -28,7 +28,7 @@ import numpy as np
 from retrieval.errors import UserError
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
+__all__ = ["EMBEDDING_SUFFIXES", "labels_are_integers", "read_embeddings", "write_embeddings"]
 
 EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
 
@@ -39,8 +39,13 @@ def write_embeddings(
     ids: Sequence[str],
     labels: Sequence[str],
     extra: Mapping[str, Sequence[str]] | None = None,
+    integer_labels: bool | None = None,
 ) -> None:
     """Write `(N, D)` embeddings with their ids, labels and extra string columns to `path` (format by suffix).
+
+    `integer_labels` stores labels as int64 (True) or strings (False); None decides from `labels`
+    (int64 when every label is an integer). Files written in parts pass the whole source's choice,
+    so every part has the same label type.
 
     Raises:
         UserError: the suffix is not one of `EMBEDDING_SUFFIXES`, or the parent folder cannot be written.
@@ -52,7 +57,7 @@ def write_embeddings(
         raise UserError(
             f"--out {path}: unknown format {path.suffix!r}; end the name with {', '.join(EMBEDDING_SUFFIXES)}"
         )
-    columns = {"ids": np.asarray(ids, dtype=str), "labels": _labels_array(labels)}
+    columns = {"ids": np.asarray(ids, dtype=str), "labels": _labels_array(labels, integer_labels)}
     columns.update({name: np.asarray(values, dtype=str) for name, values in (extra or {}).items()})
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     if any(len(values) != len(embeddings) for values in columns.values()):
@@ -72,7 +77,9 @@ def read_embeddings(path: str | Path) -> dict[str, np.ndarray]:
         import pyarrow.parquet as pq
 
         table = pq.read_table(path)
-        out = {"embeddings": np.stack(table.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)}
+        vectors = table.column("embedding")
+        flat = vectors.combine_chunks().flatten().to_numpy(zero_copy_only=False)
+        out = {"embeddings": flat.astype(np.float32, copy=False).reshape(-1, vectors.type.list_size)}
         out.update({_PLURAL.get(name, name): table.column(name).to_numpy() for name in table.column_names[:-1]})
         return out
     loaded = np.load(path, allow_pickle=False)
@@ -87,9 +94,16 @@ _PLURAL = {"id": "ids", "label": "labels"}
 _SINGULAR = {plural: singular for singular, plural in _PLURAL.items()}
 
 
-def _labels_array(labels: Sequence[str]) -> np.ndarray:
+def labels_are_integers(labels: Sequence[str]) -> bool:
+    """Whether labels are stored as int64: there is at least one and every one is an integer."""
     text = [str(label) for label in labels]
-    if text and all(label.lstrip("-").isdigit() for label in text):
+    return bool(text) and all(label.lstrip("-").isdigit() for label in text)
+
+
+def _labels_array(labels: Sequence[str], integer_labels: bool | None) -> np.ndarray:
+    text = [str(label) for label in labels]
+    as_integers = labels_are_integers(text) if integer_labels is None else integer_labels
+    if as_integers:
         return np.asarray([int(label) for label in text], dtype=np.int64)
     return np.asarray(text, dtype=str)
 
@@ -113,7 +127,8 @@ def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, np.nda
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    arrays = {_SINGULAR.get(name, name): pa.array(values.tolist()) for name, values in columns.items()}
+    # From the numpy arrays: an empty column keeps its type (int64 or string), not pyarrow's null.
+    arrays = {_SINGULAR.get(name, name): pa.array(values) for name, values in columns.items()}
     flat = pa.array(embeddings.reshape(-1), type=pa.float32())
     arrays["embedding"] = pa.FixedSizeListArray.from_arrays(flat, embeddings.shape[1])
     pq.write_table(pa.table(arrays), path)

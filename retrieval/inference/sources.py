@@ -19,7 +19,15 @@ from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_row
 from retrieval.errors import UserError
 from retrieval.inference.encoder import ImageEncoder
 
-__all__ = ["SPLITS", "ImageSource", "dataset_source", "embed_source", "image_files", "read_source"]
+__all__ = [
+    "SPLITS",
+    "ImageSource",
+    "dataset_source",
+    "embed_source",
+    "image_files",
+    "read_source",
+    "report_unreadable",
+]
 
 # `--split` values: which CSV rows are indexed. `gallery`: test rows with is_gallery=1 (all test rows
 # when the CSV has no is_gallery column): the images a benchmark's queries search.
@@ -111,15 +119,21 @@ def embed_source(
         UserError: if no file could be read.
     """
     embedded = encoder.embed_files(source.paths, batch_size, num_workers)
-    if embedded.failures:
-        print(f"skipped {len(embedded.failures)} unreadable image(s):", file=sys.stderr)
-        for path, reason in embedded.failures[:_MAX_SHOWN_FAILURES]:
-            print(f"  {path}: {reason}", file=sys.stderr)
-        if len(embedded.failures) > _MAX_SHOWN_FAILURES:
-            print(f"  ... and {len(embedded.failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
+    report_unreadable(embedded.failures)
     if not len(embedded.positions):
         raise UserError(f"none of the {len(source.paths)} images could be read; check the files")
     return embedded.embeddings, source.rows(embedded.positions)
+
+
+def report_unreadable(failures: list[tuple[str, str]]) -> None:
+    """List the `(path, reason)` of files that could not be read on stderr (the first few, then a count)."""
+    if not failures:
+        return
+    print(f"skipped {len(failures)} unreadable image(s):", file=sys.stderr)
+    for path, reason in failures[:_MAX_SHOWN_FAILURES]:
+        print(f"  {path}: {reason}", file=sys.stderr)
+    if len(failures) > _MAX_SHOWN_FAILURES:
+        print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
 
 
 def _read_folder(directory: Path) -> ImageSource:

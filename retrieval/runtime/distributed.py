@@ -64,6 +64,11 @@ class DistributedContext:
             for tensor in module.state_dict().values():
                 dist.broadcast(tensor, src=0)
 
+    def barrier(self) -> None:
+        """Wait until every rank has reached this point (a no-op in one process)."""
+        if self.enabled:
+            dist.barrier()
+
     def sum(self, tensor: Tensor) -> Tensor:
         """The sum of `tensor` over all ranks (a new tensor; `tensor` itself is left alone)."""
         total = tensor.detach().clone()

@@ -1,6 +1,7 @@
 """The search service: a FastAPI app over one index directory and the model that built it.
 
-Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"),
+Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
+optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filters`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);
 every GET route answers HEAD too. `/openapi.json` and `/docs` only when asked for (`openapi=True`):
 a public service need not describe itself to every visitor.
@@ -32,7 +33,7 @@ from retrieval.serve.budget import ServerBusy
 from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
-from retrieval.serve.parsing import MAX_K, parse_id, parse_k, read_body, read_json, read_upload
+from retrieval.serve.parsing import MAX_K, parse_filter_field, parse_id, parse_k, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
@@ -123,19 +124,20 @@ def create_app(
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
-            data, k = await read_upload(request, body)
+            data, k, where = await read_upload(request, body)
             query: dict[str, Any] = {"type": "image"}
-            results = await run_in_threadpool(searcher.by_image, data, k)
+            results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
             payload = read_json(body)
             k = parse_k(payload.get("k", 10))
+            where = parse_filter_field(payload.get("filter"))
             if "vector" in payload:
                 query = {"type": "vector"}
-                results = await run_in_threadpool(searcher.by_vector, payload["vector"], k)
+                results = await run_in_threadpool(searcher.by_vector, payload["vector"], k, where)
             else:
                 item_id = parse_id(payload["id"])
                 query = {"type": "id", "id": item_id}
-                results = await run_in_threadpool(searcher.by_id, item_id, k)
+                results = await run_in_threadpool(searcher.by_id, item_id, k, where)
         else:
             raise RequestError(
                 415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'

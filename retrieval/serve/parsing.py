@@ -17,6 +17,8 @@ from fastapi import Request
 from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
+from retrieval.errors import UserError
+from retrieval.index.filters import Filter, parse_filter, parse_where
 from retrieval.serve.errors import RequestError
 
 __all__ = [
@@ -24,6 +26,7 @@ __all__ = [
     "INT64_MIN",
     "MAX_K",
     "parse_id",
+    "parse_filter_field",
     "parse_k",
     "parse_vector",
     "read_body",
@@ -62,8 +65,8 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         chunks.append(chunk)
 
 
-async def read_upload(request: Request, body: bytes) -> tuple[bytes, int]:
-    """The `image` file and optional `k` field of a multipart body already read (and size-checked)."""
+async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter | None]:
+    """The `image` file and optional `k` and `filter` fields of a multipart body already read (and size-checked)."""
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -74,7 +77,8 @@ async def read_upload(request: Request, body: bytes) -> tuple[bytes, int]:
         if not isinstance(upload, UploadFile):
             raise RequestError(400, "multipart upload needs an 'image' file field")
         k = form.get("k", "10")
-        return await upload.read(), parse_k(_form_int(k))
+        where = form.get("filter")
+        return await upload.read(), parse_k(_form_int(k)), parse_filter_field(_form_json(where))
     finally:
         await form.close()
 
@@ -83,6 +87,16 @@ def _form_int(value: Any) -> Any:
     """A form field of ASCII digits as an int; anything else (such as '²', a digit `int()` refuses) as it is."""
     digits = isinstance(value, str) and value.strip().isascii() and value.strip().isdigit()
     return int(value) if digits else value
+
+
+def _form_json(value: Any) -> Any:
+    """A form field holding a JSON object as that object; any other text (a where-expression) as it is."""
+    if isinstance(value, str) and value.lstrip().startswith("{"):
+        try:
+            return json.loads(value)
+        except (ValueError, RecursionError) as exc:
+            raise RequestError(400, f"filter is not valid JSON: {exc}") from exc
+    return value
 
 
 def read_json(body: bytes) -> dict[str, Any]:
@@ -110,6 +124,23 @@ def parse_id(item_id: Any) -> int:
     if isinstance(item_id, bool) or not isinstance(item_id, int):
         raise RequestError(400, f"id must be an integer, got {_short(item_id)}")
     return item_id
+
+
+def parse_filter_field(value: Any) -> Filter | None:
+    """A `filter`: a JSON object (`{"label": {"in": [3, 5]}}`), a where-expression string, or absent (None).
+
+    Whether its columns exist and hold its values' types is the index's question, asked when searching.
+    """
+    if value is None or value == "":
+        return None
+    try:
+        if isinstance(value, dict):
+            return parse_filter(value)
+        if isinstance(value, str):
+            return parse_where(value)
+    except UserError as exc:
+        raise RequestError(400, str(exc)) from exc
+    raise RequestError(400, f"filter must be a JSON object or a where-expression string, got {_short(value)}")
 
 
 def parse_vector(values: Any, dim: int) -> np.ndarray:

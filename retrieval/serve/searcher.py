@@ -20,6 +20,7 @@ import numpy as np
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
+from retrieval.index.filters import Filter
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
@@ -76,8 +77,8 @@ class Searcher:
         """The public fields of one item."""
         return self._public(self._row(self.live.current(), item_id))
 
-    def by_image(self, data: bytes, k: int) -> list[dict[str, Any]]:
-        """Search with an uploaded image."""
+    def by_image(self, data: bytes, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
+        """Search with an uploaded image (among the items passing `where`, as for every search)."""
         view = self.live.current()
         if view.encoder is None:
             raise RequestError(400, "this index records no model; search it by vector or id")
@@ -94,20 +95,20 @@ class Searcher:
             raise RequestError(413, str(exc)) from exc
         except UserError as exc:
             raise RequestError(400, str(exc)) from exc
-        return self._search(view, vector, k)
+        return self._search(view, vector, k, where)
 
-    def by_vector(self, values: Any, k: int) -> list[dict[str, Any]]:
+    def by_vector(self, values: Any, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
         """Search with a JSON list of numbers, checked against the dimension of the index it searches."""
         view = self.live.current()
-        return self._search(view, parse_vector(values, view.index.dim)[None], k)
+        return self._search(view, parse_vector(values, view.index.dim)[None], k, where)
 
-    def by_id(self, item_id: int, k: int) -> list[dict[str, Any]]:
+    def by_id(self, item_id: int, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
         """More like this: the item's nearest neighbours, the item itself left out."""
         view = self.live.current()
         self._row(view, item_id)  # 404 for an unknown id
         with self._index_lock:
             vector = np.asarray(view.index.reconstruct(item_id), dtype=np.float32)
-        results = self._search(view, vector[None], min(k + 1, MAX_K + 1))
+        results = self._search(view, vector[None], min(k + 1, MAX_K + 1), where)
         return [result for result in results if result["id"] != item_id][:k]
 
     def thumb(self, item_id: int) -> tuple[bytes, str]:
@@ -143,11 +144,16 @@ class Searcher:
             raise RequestError(404, f"unknown id {item_id}") from exc
         return row
 
-    def _search(self, view: IndexView, vectors: np.ndarray, k: int) -> list[dict[str, Any]]:
+    def _search(
+        self, view: IndexView, vectors: np.ndarray, k: int, where: Filter | None = None
+    ) -> list[dict[str, Any]]:
         # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
         faiss.omp_set_num_threads(self.search_threads)
         with self._index_lock:
-            scores, ids = view.index.search(vectors, k=k)
+            try:
+                scores, ids = view.index.search(vectors, k=k, filter=where)
+            except UserError as exc:  # the query is valid by now: a filter naming a missing column or type
+                raise RequestError(400, str(exc)) from exc
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored
             rows = view.index.metadata_for(ids[0][found])
         return [{**self._public(row), "score": float(score)} for score, row in zip(scores[0][found], rows, strict=True)]

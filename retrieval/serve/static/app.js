@@ -29,13 +29,14 @@ function searchFile(image) {
   const form = new FormData();
   form.append("image", image);
   form.append("k", $("k").value);
+  if ($("filter").value.trim()) form.append("filter", $("filter").value);
   showPreview(URL.createObjectURL(image));
   search({ body: form }, image.name);
 }
 
 function searchId(id) {
   showPreview(`/thumb/${id}`);
-  const body = JSON.stringify({ id: id, k: Number($("k").value) });
+  const body = JSON.stringify({ id: id, k: Number($("k").value), filter: $("filter").value.trim() || undefined });
   search({ body: body, headers: { "Content-Type": "application/json" } }, `item ${id}`);
 }
 

@@ -1,0 +1,82 @@
+"""`/search` with a `filter`: JSON object or where-expression, for vectors, ids and uploads; bad filters are 400s."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import numpy as np
+import pytest
+
+from retrieval.index import SearchIndex
+
+
+@pytest.fixture(scope="module")
+def client(base_url):
+    with httpx.Client(base_url=base_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def splits(gallery) -> np.ndarray:
+    rows = SearchIndex.load(gallery.index_dir).metadata_for(gallery.ids)
+    return np.array([row["split"] for row in rows])
+
+
+def exact_among(gallery, passing: np.ndarray, query: np.ndarray, k: int) -> list[int]:
+    scores = gallery.embeddings[passing] @ query
+    return gallery.ids[passing][np.argsort(-scores, kind="stable")[:k]].tolist()
+
+
+@pytest.mark.parametrize("where", [{"split": "test"}, {"split": {"in": ["test"]}}, "split = 'test'"])
+def test_a_vector_search_returns_the_exact_top_k_among_passing_items(where, client, gallery, splits) -> None:
+    query = gallery.embeddings[0]  # a train image: its unfiltered neighbours are mostly train images
+    answer = client.post("/search", json={"vector": query.tolist(), "k": 5, "filter": where})
+    assert answer.status_code == 200, answer.text
+    assert [r["id"] for r in answer.json()["results"]] == exact_among(gallery, splits == "test", query, 5)
+    assert {r["metadata"]["split"] for r in answer.json()["results"]} == {"test"}
+
+
+def test_fewer_passing_items_than_k_return_what_passes(client, gallery) -> None:
+    label = SearchIndex.load(gallery.index_dir).metadata_for(gallery.ids[:1])[0]["label"]
+    answer = client.post("/search", json={"id": int(gallery.ids[1]), "k": 20, "filter": {"label": label}}).json()
+    same = [r["id"] for r in answer["results"]]
+    assert len(same) == 3 and int(gallery.ids[1]) not in same  # 4 images a class, the query itself left out
+
+
+@pytest.mark.parametrize("where", ['{"split": "train"}', "split = 'train'"])
+def test_an_upload_takes_the_filter_as_a_form_field(where, client, gallery, splits) -> None:
+    test_image = int(np.flatnonzero(splits == "test")[0])
+    data = gallery.paths[test_image].read_bytes()
+    answer = client.post("/search", files={"image": ("q.png", data, "image/png")}, data={"k": "4", "filter": where})
+    assert answer.status_code == 200, answer.text
+    expected = exact_among(gallery, splits == "train", gallery.embeddings[test_image], 4)
+    assert [r["id"] for r in answer.json()["results"]] == expected
+
+
+@pytest.mark.parametrize(
+    ("where", "message"),
+    [
+        ({"colour": "red"}, "filter column 'colour' is not in the metadata; columns: id, path, label, split"),
+        ("split = 'a' or split = 'b'", "bad filter expression at character 13: expected 'and', found 'or'"),
+        ({"split": {"like": "t%"}}, "unknown operator 'like'"),
+        ({"split": 3}, "the column holds strings, the filter compares it with a number (3)"),
+        ([1, 2], "filter must be a JSON object or a where-expression string, got [1, 2]"),
+    ],
+)
+def test_a_bad_filter_is_a_400_with_one_line(where, message, client, gallery) -> None:
+    answer = client.post("/search", json={"vector": gallery.embeddings[0].tolist(), "filter": where})
+    assert answer.status_code == 400 and message in answer.json()["error"], answer.text
+    assert "\n" not in answer.json()["error"]
+
+
+def test_the_page_has_a_filter_box_that_its_searches_send(client) -> None:
+    assert '<input id="filter" type="text"' in client.get("/").text
+    assert 'form.append("filter"' in client.get("/static/app.js").text
+
+
+def test_a_bad_json_filter_field_of_an_upload_is_a_400(client, gallery) -> None:
+    data = gallery.paths[0].read_bytes()
+    answer = client.post("/search", files={"image": ("q.png", data, "image/png")}, data={"filter": "{split:"})
+    assert answer.status_code == 400 and answer.json()["error"].startswith("filter is not valid JSON")
+    assert json.loads(client.get("/healthz").text)["status"] == "ok"

@@ -67,7 +67,7 @@ def built_from_embeddings(args: argparse.Namespace) -> Iterator[tuple[SearchInde
             sources=files.sources(),
             on_disk=work,
         )
-        yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding file(s)"
+        yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"
     finally:
         if work is not None:
             shutil.rmtree(work, ignore_errors=True)

@@ -7,8 +7,9 @@ Accepted paths, in any mix, read in the order given:
 - `.npy`: memory-mapped; either `embed`'s structured array (fields `id`, `label`, extras,
   `embedding`) or a plain `(N, D)` float array (ids only, no metadata);
 - `.npz` (`embed`'s arrays): read whole, one file at a time (a zip member cannot be mapped);
-- a directory of parts (`retrieval embed --out DIR/`): its parquet parts in order, refused
-  while `_SUCCESS` is missing (the embed job has not finished).
+- a directory of parts (`retrieval embed --out DIR/`): read part by part with
+  `retrieval.inference.embedding_parts.iter_embedding_parts`, which refuses a directory without
+  `_SUCCESS` (an unfinished embed job) and a part whose sha256 does not match its `.json`.
 
 Rows are numbered 0..N-1 across all files in that order: these numbers become the index ids.
 The files' `id` (the image path) becomes the metadata column `path`, `label` stays `label`, and
@@ -19,7 +20,6 @@ model (`--checkpoint`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,19 +31,18 @@ import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
 from retrieval.index.streaming import VectorStream
+from retrieval.inference.embedding_parts import iter_embedding_parts, read_success
 from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
-from retrieval.runtime.files import file_sha256
 
 __all__ = ["EmbeddingFiles", "open_embedding_files"]
 
-_SUCCESS = "_SUCCESS"
 _VECTOR_COLUMN = "embedding"
 _RENAMED = {"id": "path", "ids": "path", "labels": "label"}  # file column -> index metadata column
 
 
 @dataclass(frozen=True)
 class _File:
-    """One file of rows: its path, row count and dimension."""
+    """One file of rows, or a directory of parts read as one: its path, row count and dimension."""
 
     path: Path
     rows: int
@@ -52,6 +51,10 @@ class _File:
     def chunks(self, chunk_rows: int) -> Iterator[np.ndarray]:
         """The file's `(n, D)` vectors, at most `chunk_rows` rows at a time."""
         suffix = self.path.suffix
+        if self.path.is_dir():
+            for part in iter_embedding_parts(self.path):  # each part whole (embed's --part-rows), its sha256 checked
+                yield from _slices(part["embeddings"], chunk_rows)
+            return
         if suffix == ".parquet":
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=chunk_rows, columns=[_VECTOR_COLUMN])
             for batch in batches:
@@ -61,13 +64,14 @@ class _File:
             yield from _npy_chunks(self.path, chunk_rows)
             return
         with np.load(self.path) as loaded:
-            array = loaded["embeddings"]
-        for start in range(0, self.rows, chunk_rows):
-            yield array[start : start + chunk_rows]
+            yield from _slices(loaded["embeddings"], chunk_rows)
 
     def metadata(self) -> pa.Table:
         """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
-        if self.path.suffix == ".parquet":
+        if self.path.is_dir():
+            parts = iter_embedding_parts(self.path)
+            table = pa.concat_tables([pa.table({k: v for k, v in part.items() if k != "embeddings"}) for part in parts])
+        elif self.path.suffix == ".parquet":
             names = [name for name in pq.ParquetFile(self.path).schema_arrow.names if name != _VECTOR_COLUMN]
             table = pq.read_table(self.path, columns=names)
         elif self.path.suffix == ".npy":
@@ -87,7 +91,7 @@ class EmbeddingFiles:
     """Embedding files opened for streaming: N rows of dimension D, in the order the paths were given.
 
     Attributes:
-        files: every file read, parts of a directory expanded in order.
+        files: every file or parts directory read, in order.
         rows: N.
         dim: D.
         checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories).
@@ -117,8 +121,15 @@ class EmbeddingFiles:
         return table if table.column_names else None
 
     def sources(self) -> list[dict[str, Any]]:
-        """What the manifest records about the inputs: each file's path, rows and size."""
-        return [{"path": str(file.path), "rows": file.rows, "bytes": file.path.stat().st_size} for file in self.files]
+        """What the manifest records about the inputs: path and rows of each file or parts directory; a file's size."""
+        return [
+            {
+                "path": str(file.path),
+                "rows": file.rows,
+                **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
+            }
+            for file in self.files
+        ]
 
 
 def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
@@ -137,9 +148,9 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
     checkpoints: set[str] = set()
     for path in map(Path, paths):
         if path.is_dir():
-            parts, checkpoint = _parts_of(path)
-            files += [_open_file(part) for part in parts]
-            checkpoints |= {checkpoint} if checkpoint else set()
+            record = read_success(path)
+            files.append(_File(path, int(record["rows"]), int(record["dim"])))
+            checkpoints |= {record["checkpoint_sha256"]} if record.get("checkpoint_sha256") else set()
         else:
             files.append(_open_file(path))
     dims = {file.dim for file in files}
@@ -185,6 +196,11 @@ def _npy_vectors(path: Path) -> np.ndarray:
     return array
 
 
+def _slices(array: np.ndarray, chunk_rows: int) -> Iterator[np.ndarray]:
+    for start in range(0, len(array), chunk_rows):
+        yield array[start : start + chunk_rows]
+
+
 def _npy_chunks(path: Path, chunk_rows: int) -> Iterator[np.ndarray]:
     """The vectors of a `.npy`, `chunk_rows` rows at a time, read with plain file reads.
 
@@ -212,21 +228,3 @@ def _list_size(vector_type: pa.DataType, path: Path) -> int:
 def _vectors_of(column: pa.Array, dim: int) -> np.ndarray:
     """`(n, D)` float32 rows of a fixed-size-list column (no copy for float32 without nulls)."""
     return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, dim)
-
-
-def _parts_of(directory: Path) -> tuple[list[Path], str | None]:
-    """The parquet parts of a finished `embed --out DIR/` in order, each checked against its `.json`; its checkpoint."""
-    success = directory / _SUCCESS
-    if not success.is_file():
-        raise UserError(f"embedding {directory} is incomplete: rerun the same embed command to resume it")
-    record = json.loads(success.read_text(encoding="utf-8"))
-    parts = [directory / name for name in record.get("parts", [])]
-    for part in parts:
-        manifest = part.with_suffix(".json")
-        expected = json.loads(manifest.read_text(encoding="utf-8")).get("sha256") if manifest.is_file() else None
-        if not part.is_file() or file_sha256(part) != expected:
-            raise UserError(
-                f"embedding part {part} is missing or does not match its .json (sha256); "
-                "rerun the same embed command to rewrite it"
-            )
-    return parts, record.get("checkpoint_sha256")

@@ -89,7 +89,7 @@ def test_the_cli_builds_from_a_parquet_file_without_a_model(data, tmp_path, caps
         main(["index", "build", "--embeddings", str(tmp_path / "gallery.parquet"), "--out", str(out), "--type", "ivf"])
         == 0
     )
-    assert "vectors: 4000 from 1 embedding file(s)" in capsys.readouterr().out
+    assert "vectors: 4000 from 1 embedding input(s)" in capsys.readouterr().out
     index = SearchIndex.load(out)
     assert index.manifest["sources"][0]["rows"] == 4000 and index.manifest["model"] == {}
     assert index.metadata_for([17])[0] == {"id": 17, "path": "/img/17.png", "label": "class17"}
@@ -104,7 +104,7 @@ def test_the_cli_builds_from_a_parts_directory_in_part_order(data, tmp_path, cap
     assert main(["index", "build", "--embeddings", str(tmp_path / "parts"), "--out", str(out), "--type", "flat"]) == 0
     index = SearchIndex.load(out)
     assert index.manifest["model"] == {"checkpoint_sha256": "ab" * 32}
-    assert len(index.manifest["sources"]) == 4
+    assert index.manifest["sources"] == [{"path": str(tmp_path / "parts"), "rows": len(vectors)}]
     _, found = index.search(queries, 10)
     np.testing.assert_array_equal(found, brute_force(vectors, np.arange(len(vectors)), queries, 10))
     assert index.metadata_for([2500])[0]["path"] == "/img/2500.png"

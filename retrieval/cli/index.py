@@ -61,7 +61,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="embed images with a checkpoint and write an index directory",
         description="Embed images with a checkpoint's model and eval transform and write INDEX_DIR (index.faiss, "
         "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
-        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
+        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr. "
+        "--embeddings builds from the files `retrieval embed` wrote instead, streamed, without a model.",
     )
     build.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
     _add_image_inputs(build, required=False)

@@ -1,4 +1,4 @@
-"""`retrieval index build|query|add|remove|compact|eval`: a FAISS index of a trained embedder's gallery.
+"""`retrieval index build|query|add|remove|compact|eval|export`: a FAISS index of a trained embedder's gallery.
 
 The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
 new images with the same model and transform without being told; a `--checkpoint` given to them
@@ -33,6 +33,7 @@ from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
+from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
 
 __all__ = ["add_parser", "run"]
 
@@ -112,6 +113,26 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument("-k", type=int, default=10, help="recall@k and results per query (default: 10)")
     evaluate.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
+    export = actions.add_parser(
+        "export",
+        help="copy the index into a vector database collection (Qdrant)",
+        description="Upsert the index's vectors, ids and metadata (as payload) into a Qdrant collection. Running it "
+        "again writes only what is missing and deletes what the index no longer holds, so it resumes an "
+        "interrupted export and changes nothing when the collection is up to date.",
+    )
+    export.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    export.add_argument(
+        "--to",
+        required=True,
+        metavar="URI",
+        help="qdrant+local:///abs/dir?collection=NAME (embedded, a folder), qdrant://HOST[:PORT]/NAME or "
+        "qdrants://HOST[:PORT]/NAME (a server; API key from $QDRANT_API_KEY)",
+    )
+    export.add_argument(
+        "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"points per request (default: {DEFAULT_BATCH_SIZE})"
+    )
+    export.add_argument("--recreate", action="store_true", help="delete the collection first, whatever it holds")
+
 
 def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
     group = parser.add_mutually_exclusive_group(required=required)
@@ -149,7 +170,7 @@ def _seconds(text: str) -> float:
 
 def run(args: argparse.Namespace) -> int:
     commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
-    return commands[args.index_command](args)
+    return {**commands, "export": _export}[args.index_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -275,6 +296,17 @@ def _eval(args: argparse.Namespace) -> int:
     else:
         print(f"index: {args.index} ({index.kind}: {index.factory}), {index.ntotal} vectors")
         print(_format_measurement(metrics))
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from retrieval.vectordb.export import export_index  # needs the optional qdrant-client
+
+    done = export_index(args.index, parse_database_uri(args.to), args.batch_size, args.recreate)
+    print(
+        f"exported {args.index} to {done.location}: {done.vectors} vectors ({done.written} written, "
+        f"{done.kept} already there, {done.deleted} removed)"
+    )
     return 0
 
 

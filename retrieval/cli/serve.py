@@ -15,7 +15,14 @@ _KEEP_ALIVE_S = 5
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     parser = commands.add_parser("serve", help="serve an index: a search page and a JSON API")
-    parser.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR", help="from `retrieval index build`")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--index", type=Path, metavar="INDEX_DIR", help="from `retrieval index build`")
+    source.add_argument(
+        "--backend",
+        metavar="URI",
+        help="a vector database collection from `retrieval index export`: qdrant+local:///abs/dir?collection=NAME "
+        "or qdrant://HOST[:PORT]/NAME; search and filters run in the database",
+    )
     parser.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: 8000; 0 picks a free one)")
     parser.add_argument(
@@ -96,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         image_root=args.image_root,
         openapi=args.openapi,
         reload_interval=args.reload_interval,
+        backend=args.backend,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)

@@ -376,6 +376,13 @@ class SearchIndex:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids
 
+    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending.
+
+        The vectors are the ones added, bit for bit, for every kind: ivfpq keeps them for re-ranking.
+        """
+        return self._stored()
+
     # -- updating ------------------------------------------------------------------------------
     def add(self, embeddings: np.ndarray, metadata: MetadataInput = None) -> np.ndarray:
         """Add vectors (trained kinds keep their quantizer) and their metadata; returns their new `(N,)` ids.

@@ -29,7 +29,9 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from retrieval.errors import UserError
+from retrieval.serve.backend import Views
 from retrieval.serve.budget import ServerBusy
+from retrieval.serve.database import database_views
 from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
@@ -45,7 +47,7 @@ _Endpoint = TypeVar("_Endpoint", bound=Callable[..., Any])
 
 
 def create_app(
-    index_dir: str | Path,
+    index_dir: str | Path | None,
     checkpoint: str | Path | None = None,
     device: str = "auto",
     limits: ServeLimits | None = None,
@@ -53,11 +55,12 @@ def create_app(
     image_root: str | Path | None = None,
     openapi: bool = False,
     reload_interval: float = 1.0,
+    backend: str | None = None,
 ) -> FastAPI:
-    """Load the index in `index_dir` and the model it records, and return the app serving them.
+    """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
     Args:
-        index_dir: a directory written by `retrieval index build`.
+        index_dir: a directory written by `retrieval index build` (None with `backend`).
         checkpoint: the index's checkpoint if it moved (must be the same file, by sha256).
         device: where the model runs (`auto`, `cpu`, `cuda`).
         limits: request limits (`ServeLimits()` by default).
@@ -70,6 +73,8 @@ def create_app(
             that also covers images added later).
         openapi: serve `/openapi.json` and the `/docs` page.
         reload_interval: seconds between two looks for a new version of the index; 0 never reloads.
+        backend: instead of `index_dir`, a vector database collection written by `retrieval index
+            export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded, or the limits contradict each other.
@@ -80,7 +85,15 @@ def create_app(
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
     if reload_interval < 0:
         raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
-    live = LiveIndex(index_dir, lambda path, previous: load_view(path, previous, checkpoint, device), reload_interval)
+    live: Views[IndexView]
+    if backend is not None and index_dir is None:
+        live = database_views(backend, checkpoint, device)
+    elif index_dir is not None and backend is None:
+        live = LiveIndex(
+            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device), reload_interval
+        )
+    else:
+        raise UserError("serve either an index directory or a database backend URI, not both or neither")
     searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()

@@ -22,11 +22,11 @@ from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filters import Filter
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
 from retrieval.serve.images import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
 from retrieval.serve.limits import ServeLimits
-from retrieval.serve.live import LiveIndex
 from retrieval.serve.parsing import INT64_MAX, INT64_MIN, MAX_K, parse_vector
 from retrieval.serve.public import PublicPaths, public_info
 
@@ -35,9 +35,9 @@ __all__ = ["IndexView", "Searcher", "load_view"]
 
 @dataclass(frozen=True)
 class IndexView:
-    """One loaded version of the index and the model that embeds queries for it."""
+    """One loaded version of the index (a FAISS index or a database collection) and the model that embeds queries."""
 
-    index: SearchIndex
+    index: SearchBackend
     encoder: ImageEncoder | None
     info: dict[str, Any]  # the manifest's public fields (`public_info`)
 
@@ -61,9 +61,7 @@ def load_view(path: Path, previous: IndexView | None, checkpoint: str | Path | N
 class Searcher:
     """Answers for the routes; every method is blocking and raises `RequestError` for a request's mistake."""
 
-    def __init__(
-        self, live: LiveIndex[IndexView], paths: PublicPaths, limits: ServeLimits, search_threads: int
-    ) -> None:
+    def __init__(self, live: Views[IndexView], paths: PublicPaths, limits: ServeLimits, search_threads: int) -> None:
         self.live = live
         self.paths = paths
         self.limits = limits

@@ -1,0 +1,75 @@
+"""What the search service needs of an index, so one `Searcher` serves a FAISS index or a vector database.
+
+`SearchIndex` (a FAISS index directory, followed by `LiveIndex`) and
+`retrieval.vectordb.CollectionIndex` (a Qdrant collection, which the database keeps current, so its
+view is fixed) both satisfy `SearchBackend`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+
+from retrieval.index.filters import Filter
+
+__all__ = ["FixedView", "SearchBackend", "Views"]
+
+View = TypeVar("View")
+_View_co = TypeVar("_View_co", covariant=True)
+
+
+class SearchBackend(Protocol):
+    """Search by inner product (cosine similarity of unit vectors) over vectors with int64 ids and metadata rows."""
+
+    @property
+    def dim(self) -> int:
+        """Dimension D of the stored vectors."""
+        ...
+
+    @property
+    def ntotal(self) -> int:
+        """Number of searchable vectors."""
+        ...
+
+    @property
+    def ids(self) -> np.ndarray:
+        """`(ntotal,)` ascending ids."""
+        ...
+
+    def search(
+        self,
+        vectors: np.ndarray,
+        k: int = 10,
+        filter: Filter | None = None,  # noqa: A002 - SearchIndex's name
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """`(scores, ids)`, each `(Q, k)`, best first, among the items passing `filter`; padded with -inf / -1."""
+        ...
+
+    def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
+        """Metadata rows of `ids` (`id` first), in order; `UserError` on an unknown id."""
+        ...
+
+    def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - SearchIndex's name
+        """The stored `(D,)` vector of `id`; `UserError` if unknown."""
+        ...
+
+
+class Views(Protocol[_View_co]):
+    """A source of the view to answer one request with (`LiveIndex`, `FixedView`)."""
+
+    def current(self) -> _View_co:
+        """The view for the request starting now."""
+        ...
+
+
+class FixedView(Generic[View]):
+    """Always the same view: for a backend that stays current by itself."""
+
+    def __init__(self, view: View) -> None:
+        self._view = view
+
+    def current(self) -> View:
+        """The view."""
+        return self._view

@@ -1,0 +1,37 @@
+"""The search service over a vector database collection written by `retrieval index export`.
+
+The collection's record names the model that embedded its vectors; uploaded images are embedded
+with that checkpoint (the recorded path, or `checkpoint` if it is the same file by sha256), and
+search and filters run in the database. The record is read once at start; points the database
+gains or loses later are searched as they are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from retrieval.inference.encoder import ImageEncoder, encoder_for_index
+from retrieval.serve.backend import FixedView
+from retrieval.serve.public import public_info
+from retrieval.serve.searcher import IndexView
+from retrieval.vectordb.uri import parse_database_uri
+
+__all__ = ["database_views"]
+
+
+def database_views(uri: str, checkpoint: str | Path | None, device: str) -> FixedView[IndexView]:
+    """The view of the collection at `uri` (see `retrieval.vectordb.uri`) and of its model.
+
+    Raises:
+        UserError: a bad URI, a database or collection that cannot be opened or is partly
+            exported, or a checkpoint that is missing or not the recorded one.
+    """
+    from retrieval.vectordb.collection_index import CollectionIndex  # needs the optional qdrant-client
+
+    collection = CollectionIndex.open(parse_database_uri(uri))
+    model = collection.record.model
+    encoder: ImageEncoder | None = (
+        encoder_for_index(model, checkpoint, device) if model.get("checkpoint_sha256") else None
+    )
+    info = {**public_info(collection.manifest), "backend": "qdrant"}
+    return FixedView(IndexView(collection, encoder, info))

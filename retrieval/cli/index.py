@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder
@@ -68,9 +69,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="embed images with a checkpoint and write an index directory",
         description="Embed images with a checkpoint's model and eval transform and write INDEX_DIR (index.faiss, "
         "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
-        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr.",
+        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr. "
+        "--embeddings builds from the files `retrieval embed` wrote instead, streamed, without a model.",
     )
-    model = build.add_mutually_exclusive_group(required=True)
+    model = build.add_mutually_exclusive_group()
     model.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
     model.add_argument("--model", type=Path, metavar="EXPORT_DIR", help="a `retrieval export` directory (onnxruntime)")
     model.add_argument(
@@ -80,7 +82,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     build.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
     add_config_arguments(build)
-    _add_image_inputs(build)
+    _add_image_inputs(build, required=False)
+    add_embeddings_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
@@ -163,8 +166,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     export.add_argument("--recreate", action="store_true", help="delete the collection first, whatever it holds")
 
 
-def _add_image_inputs(parser: argparse.ArgumentParser) -> None:
-    group = parser.add_mutually_exclusive_group(required=True)
+def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    group = parser.add_mutually_exclusive_group(required=required)
     group.add_argument("--csv", type=Path, metavar="FILE", help="dataset CSV: path,label,split[,...] (see --split)")
     group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR; label = its subfolder")
     parser.add_argument("--split", default="all", choices=SPLITS, help=_SPLIT_HELP)
@@ -237,8 +240,18 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
-    max_memory = parse_memory(args.max_memory) if args.max_memory else None
     target_recall, default_target_recall = _tuning(args.target_recall)
+    if args.embeddings:
+        with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):
+            return _save_built(args, index, inputs)
+    if args.checkpoint is None and args.model is None and args.backbone is None:
+        raise UserError(
+            "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone NAME) and --csv FILE "
+            "or --images DIR, or --embeddings PATH... (no model)"
+        )
+    if args.csv is None and args.images is None:
+        raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+    max_memory = parse_memory(args.max_memory) if args.max_memory else None
     encoder = _build_encoder(args)
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
@@ -252,16 +265,21 @@ def _build(args: argparse.Namespace) -> int:
         model_info=encoder.info(),
         match_threshold=encoder.match_threshold,
     )
+    skipped = len(source.paths) - index.ntotal
+    inputs = f"vectors: {index.ntotal} of {len(source.paths)} images" + (
+        f" ({skipped} unreadable, skipped)" if skipped else ""
+    )
+    return _save_built(args, index, inputs)
+
+
+def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> int:
+    """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
     measured = index.manifest.get("measured") or index.evaluate(k=10)
-    skipped = len(source.paths) - index.ntotal
     print(f"index: {args.out} ({index.kind}: {index.factory})")
-    print(
-        f"vectors: {index.ntotal} of {len(source.paths)} images"
-        + (f" ({skipped} unreadable, skipped)" if skipped else "")
-    )
+    print(inputs)
     print(_format_measurement(measured))
     print(_tuning_line(index.manifest))
     return 0

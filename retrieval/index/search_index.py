@@ -9,8 +9,9 @@ search filters out, and that the manifest lists, until `compact` drops it.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from retrieval.index.filtered import LabelSpace, search_passing
 from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
+from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -34,6 +36,7 @@ from retrieval.index.storage import (
     read_verified_manifest,
     write_index_directory,
 )
+from retrieval.index.streaming import VectorStream, exact_neighbors_streamed, gather_rows
 from retrieval.index.tuning import (
     Measurement,
     apply_search_parameters,
@@ -51,6 +54,7 @@ _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded
 _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
 _TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
 _NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
+_SHARD_BYTES = 1 << 30  # in-memory lists of an on-disk build, written out as a shard once this full (no budget)
 _SEED = 0
 _TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
 _MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
@@ -154,51 +158,129 @@ class SearchIndex:
                 memory budget nothing fits, or a recall target no setting reaches.
         """
         vectors, were_unit = _unit_rows(embeddings, "embeddings")
-        n, dim = vectors.shape
-        options = {"nlist": nlist, "hnsw_m": hnsw_m}
+        return cls.build_streamed(
+            VectorStream.of_array(vectors),
+            metadata,
+            kind=kind,
+            max_memory=max_memory,
+            target_recall=target_recall,
+            default_target_recall=default_target_recall,
+            tuning_queries=tuning_queries,
+            model_info=model_info,
+            match_threshold=match_threshold,
+            progress=progress,
+            nlist=nlist,
+            hnsw_m=hnsw_m,
+            pq_bytes=pq_bytes,
+            inputs_were_normalized=were_unit,
+        )
+
+    @classmethod
+    def build_streamed(
+        cls,
+        stream: VectorStream,
+        metadata: MetadataInput = None,
+        *,
+        kind: str = "auto",
+        max_memory: int | str | None = None,
+        target_recall: float | None = None,
+        default_target_recall: float | None = DEFAULT_TARGET_RECALL,
+        tuning_queries: np.ndarray | None = None,
+        model_info: dict[str, Any] | None = None,
+        match_threshold: dict[str, Any] | None = None,
+        progress: bool = True,
+        nlist: int | None = None,
+        hnsw_m: int | None = None,
+        pq_bytes: int | None = None,
+        chunk_rows: int = _ADD_CHUNK,
+        sources: list[dict[str, Any]] | None = None,
+        inputs_were_normalized: bool | None = None,
+        on_disk: Path | None = None,
+    ) -> SearchIndex:
+        """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
+
+        Two passes over `stream`: the first gathers the sampled rows (the k-means/PQ training
+        sample FAISS trains on, the held-out queries, the stored vectors tuning checks), the
+        second adds every row in chunks and keeps, chunk by chunk, the held-out queries' exact
+        neighbours. Rows are numbered 0..N-1 in stream order; those numbers are the ids. Given
+        the same rows, the result is the same as `build`'s, whatever `chunk_rows` is.
+
+        Args:
+            stream: the N rows (see `retrieval.index.streaming.VectorStream`); each chunk is
+                L2-normalized as it is read.
+            metadata, kind, max_memory, target_recall, default_target_recall, tuning_queries, model_info,
+                match_threshold, progress, nlist, hnsw_m, pq_bytes: as for `build`.
+            chunk_rows: rows read, normalized and added at a time.
+            sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
+            inputs_were_normalized: recorded in the manifest; `None` records whether every chunk was.
+            on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
+                written there in shards of at most half of `max_memory` (default 1 GiB) and merged
+                into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
+                in memory. `save` links that file into the index directory; the index is read-only.
+
+        Raises:
+            UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
+        """
+        n, dim = stream.count, stream.dim
         budget = parse_memory(max_memory)
-        if IndexKind.parse(kind) is IndexKind.AUTO:
-            plan = choose_index(n, dim, budget, pq_bytes=pq_bytes, **options)
-        else:
-            plan = plan_index(n, dim, kind, pq_bytes=pq_bytes, **options)
+        plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes, on_disk=on_disk is not None)
         if n < plan.min_training_vectors:
             raise UserError(_too_few_message(plan, n))
         ids = np.arange(n, dtype=np.int64)
         table = Metadata.from_rows(ids, metadata)
         rng = np.random.default_rng(_SEED)
-
-        if tuning_queries is not None:
-            queries, _ = _unit_rows(tuning_queries, "tuning_queries", dim)
-            held_out = np.zeros(0, dtype=np.int64)
-        else:
+        held_out = np.zeros(0, dtype=np.int64)
+        if tuning_queries is None:
             held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
-            queries = vectors[held_out]
-        inserted = np.setdiff1d(ids, held_out, assume_unique=True)
+        training = np.zeros(0, dtype=np.int64)
+        if plan.trained:
+            training = np.sort(rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False))
+        inserted_count = n - len(held_out)
+        measuring = tuning_queries is not None or len(held_out) > 0
+        target, target_source = _tuning_target(plan, target_recall, default_target_recall)
+        checked = np.zeros(0, dtype=np.int64)
+        if measuring and target is not None:
+            inserted = np.setdiff1d(ids, held_out, assume_unique=True)
+            checked = rng.choice(inserted, size=min(_TUNING_QUERIES, inserted_count), replace=False)
+
+        reader = _UnitChunks(stream, chunk_rows)
+        wanted = np.concatenate([held_out, training, checked])
+        gathered = gather_rows(reader.read("sampling", progress and len(wanted) > 0), wanted, dim)
+        held_vectors, training_vectors, checked_vectors = np.split(
+            gathered, [len(held_out), len(held_out) + len(training)]
+        )
+        queries = held_vectors if tuning_queries is None else _unit_rows(tuning_queries, "tuning_queries", dim)[0]
 
         index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
         graph = find_index(index, faiss.IndexHNSW)
         if graph is not None and "ef_construction" in plan.parameters:
             graph.hnsw.efConstruction = plan.parameters["ef_construction"]
         if plan.trained:
-            sample = rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False)
-            index.train(vectors[np.sort(sample)])
-        _add(index, vectors[inserted], inserted, progress, "indexing")
+            index.train(training_vectors)
+        del gathered, training_vectors
+        depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
+        shards = None
+        if on_disk is not None:
+            shard_rows = max(chunk_rows, int((budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
+            shards = ShardedLists(index, on_disk, shard_rows)
+        true_ids = _add_stream(shards or index, reader, held_out, queries if measuring else None, depth, progress)
+        if shards is not None:
+            index = shards.merge()
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
-        target, target_source = _tuning_target(plan, target_recall, default_target_recall)
-        if len(queries):
-            true_ids = inserted[exact_neighbors(vectors[inserted], queries, _TUNED_K)]
+        if measuring:
             if target is not None:
-                sample = rng.choice(inserted, size=min(_TUNING_QUERIES, len(inserted)), replace=False)
-                stored = (vectors[sample], to_label(sample))
-                depth = true_ids.shape[1]  # below _TUNED_K when fewer vectors are stored
+                stored = (checked_vectors, to_label(checked))
                 parameters, _ = tune_search_parameters(
                     searchable, queries, to_label(true_ids), target, depth, stored, best_effort=target_recall is None
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        _add(index, vectors[held_out], held_out, progress, "adding held-out queries")
+        if shards is None:
+            _add(index, held_vectors, held_out, progress, "adding held-out queries")
+        elif len(held_out):
+            index = shards.add_and_merge(held_vectors, held_out)
 
         manifest = {
             "format": FORMAT,
@@ -214,7 +296,7 @@ class SearchIndex:
             "dimension": dim,
             "metric": "inner_product",
             "normalized": True,
-            "inputs_were_normalized": were_unit,
+            "inputs_were_normalized": reader.were_unit if inputs_were_normalized is None else inputs_were_normalized,
             "count": n,
             "stored": int(index.ntotal),
             "next_id": n,
@@ -225,6 +307,7 @@ class SearchIndex:
             "measured": _measured(measured, index, held_out, tuning_queries),
             "model": dict(model_info or {}),
             "match_threshold": match_threshold,
+            **({"sources": sources} if sources is not None else {}),
         }
         return cls(index, table, manifest)
 
@@ -432,7 +515,9 @@ class SearchIndex:
         An existing index there is replaced only once the new one is complete on disk.
         """
         manifest = dict(self.manifest)
-        writers = {INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write}
+        lists = lists_file(self._index)
+        writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
+        writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
         self.manifest = write_index_directory(directory, writers, manifest)
 
     @classmethod
@@ -477,7 +562,10 @@ class SearchIndex:
         if dim is not None and dim != expected_dim:
             raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
         try:
-            index = faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
+            on_disk = LISTS_FILE in manifest["files"]  # its lists are memory-mapped from beside the index file
+            index = faiss.read_index(
+                str(path), faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else _MMAP_FLAGS if mmap else 0
+            )
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
@@ -491,7 +579,7 @@ class SearchIndex:
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
                 f"{manifest['count']} vectors: count mismatch"
             )
-        return cls(index, metadata, manifest, read_only=mmap)
+        return cls(index, metadata, manifest, read_only=mmap or on_disk)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:
@@ -506,7 +594,10 @@ class SearchIndex:
 
     def _check_writable(self, action: str) -> None:
         if self._read_only:
-            raise UserError(f"cannot {action} an index loaded with mmap=True (read-only); load it without mmap")
+            raise UserError(
+                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists); "
+                "load it without mmap, or rebuild an on-disk index with `index build --on-disk`"
+            )
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""
@@ -566,6 +657,72 @@ def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np
         raise UserError(f"{name} row {int(np.argmin(norms))} is all zeros and has no direction")
     were_unit = bool(np.all(np.abs(norms - 1.0) < 1e-3))
     return (matrix if were_unit else matrix / norms[:, None]), were_unit
+
+
+def _plan(n: int, dim: int, kind: str, budget: int | None, on_disk: bool, **options: int | None) -> IndexPlan:
+    """The plan `auto` chooses for N vectors within `budget`, or the explicit `kind`'s; `ivf` for lists on disk."""
+    requested = IndexKind.parse(kind)
+    if on_disk:
+        if requested not in (IndexKind.AUTO, IndexKind.IVF):
+            raise UserError(f"an on-disk index is of kind 'ivf' (IVF-Flat lists on disk), not {kind!r}; use --type ivf")
+        return plan_index(n, dim, IndexKind.IVF, **options)
+    if requested is IndexKind.AUTO:
+        return choose_index(n, dim, budget, **options)
+    return plan_index(n, dim, kind, **options)
+
+
+class _UnitChunks:
+    """Passes over a `VectorStream` as `(first row, unit rows)` pairs, each chunk checked and L2-normalized."""
+
+    def __init__(self, stream: VectorStream, chunk_rows: int) -> None:
+        self._stream, self._chunk_rows = stream, chunk_rows
+        self.were_unit = True  # every chunk read so far was already L2-normalized
+
+    def read(self, description: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
+        """One pass from the first row, with a progress bar; `UserError` if the rows do not number `count`."""
+        count, start = self._stream.count, 0
+        with tqdm(total=count, desc=description, unit="vec", disable=not progress or count < _ADD_CHUNK) as bar:
+            for chunk in self._stream.read(self._chunk_rows):
+                if start + len(chunk) > count:
+                    raise UserError(f"the embeddings hold more than the {count:,} rows their files announce")
+                if len(chunk):
+                    rows, unit = _unit_rows(chunk, f"embeddings (rows {start:,} on)", self._stream.dim)
+                    self.were_unit &= unit
+                    yield start, rows
+                    start += len(rows)
+                    bar.update(len(rows))
+        if start != count:
+            raise UserError(f"the embeddings hold {start:,} rows where their files announce {count:,}")
+
+
+def _add_stream(
+    index: faiss.Index | ShardedLists,
+    reader: _UnitChunks,
+    held_out: np.ndarray,
+    queries: np.ndarray | None,
+    depth: int,
+    progress: bool,
+) -> np.ndarray:
+    """Add every row but the `held_out` ones (sorted), ids = row numbers, in one pass over `reader`.
+
+    Returns:
+        `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
+        by chunk as they are added; `(0, depth)` when `queries` is None.
+    """
+
+    def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        for start, rows in reader.read("indexing", progress):
+            ids = np.arange(start, start + len(rows), dtype=np.int64)
+            keep = ~np.isin(ids, held_out, assume_unique=True)
+            index.add_with_ids(rows[keep], ids[keep])
+            yield ids[keep], rows[keep]
+
+    if queries is None:
+        for _ in added():
+            pass
+        return np.zeros((0, depth), dtype=np.int64)
+    _, true_ids = exact_neighbors_streamed(added(), queries, depth)
+    return true_ids
 
 
 def _add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, progress: bool, description: str) -> None:
@@ -636,7 +793,16 @@ def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
 
 
 def _index_bytes(index: faiss.Index) -> int:
-    return int(faiss.serialize_index(index).size)
+    """The size of the index's FAISS file, counted as FAISS writes it in 1 MiB blocks (never a copy in memory)."""
+    size = 0
+
+    def count(block: bytes) -> int:
+        nonlocal size
+        size += len(block)
+        return len(block)
+
+    faiss.write_index(index, faiss.PyCallbackIOWriter(count))  # type: ignore[attr-defined]  # not in FAISS's stubs
+    return size
 
 
 def _measured(measured: Measurement | None, index: faiss.Index, held_out: np.ndarray, given: Any) -> dict[str, Any]:

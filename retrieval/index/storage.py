@@ -45,6 +45,7 @@ __all__ = [
     "METADATA_FILE",
     "read_manifest",
     "read_verified_manifest",
+    "working_directory",
     "write_index_directory",
 ]
 
@@ -168,6 +169,12 @@ def _verify(path: Path, expected: Mapping[str, Any]) -> None:
         raise UserError(f"{path} has {size:,} bytes, the manifest says {expected['size']:,}: it was modified")
     if file_sha256(path) != expected["sha256"]:
         raise UserError(f"{path} is corrupt: its sha256 does not match the manifest; rebuild or restore it")
+
+
+def working_directory(target: str | Path) -> Path:
+    """A new empty directory beside `target` for a build's large temporary files; a later save removes it once
+    the process that made it is gone (killed), as it does the staging copies of killed saves."""
+    return _make_staging(Path(target).absolute())
 
 
 def _make_staging(target: Path) -> Path:

@@ -14,7 +14,12 @@ __all__ = ["clustered_unit_vectors"]
 
 
 def clustered_unit_vectors(
-    n: int, dim: int = 128, n_clusters: int = 1000, spread: float = 0.8, seed: int = 0
+    n: int,
+    dim: int = 128,
+    n_clusters: int = 1000,
+    spread: float = 0.8,
+    seed: int = 0,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Draw `n` L2-normalized vectors around `n_clusters` random centres.
 
@@ -25,6 +30,8 @@ def clustered_unit_vectors(
         spread: norm of the expected within-class noise relative to the (unit) centre; 0.8 gives
             a within-class cosine around 0.8, close to a trained embedder on held-out classes.
         seed: seed of the generator, so tests and benchmarks are reproducible.
+        out: an `(n, dim)` float32 array to fill (e.g. a `np.memmap` on disk, for more rows than
+            fit in memory); it is filled 65,536 rows at a time and returned.
 
     Returns:
         `(embeddings, labels)`: `(n, dim)` float32 unit rows and `(n,)` int64 class ids.
@@ -36,7 +43,7 @@ def clustered_unit_vectors(
     spectrum = (1.0 + np.arange(dim)) ** -0.5
     spectrum *= spread / np.sqrt(np.sum(spectrum**2))
     labels = rng.integers(0, n_clusters, size=n)
-    embeddings = np.empty((n, dim), dtype=np.float32)
+    embeddings = np.empty((n, dim), dtype=np.float32) if out is None else out
     for start in range(0, n, 65536):  # bounded temporaries for 1M rows
         stop = min(start + 65536, n)
         noise = (rng.standard_normal((stop - start, dim)) * spectrum) @ rotation.T

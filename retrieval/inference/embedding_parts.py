@@ -39,6 +39,7 @@ __all__ = [
     "part_finished",
     "part_path",
     "read_embedding_parts",
+    "read_success",
     "start_parts",
     "write_part",
 ]
@@ -164,7 +165,7 @@ def iter_embedding_parts(directory: str | Path) -> Iterator[dict[str, np.ndarray
             are not the ones its `.json` records.
     """
     directory = Path(directory)
-    for name in _success(directory)["parts"]:
+    for name in read_success(directory)["parts"]:
         path = directory / name
         manifest = _read_manifest(path)
         if manifest is None or not path.is_file() or file_sha256(path) != manifest.get("sha256"):
@@ -185,8 +186,13 @@ def read_embedding_parts(directory: str | Path) -> dict[str, np.ndarray]:
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
-def _success(directory: Path) -> dict[str, Any]:
-    """The `_SUCCESS` record of a finished parts directory."""
+def read_success(directory: str | Path) -> dict[str, Any]:
+    """The `_SUCCESS` record of a finished parts directory (rows, dim, parts, checkpoint_sha256, ...).
+
+    Raises:
+        UserError: `directory` is missing, or has no `_SUCCESS` (the embed job did not finish).
+    """
+    directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"embedding directory not found: {directory}; pass the --out DIR/ of retrieval embed")
     path = directory / SUCCESS_FILE

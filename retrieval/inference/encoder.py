@@ -203,6 +203,11 @@ def encoder_for_index(
     recorded = model_info.get("checkpoint_sha256")
     if not recorded:
         raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")
+    if checkpoint is None and not model_info.get("checkpoint"):
+        raise UserError(
+            "the index records its checkpoint's sha256 but not its path (built from embedding files); "
+            "pass the checkpoint that made the embeddings with --checkpoint CKPT"
+        )
     path = Path(checkpoint) if checkpoint is not None else Path(model_info["checkpoint"])
     if not path.is_file():
         how = "pass it" if checkpoint is not None else "pass the checkpoint the index was built with"

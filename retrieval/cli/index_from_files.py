@@ -1,0 +1,84 @@
+"""`retrieval index build --embeddings PATH...`: an index from the files `retrieval embed` wrote, no model needed.
+
+The vectors are streamed (see `SearchIndex.build_streamed`): memory holds the index, FAISS's
+training sample and one chunk, not the N embeddings. Ids are the rows' numbers 0..N-1 in the
+order of the paths given (a parts directory in part order). The manifest records the files and,
+when they say so, the checkpoint's sha256; `index query` and `index add` with images then need
+that checkpoint (`--checkpoint`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from retrieval.errors import UserError
+from retrieval.index import SearchIndex, parse_memory
+from retrieval.index.embedding_files import open_embedding_files
+from retrieval.index.storage import working_directory
+
+__all__ = ["add_embeddings_arguments", "built_from_embeddings"]
+
+
+def add_embeddings_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--embeddings` of `index build`."""
+    parser.add_argument(
+        "--embeddings",
+        type=Path,
+        nargs="+",
+        metavar="PATH",
+        help="build from embed's .parquet/.npy/.npz files or DIR/ of parts instead of images (no model needed)",
+    )
+    parser.add_argument(
+        "--on-disk",
+        action="store_true",
+        help="with --embeddings: IVF-Flat whose inverted lists stay on disk, memory-mapped (larger than RAM)",
+    )
+
+
+@contextmanager
+def built_from_embeddings(
+    args: argparse.Namespace, target_recall: float | None, default_target_recall: float | None
+) -> Iterator[tuple[SearchIndex, str]]:
+    """The index of `args.embeddings` and the line that says what it was built from, valid until the block ends.
+
+    `target_recall` and `default_target_recall` are `SearchIndex.build`'s, from `--target-recall`.
+
+    With `--on-disk` the inverted lists are built in a working directory beside `--out`, removed
+    when the block ends (once the index is saved, its directory holds a link to them).
+
+    Raises:
+        UserError: images or a checkpoint were given too, or the files are unreadable (see `open_embedding_files`).
+    """
+    flags = (
+        ("--checkpoint", args.checkpoint),
+        ("--model", args.model),
+        ("--backbone", args.backbone),
+        ("--csv", args.csv),
+        ("--images", args.images),
+    )
+    given = [flag for flag, value in flags if value]
+    if given:
+        raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
+    files = open_embedding_files(args.embeddings)
+    model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
+    work = working_directory(args.out) if args.on_disk else None
+    try:
+        index = SearchIndex.build_streamed(
+            files.stream,
+            files.metadata(),
+            kind=args.type,
+            max_memory=parse_memory(args.max_memory) if args.max_memory else None,
+            target_recall=target_recall,
+            default_target_recall=default_target_recall,
+            model_info=model,
+            sources=files.sources(),
+            on_disk=work,
+        )
+        yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)

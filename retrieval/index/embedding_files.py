@@ -1,0 +1,230 @@
+"""Embeddings that `retrieval embed` wrote, opened for an index build that streams them: no model, bounded memory.
+
+Accepted paths, in any mix, read in the order given:
+
+- `.parquet` (columns `id`, `label`, extras, `embedding`): streamed by row batches
+  (`pyarrow.parquet.ParquetFile.iter_batches`);
+- `.npy`: memory-mapped; either `embed`'s structured array (fields `id`, `label`, extras,
+  `embedding`) or a plain `(N, D)` float array (ids only, no metadata);
+- `.npz` (`embed`'s arrays): read whole, one file at a time (a zip member cannot be mapped);
+- a directory of parts (`retrieval embed --out DIR/`): read part by part with
+  `retrieval.inference.embedding_parts.iter_embedding_parts`, which refuses a directory without
+  `_SUCCESS` (an unfinished embed job) and a part whose sha256 does not match its `.json`.
+
+Rows are numbered 0..N-1 across all files in that order: these numbers become the index ids.
+The files' `id` (the image path) becomes the metadata column `path`, `label` stays `label`, and
+extra columns keep their names. The manifest records each file (name, rows, size) and, when the
+files say so, the checkpoint sha256 that made them; querying or adding images later needs that
+model (`--checkpoint`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from retrieval.errors import UserError
+from retrieval.index.streaming import VectorStream
+from retrieval.inference.embedding_parts import iter_embedding_parts, read_success
+from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
+
+__all__ = ["EmbeddingFiles", "open_embedding_files"]
+
+_VECTOR_COLUMN = "embedding"
+_RENAMED = {"id": "path", "ids": "path", "labels": "label"}  # file column -> index metadata column
+
+
+@dataclass(frozen=True)
+class _File:
+    """One file of rows, or a directory of parts read as one: its path, row count and dimension."""
+
+    path: Path
+    rows: int
+    dim: int
+
+    def chunks(self, chunk_rows: int) -> Iterator[np.ndarray]:
+        """The file's `(n, D)` vectors, at most `chunk_rows` rows at a time."""
+        suffix = self.path.suffix
+        if self.path.is_dir():
+            for part in iter_embedding_parts(self.path):  # each part whole (embed's --part-rows), its sha256 checked
+                yield from _slices(part["embeddings"], chunk_rows)
+            return
+        if suffix == ".parquet":
+            batches = pq.ParquetFile(self.path).iter_batches(batch_size=chunk_rows, columns=[_VECTOR_COLUMN])
+            for batch in batches:
+                yield _vectors_of(batch.column(0), self.dim)
+            return
+        if suffix == ".npy":
+            yield from _npy_chunks(self.path, chunk_rows)
+            return
+        with np.load(self.path) as loaded:
+            yield from _slices(loaded["embeddings"], chunk_rows)
+
+    def metadata(self) -> pa.Table:
+        """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
+        if self.path.is_dir():
+            parts = iter_embedding_parts(self.path)
+            table = pa.concat_tables([pa.table({k: v for k, v in part.items() if k != "embeddings"}) for part in parts])
+        elif self.path.suffix == ".parquet":
+            names = [name for name in pq.ParquetFile(self.path).schema_arrow.names if name != _VECTOR_COLUMN]
+            table = pq.read_table(self.path, columns=names)
+        elif self.path.suffix == ".npy":
+            array = np.load(self.path, mmap_mode="r")
+            names = [name for name in (array.dtype.names or ()) if name != _VECTOR_COLUMN]
+            table = pa.table({name: np.asarray(array[name]) for name in names})
+        else:
+            with np.load(self.path) as loaded:
+                table = pa.table({name: loaded[name] for name in loaded.files if name != "embeddings"})
+        if not table.column_names:
+            return pa.table({"row": pa.nulls(self.rows, pa.int64())}).drop_columns(["row"])
+        return table.rename_columns([_RENAMED.get(name, name) for name in table.column_names])
+
+
+@dataclass(frozen=True)
+class EmbeddingFiles:
+    """Embedding files opened for streaming: N rows of dimension D, in the order the paths were given.
+
+    Attributes:
+        files: every file or parts directory read, in order.
+        rows: N.
+        dim: D.
+        checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories).
+    """
+
+    files: tuple[_File, ...]
+    rows: int
+    dim: int
+    checkpoint_sha256: str | None
+
+    @property
+    def stream(self) -> VectorStream:
+        """The rows as a `VectorStream` for `SearchIndex.build_streamed`."""
+
+        def read(chunk_rows: int) -> Iterator[np.ndarray]:
+            for file in self.files:
+                yield from file.chunks(chunk_rows)
+
+        return VectorStream(count=self.rows, dim=self.dim, read=read)
+
+    def metadata(self) -> pa.Table | None:
+        """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
+
+        None when no file has any (plain `.npy` arrays): the index then stores ids only.
+        """
+        table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
+        return table if table.column_names else None
+
+    def sources(self) -> list[dict[str, Any]]:
+        """What the manifest records about the inputs: path and rows of each file or parts directory; a file's size."""
+        return [
+            {
+                "path": str(file.path),
+                "rows": file.rows,
+                **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
+            }
+            for file in self.files
+        ]
+
+
+def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
+    """Open embedding files and parts directories for streaming, checking that they agree on the dimension.
+
+    Only headers are read here (parquet footers, `.npy` headers, `_SUCCESS`); `.npz` files are
+    loaded once to count their rows.
+
+    Raises:
+        UserError: a path is missing, of an unknown format, without embeddings, an unfinished parts
+            directory, or of another dimension than the first.
+    """
+    if not paths:
+        raise UserError("--embeddings needs at least one file or directory")
+    files: list[_File] = []
+    checkpoints: set[str] = set()
+    for path in map(Path, paths):
+        if path.is_dir():
+            record = read_success(path)
+            files.append(_File(path, int(record["rows"]), int(record["dim"])))
+            checkpoints |= {record["checkpoint_sha256"]} if record.get("checkpoint_sha256") else set()
+        else:
+            files.append(_open_file(path))
+    dims = {file.dim for file in files}
+    if len(dims) > 1:
+        shown = ", ".join(f"{file.path} ({file.dim}-d)" for file in files[:4])
+        raise UserError(f"the embedding files have different dimensions: {shown}; index files of one model only")
+    rows = sum(file.rows for file in files)
+    if rows == 0:
+        raise UserError(f"the embedding files hold no rows: {', '.join(map(str, paths))}")
+    if len(checkpoints) > 1:
+        raise UserError("the embedding directories were made by different checkpoints; index one model's only")
+    return EmbeddingFiles(tuple(files), rows, dims.pop(), checkpoints.pop() if checkpoints else None)
+
+
+def _open_file(path: Path) -> _File:
+    """A `_File` for `path`, its rows and dimension read from the header."""
+    if not path.is_file():
+        raise UserError(f"embedding file not found: {path}; pass files or DIR/ that `retrieval embed --out` wrote")
+    if path.suffix not in EMBEDDING_SUFFIXES:
+        raise UserError(f"{path}: unknown embedding format {path.suffix!r}; use {', '.join(EMBEDDING_SUFFIXES)}")
+    try:
+        if path.suffix == ".parquet":
+            parquet = pq.ParquetFile(path)
+            vector_type = parquet.schema_arrow.field(_VECTOR_COLUMN).type
+            return _File(path, parquet.metadata.num_rows, _list_size(vector_type, path))
+        if path.suffix == ".npy":
+            array = _npy_vectors(path)
+            return _File(path, int(array.shape[0]), int(array.shape[1]))
+        with np.load(path) as loaded:
+            shape = loaded["embeddings"].shape
+        return _File(path, int(shape[0]), int(shape[1]))
+    except (KeyError, ValueError, OSError, pa.ArrowException) as exc:
+        raise UserError(f"{path} is not an embeddings file `retrieval embed` writes ({exc})") from exc
+
+
+def _npy_vectors(path: Path) -> np.ndarray:
+    """The `(N, D)` vectors of a `.npy`, memory-mapped: `embed`'s `embedding` field or a plain float array."""
+    array = np.load(path, mmap_mode="r")
+    if array.dtype.names is not None:
+        array = array[_VECTOR_COLUMN]
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f"expected (N, D) float vectors, got {array.dtype} of shape {array.shape}")
+    return array
+
+
+def _slices(array: np.ndarray, chunk_rows: int) -> Iterator[np.ndarray]:
+    for start in range(0, len(array), chunk_rows):
+        yield array[start : start + chunk_rows]
+
+
+def _npy_chunks(path: Path, chunk_rows: int) -> Iterator[np.ndarray]:
+    """The vectors of a `.npy`, `chunk_rows` rows at a time, read with plain file reads.
+
+    Not through a memory map: the pages of a mapped file read end to end count as the process's
+    resident memory, and a 5 GB file would look like a 5 GB process.
+    """
+    with open(path, "rb") as handle:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
+        shape, fortran_order, dtype = read_header(handle)
+        if fortran_order:
+            raise UserError(f"{path} is stored in Fortran order; save it with np.save of a C-ordered array")
+        row = dtype if dtype.names is not None else np.dtype((dtype, shape[1:]))  # a plain array's row: D floats
+        for start in range(0, shape[0], chunk_rows):
+            rows = np.fromfile(handle, dtype=row, count=min(chunk_rows, shape[0] - start))
+            yield rows[_VECTOR_COLUMN] if dtype.names is not None else rows
+
+
+def _list_size(vector_type: pa.DataType, path: Path) -> int:
+    if not pa.types.is_fixed_size_list(vector_type):
+        raise UserError(f"{path}: column {_VECTOR_COLUMN!r} is {vector_type}, not a fixed-size list of floats")
+    return int(vector_type.list_size)
+
+
+def _vectors_of(column: pa.Array, dim: int) -> np.ndarray:
+    """`(n, D)` float32 rows of a fixed-size-list column (no copy for float32 without nulls)."""
+    return column.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False).reshape(-1, dim)

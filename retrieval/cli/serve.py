@@ -49,6 +49,11 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--openapi", action="store_true", help="also serve /openapi.json and the /docs page")
     parser.add_argument(
+        "--rerank",
+        metavar="SPEC",
+        help="re-rank every search: qe or kreciprocal with the parameters evaluate --rerank chose, e.g. qe:k=2,alpha=3",
+    )
+    parser.add_argument(
         "--reload-interval",
         type=float,
         default=1.0,
@@ -109,6 +114,7 @@ def run(args: argparse.Namespace) -> int:
         reload_interval=args.reload_interval,
         backend=args.backend,
         model_dir=args.model,
+        rerank=args.rerank,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)

@@ -32,6 +32,7 @@ from starlette.exceptions import HTTPException
 
 from retrieval.errors import UserError
 from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
+from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
 from retrieval.serve.budget import ServerBusy
 from retrieval.serve.database import database_views
@@ -60,6 +61,7 @@ def create_app(
     reload_interval: float = 1.0,
     backend: str | None = None,
     model_dir: str | Path | None = None,
+    rerank: str | None = None,
 ) -> FastAPI:
     """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
@@ -80,12 +82,16 @@ def create_app(
         backend: instead of `index_dir`, a vector database collection written by `retrieval index
             export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
         model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
+        rerank: a re-ranking spec applied to every search (`qe:k=2,alpha=3`, `kreciprocal:...`; see
+            `retrieval.rerank`), or None.
 
     Raises:
-        UserError: the index or its checkpoint cannot be loaded, or the limits contradict each other.
+        UserError: the index or its checkpoint cannot be loaded, the limits contradict each other, or
+            `rerank` is not a query-time re-ranking spec.
     """
     limits = limits or ServeLimits()
     limits.check()
+    reranker = rerank_at_query(rerank) if rerank else None
     if search_threads < 1:
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
     if reload_interval < 0:
@@ -99,7 +105,7 @@ def create_app(
         )
     else:
         raise UserError("serve either an index directory or a database backend URI, not both or neither")
-    searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads)
+    searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads, reranker)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()
 

@@ -23,6 +23,7 @@ from retrieval.index import SearchIndex
 from retrieval.index.filters import Filter
 from retrieval.inference.encoder import encoder_for_index
 from retrieval.inference.interface import Encoder, model_identity
+from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
@@ -68,8 +69,16 @@ def load_view(
 class Searcher:
     """Answers for the routes; every method is blocking and raises `RequestError` for a request's mistake."""
 
-    def __init__(self, live: Views[IndexView], paths: PublicPaths, limits: ServeLimits, search_threads: int) -> None:
+    def __init__(
+        self,
+        live: Views[IndexView],
+        paths: PublicPaths,
+        limits: ServeLimits,
+        search_threads: int,
+        reranker: Reranker | None = None,
+    ) -> None:
         self.live = live
+        self.reranker = reranker  # `serve --rerank`: every search re-ranked (`retrieval.rerank`)
         self.paths = paths
         self.limits = limits
         self.search_threads = search_threads
@@ -156,7 +165,10 @@ class Searcher:
         faiss.omp_set_num_threads(self.search_threads)
         with self._index_lock:
             try:
-                scores, ids = view.index.search(vectors, k=k, filter=where)
+                if self.reranker is None:
+                    scores, ids = view.index.search(vectors, k=k, filter=where)
+                else:
+                    scores, ids = self.reranker.search(IndexGallery(view.index, where), vectors, k)
             except UserError as exc:  # the query is valid by now: a filter naming a missing column or type
                 raise RequestError(400, str(exc)) from exc
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored

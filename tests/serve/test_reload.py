@@ -5,8 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -85,3 +87,39 @@ def test_a_version_that_cannot_be_loaded_leaves_the_current_one_serving(gallery,
         with SearchIndex.edit(index_dir) as index:
             index.remove([5])
         _eventually(lambda: client.get("/healthz").json()["vectors"] == count - 1)
+
+
+def test_eight_clients_search_through_adds_and_removes_without_a_server_error(gallery, tmp_path, serving, serve_limits):
+    index_dir = tmp_path / "index"
+    shutil.copytree(gallery.index_dir, index_dir)
+    new = tmp_path / "new"
+    new.mkdir()
+    for i in range(3):
+        Image.new("RGB", (40, 40), (80 * i, 250 - 80 * i, 120)).save(new / f"added_{i}.png")
+    app = create_app(index_dir, device="cpu", limits=serve_limits, image_root=tmp_path, reload_interval=_INTERVAL)
+    statuses: list[int] = []
+    stop = threading.Event()
+
+    def search(seed: int) -> None:
+        rng = np.random.default_rng(seed)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            while not stop.is_set():
+                vector = rng.normal(size=gallery.embeddings.shape[1]).tolist()
+                statuses.append(client.post("/search", json={"vector": vector, "k": 5}).status_code)
+                statuses.append(client.post("/search", json={"id": int(rng.integers(5, 20)), "k": 5}).status_code)
+
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        count = client.get("/healthz").json()["vectors"]
+        with ThreadPoolExecutor(8) as pool:
+            searching = [pool.submit(search, seed) for seed in range(8)]
+            assert main(["index", "remove", "--index", str(index_dir), "--ids", "1", "2"]) == 0
+            assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
+            _eventually(lambda: client.get("/healthz").json()["vectors"] == count + 1)
+            time.sleep(4 * _INTERVAL)  # searches keep running across the reload
+            stop.set()
+            for future in searching:
+                future.result()
+        assert statuses and all(status == 200 for status in statuses), sorted(set(statuses))
+        assert client.get("/items/1").status_code == client.get("/items/2").status_code == 404
+        upload = client.post("/search", files={"image": ("q.png", (new / "added_2.png").read_bytes(), "image/png")})
+        assert upload.json()["results"][0]["id"] == count + 2

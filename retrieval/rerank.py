@@ -43,6 +43,7 @@ __all__ = [
     "IndexGallery",
     "Reranker",
     "augment_vectors",
+    "augmentation_at_build",
     "parse_rerank",
     "rerank_at_query",
 ]
@@ -137,6 +138,16 @@ class DatabaseAugmentation(_Spec):
     def database(self, vectors: np.ndarray) -> np.ndarray:
         return augment_vectors(vectors, self.k, self.alpha)
 
+    def added(self, gallery: Gallery, vectors: np.ndarray) -> np.ndarray:
+        """Vectors added to an augmented gallery: each summed with its k - 1 nearest stored items, as at build.
+
+        The stored items keep their vectors (they would change too in a rebuild: `index build` again for that).
+        """
+        if self.k <= 1 or len(vectors) == 0:
+            return np.ascontiguousarray(vectors, dtype=np.float32)
+        scores, ids = gallery.search(vectors, self.k - 1)
+        return _weighted_sum(vectors, scores, gallery.vectors(ids), ids, self.alpha)
+
     def search(self, gallery: Gallery, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         return gallery.search(queries, k)
 
@@ -212,6 +223,18 @@ class IndexGallery:
         return found
 
 
+def augmentation_at_build(spec: str) -> DatabaseAugmentation:
+    """The database-side augmentation `spec` names, for `index build --rerank`: the query-time methods are refused.
+
+    Raises:
+        UserError: `spec` is not a valid spec, or names a query-time method.
+    """
+    reranker = parse_rerank(spec)
+    if not isinstance(reranker, DatabaseAugmentation):
+        raise UserError(f"{reranker.name} re-ranks queries, not the stored vectors: pass it to index query or serve")
+    return reranker
+
+
 def rerank_at_query(spec: str) -> Reranker:
     """The reranker `spec` names, for a search of a built index: `dba` belongs to the build, not the query.
 
@@ -220,7 +243,10 @@ def rerank_at_query(spec: str) -> Reranker:
     """
     reranker = parse_rerank(spec)
     if isinstance(reranker, DatabaseAugmentation):
-        raise UserError("dba re-ranks the stored vectors, not a query; at query time use qe or kreciprocal")
+        raise UserError(
+            "dba re-ranks the stored vectors, not a query: build the index with --rerank dba; at query time use qe or "
+            "kreciprocal"
+        )
     return reranker
 
 

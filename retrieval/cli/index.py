@@ -39,10 +39,12 @@ from retrieval.inference.backbone import backbone_config
 from retrieval.inference.encoder import ImageEncoder, encoder_for_index
 from retrieval.inference.interface import Encoder
 from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
-from retrieval.rerank import IndexGallery, rerank_at_query
+from retrieval.rerank import IndexGallery, augmentation_at_build, rerank_at_query
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
 
 __all__ = ["add_parser", "run"]
+
+DATABASE_AUGMENTATION = "database_augmentation"  # manifest field: the dba spec the stored vectors were built with
 
 _KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
 _MAX_ID = 2**63 - 1  # ids are int64
@@ -87,6 +89,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
+    build.add_argument(
+        "--rerank",
+        metavar="dba[:k=K,alpha=A]",
+        help="store database-side augmented vectors (exact kNN over the gallery: up to ~100k images); recorded, "
+        "and index add augments new images the same way",
+    )
     build.add_argument(
         "--target-recall",
         type=_target_recall,
@@ -242,6 +250,8 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     target_recall, default_target_recall = _tuning(args.target_recall)
     if args.embeddings:
+        if args.rerank:
+            raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
         with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):
             return _save_built(args, index, inputs)
     if args.checkpoint is None and args.model is None and args.backbone is None:
@@ -253,8 +263,11 @@ def _build(args: argparse.Namespace) -> int:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     encoder = _build_encoder(args)
+    augmentation = augmentation_at_build(args.rerank) if args.rerank else None
     source = read_source(args.csv, args.images, args.split)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
+    if augmentation is not None:
+        embeddings = augmentation.database(embeddings)
     index = SearchIndex.build(
         embeddings,
         rows,
@@ -265,6 +278,8 @@ def _build(args: argparse.Namespace) -> int:
         model_info=encoder.info(),
         match_threshold=encoder.match_threshold,
     )
+    if augmentation is not None:
+        index.manifest[DATABASE_AUGMENTATION] = augmentation.spec()  # `index add` augments new vectors the same way
     skipped = len(source.paths) - index.ntotal
     inputs = f"vectors: {index.ntotal} of {len(source.paths)} images" + (
         f" ({skipped} unreadable, skipped)" if skipped else ""
@@ -354,6 +369,9 @@ def _add(args: argparse.Namespace) -> int:
             raise UserError(
                 f"{args.index} was rebuilt with another model while the images were embedded; run add again"
             )
+        recorded = index.manifest.get(DATABASE_AUGMENTATION)
+        if recorded:
+            embeddings = augmentation_at_build(recorded).added(IndexGallery(index), embeddings)
         ids = index.add(embeddings, rows)
     print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {index.ntotal}")
     return 0

@@ -71,6 +71,7 @@ _FIELDS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "parameters": ("an object", lambda value: isinstance(value, dict)),
     "measured": ("an object", lambda value: isinstance(value, dict)),
     "model": ("an object", lambda value: isinstance(value, dict)),
+    "database_augmentation": ("null or a dba spec string", lambda value: value is None or isinstance(value, str)),
     "match_threshold": ('null or an object with a numeric "score"', lambda value: value is None or _threshold(value)),
     "files": (
         'an object of {"size": bytes, "sha256": 64 hex digits} by file name',

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from index_faults import file_size_limit, lock_released_after
 from PIL import Image
@@ -19,6 +20,7 @@ from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.locking import writer_lock
 from retrieval.index.metadata import Metadata
+from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 
 NO_WORKERS = ["--num-workers", "0"]
 
@@ -95,6 +97,29 @@ def test_query_reranks_with_query_expansion(built, capsys):
     assert [r["id"] for r in expanded["results"]] == [r["id"] for r in plain["results"]]
     assert main(["index", "query", "--index", str(index), "--image", str(image), "--rerank", "dba"]) == 2
     assert "dba re-ranks the stored vectors" in capsys.readouterr().err
+
+
+def test_build_with_dba_stores_augmented_vectors_and_add_augments_new_ones(built, tiny_checkpoint, capsys, tmp_path):
+    csv_path, plain_dir, _ = built
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--type", "flat"]
+    assert main([*args, "--out", str(tmp_path / "dba"), "--rerank", "dba:k=3,alpha=1", *NO_WORKERS]) == 0
+    plain, dba = SearchIndex.load(plain_dir), SearchIndex.load(tmp_path / "dba")
+    assert dba.manifest["database_augmentation"] == "dba:k=3,alpha=1"
+    ids = plain.ids
+    expected = augment_vectors(np.stack([plain.reconstruct(i) for i in ids]), 3, 1.0)
+    np.testing.assert_allclose(np.stack([dba.reconstruct(i) for i in ids]), expected, atol=1e-5)
+
+    image = csv_path.parent / "images" / "train_2_3.png"
+    new = tmp_path / "new"
+    new.mkdir()
+    (new / "copy.png").write_bytes(image.read_bytes())
+    own = plain.reconstruct(int(ids[[r["path"] for r in plain.metadata_for(ids)].index(str(image.resolve()))]))
+    added = DatabaseAugmentation(k=3, alpha=1.0).added(IndexGallery(dba), own[None])[0]
+    assert main(["index", "add", "--index", str(tmp_path / "dba"), "--images", str(new), *NO_WORKERS]) == 0
+    np.testing.assert_allclose(SearchIndex.load(tmp_path / "dba").reconstruct(dba.ntotal), added, atol=1e-5)
+    capsys.readouterr()
+    assert main([*args, "--out", str(tmp_path / "qe"), "--rerank", "qe", *NO_WORKERS]) == 2
+    assert "qe re-ranks queries, not the stored vectors" in capsys.readouterr().err
 
 
 def test_a_folder_of_queries(built, capsys, tmp_path):

@@ -208,7 +208,7 @@ class KReciprocal(_Spec):
 
 
 class IndexGallery:
-    """A `Gallery` over a `SearchIndex` (or anything with its `search(..., filter=)` and `reconstruct`), filtered."""
+    """A `Gallery` over a `SearchIndex` or `CollectionIndex` (their `search(..., filter=)` and `vectors`), filtered."""
 
     def __init__(self, index: Any, filter: Filter | None = None) -> None:  # noqa: A002 - SearchIndex's name
         self.index, self.filter = index, filter
@@ -217,9 +217,12 @@ class IndexGallery:
         return self.index.search(vectors, k, filter=self.filter)
 
     def vectors(self, ids: np.ndarray) -> np.ndarray:
+        """Each distinct id fetched once, in one `vectors` call (one request per chunk for a database backend)."""
         found = np.zeros((*ids.shape, self.index.dim), dtype=np.float32)
-        for position in zip(*np.nonzero(ids >= 0), strict=True):
-            found[position] = self.index.reconstruct(int(ids[position]))
+        valid = ids >= 0
+        distinct, where = np.unique(ids[valid], return_inverse=True)
+        if len(distinct):
+            found[valid] = self.index.vectors(distinct)[where]
         return found
 
 

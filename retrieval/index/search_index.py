@@ -380,6 +380,13 @@ class SearchIndex:
             self._index.reconstruct(int(id), vector)
         return vector
 
+    def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`(N, D)` stored vectors of `ids`, in order (`reconstruct` of each); `UserError` on an unknown id."""
+        wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if not len(wanted):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([self.reconstruct(int(i)) for i in wanted])
+
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
         return self._metadata.rows_for(ids)

@@ -120,4 +120,8 @@ class CollectionIndex:
 
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - the name SearchIndex.reconstruct uses
         """The stored `(D,)` vector of `id`; `UserError` if it is not in the collection."""
-        return self._store.vector(id)
+        return self._store.vectors([id])[0]
+
+    def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`(N, D)` stored vectors of `ids`, in order, in one request per chunk; `UserError` naming unknown ids."""
+        return self._store.vectors(ids)

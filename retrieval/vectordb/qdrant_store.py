@@ -155,22 +155,30 @@ class QdrantStore:
         Raises:
             UserError: naming the ids that are not in the collection.
         """
+        return [dict(point.payload or {}) for point in self._retrieve(ids, with_payload=True, with_vectors=False)]
+
+    def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`(N, D)` stored vectors of `ids`, in the order given, in as few requests as `payloads` makes.
+
+        Raises:
+            UserError: naming the ids that are not in the collection.
+        """
+        points = self._retrieve(ids, with_payload=False, with_vectors=True)
+        return np.asarray([point.vector for point in points], dtype=np.float32).reshape(len(points), -1)
+
+    def _retrieve(self, ids: Sequence[int] | np.ndarray, with_payload: bool, with_vectors: bool) -> list[Any]:
+        """The points of `ids`, in order, fetched in chunks of distinct ids; `UserError` naming missing ids."""
         wanted = [int(i) for i in np.asarray(ids, dtype=np.int64).reshape(-1)]
-        found: dict[int, dict[str, Any]] = {}
+        found: dict[int, Any] = {}
         with self._errors():
             for start in range(0, len(wanted), _RETRIEVE_CHUNK):
                 chunk = sorted(set(wanted[start : start + _RETRIEVE_CHUNK]))
-                for point in self.client.retrieve(self.name, ids=chunk, with_payload=True, with_vectors=False):
-                    found[int(point.id)] = dict(point.payload or {})
+                points = self.client.retrieve(
+                    self.name, ids=chunk, with_payload=with_payload, with_vectors=with_vectors
+                )
+                found.update((int(point.id), point) for point in points)
         _check_found(wanted, found)
         return [found[i] for i in wanted]
-
-    def vector(self, point_id: int) -> np.ndarray:
-        """The `(D,)` stored vector of `point_id`; `UserError` if it is not in the collection."""
-        with self._errors():
-            points = self.client.retrieve(self.name, ids=[int(point_id)], with_payload=False, with_vectors=True)
-        _check_found([int(point_id)], {int(point.id): point for point in points})
-        return np.asarray(points[0].vector, dtype=np.float32)
 
     def search(
         self, vectors: np.ndarray, k: int, query_filter: models.Filter | None = None

@@ -10,6 +10,7 @@ from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors, exact_neighbors
 from retrieval.index.filters import parse_where
+from retrieval.rerank import IndexGallery, KReciprocal
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex
 from retrieval.vectordb.export import export_index
@@ -47,6 +48,18 @@ def test_points_hold_the_index_vectors_ids_and_metadata(exported, collection):
     assert collection.metadata_for(wanted) == exported.index.metadata_for(wanted)  # nulls stay null
     with pytest.raises(UserError, match="unknown id"):
         collection.metadata_for([0, 10_000])
+
+
+def test_vectors_come_back_in_the_order_asked_and_rerank_like_faiss(exported, collection, queries):
+    wanted = [99, 0, 13, 0, 17]  # out of order and repeated
+    np.testing.assert_allclose(collection.vectors(wanted), exported.index.vectors(wanted), atol=1e-6)
+    np.testing.assert_allclose(collection.vectors(wanted), exported.vectors[wanted], atol=1e-6)
+    with pytest.raises(UserError, match="unknown id"):
+        collection.vectors([0, 10_000])
+    method = KReciprocal(k1=4, k2=2, shortlist=12)
+    _, expected = method.search(IndexGallery(exported.index), queries, K)
+    _, ids = method.search(IndexGallery(collection), queries, K)
+    np.testing.assert_array_equal(ids, expected)
 
 
 def test_the_record_identifies_the_index(exported, collection):

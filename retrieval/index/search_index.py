@@ -9,6 +9,7 @@ search filters out, and that the manifest lists, until `compact` drops it.
 from __future__ import annotations
 
 import datetime
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from functools import partial
@@ -51,6 +52,7 @@ __all__ = ["DEFAULT_TARGET_RECALL", "SearchIndex"]
 DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
 
 _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
+_LOAD_ATTEMPTS = 5  # loads of a directory that saves keep swapping under the reader, before its error stands
 _TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
 _TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
 _NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
@@ -562,7 +564,26 @@ class SearchIndex:
             UserError: saying what is wrong: missing directory or file, unreadable manifest,
                 newer format version, truncated file, checksum mismatch, wrong dimension,
                 vector count mismatch.
+
+        A load reads several files by path; a save that swaps in a new directory meanwhile
+        (`storage.write_index_directory`) could mix two versions. So the directory's identity is
+        checked before and after, and a load it changed under is done again.
         """
+        for _ in range(_LOAD_ATTEMPTS - 1):
+            before = _identity(directory)
+            try:
+                loaded = cls._load_once(directory, mmap, dim)
+            except UserError:
+                if _identity(directory) == before:
+                    raise  # nothing moved: the directory itself is wrong
+                continue
+            if _identity(directory) == before:
+                return loaded
+        return cls._load_once(directory, mmap, dim)
+
+    @classmethod
+    def _load_once(cls, directory: str | Path, mmap: bool, dim: int | None) -> SearchIndex:
+        """`load`'s reads, once; files of two versions give a `UserError` (sizes, checksums or counts disagree)."""
         manifest = read_verified_manifest(directory)  # before FAISS parses a byte
         path = Path(directory) / INDEX_FILE
         expected_dim = manifest["dimension"]
@@ -645,6 +666,15 @@ class SearchIndex:
             order = np.argsort(ids)
             self._directory = (list_numbers[order], offsets[order], ids[order])
         return self._directory
+
+
+def _identity(directory: str | Path) -> tuple[int, int] | None:
+    """The directory's (device, inode), which every save changes (it swaps a new directory in); None if missing."""
+    try:
+        status = os.stat(directory)
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
 
 
 def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np.ndarray, bool]:

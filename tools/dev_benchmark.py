@@ -1,67 +1,85 @@
-"""Dev benchmark: the toolkit against a plain timm + PML script at the same budget.
+"""Dev benchmark: the toolkit against a plain timm + PML script at the same budget, over seeds.
 
-Every row trains the same backbone at the same image size, batch size, epochs, seed and CPU
-thread count (OMP_NUM_THREADS and --threads, which change CPU results), then reports the test
-Recall@1 and MAP@R it prints as its last lines, and its wall-clock seconds:
+Every row trains the same backbone at the same image size, batch size, epochs and CPU thread
+count (OMP_NUM_THREADS and --threads, which change CPU results), once per seed:
 
-- `peer-proxy_nca`, `peer-proxy_anchor`: tools/plain_pml_script.py (PML's losses with their
-  defaults, Adam, constant lr, light affine augmentation, last epoch);
-- `toolkit-proxy_nca`, `toolkit-anchor`: `retrieval train` with the loss's config from
-  `configs/` (`--config-proxy_nca`, `--config-anchor`) plus `--set` overrides for the shared
-  budget and any `--toolkit-set` (e.g. `augment.preset=glyph model.in_chans=1`);
-- `aug-<preset>` for each of `--presets`: the toolkit-anchor row with `augment.preset=<preset>`
-  (the augmentation table at a fixed budget).
+- `peer-<loss>` for each `--peer` loss: tools/plain_pml_script.py (PML's loss with its defaults,
+  Adam, constant lr, light affine filled with the background, last epoch);
+- `toolkit-<loss>` for each `--toolkit` loss: `retrieval train --config CONFIG --set loss.name=<loss>`
+  plus `--set` overrides for the shared budget and any `--toolkit-set`;
+- one row per `--variant NAME=LOSS:KEY=VALUE,KEY=VALUE` (an ablation): the toolkit row of LOSS
+  with those overrides on top.
 
-Model selection: with `--select last` (default) the toolkit evaluates only after the last
-epoch, like the script; with `--select val` it evaluates every epoch and its final lines are
-the test metrics of the checkpoint chosen on the CSV's `val` rows (never on test).
+Every row reports its LAST epoch (the toolkit evaluates once, after it), so no row selects
+anything. Each run's validation and test images are then scored by the toolkit's own per-query
+code (`retrieval.metrics.per_query_scores`): the peer's saved embeddings, and the toolkit's
+`best.pt` (= its last epoch) embedded through `ImageEncoder`. `--pair A B` rows of the table
+give A - B on the same queries with a 95% class-bootstrap interval (`retrieval compare`'s
+arithmetic), per seed and on the per-query values averaged over the seeds, for validation and
+for test: decide on the validation columns, report the test ones.
 
-Tuning: `--eval-split val` gives every pipeline a copy of the CSV whose val rows are its test
-rows (the test rows dropped), so settings are compared without looking at the test set.
+Results are kept in OUT/runs/<row>-s<seed>/ (log, command, per_query_val.npz,
+per_query_test.npz, result.json) and reused on the next call unless `--force`; OUT/table.md
+and OUT/results.json collect them.
 
-Each row's result is kept in OUT/rows/<row>.json (with its log and command) and reused on the
-next call unless `--force`; OUT/table.md and OUT/results.json collect them.
-
-    python tools/dev_benchmark.py --csv /data/glyphs/dataset.csv --out /tmp/bench --epochs 8 \\
-        --toolkit-set augment.preset=glyph model.in_chans=1
+    python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench64 --image-size 64 \\
+        --epochs 6 --seeds 0 1 2 --peer proxy_nca --toolkit proxy_nca \\
+        --variant avg=proxy_nca:model.pooling=avg --pair toolkit-proxy_nca peer-proxy_nca
 """
 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import platform
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytorch_metric_learning
 import timm
 import torch
 
-from retrieval.runtime.files import atomic_write, write_text
+from retrieval.config import DataConfig
+from retrieval.data.datasets import read_splits
+from retrieval.evaluate.evaluator import KS
+from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
+from retrieval.inference.encoder import ImageEncoder
+from retrieval.metrics import per_query_scores
+from retrieval.metrics.bootstrap import Interval
+from retrieval.runtime.files import write_text
 
-__all__ = ["Row", "build_rows", "main", "parse_metrics", "strip_val_rows", "val_as_test", "write_table"]
+__all__ = ["Row", "average_values", "build_rows", "main", "parse_metrics", "parse_variant", "score_embeddings"]
 
 ROOT = Path(__file__).resolve().parent.parent
-PEER_LOSSES = ("proxy_nca", "proxy_anchor")
-TOOLKIT_LOSSES = ("proxy_nca", "anchor")
+SPLITS = ("val", "test")
+METRICS = {"recall@1": "R@1", "map@r": "MAP@R"}
+_SCORING = threading.Lock()  # one scoring at a time in this process, whatever --jobs runs in parallel
 _METRIC = re.compile(r"^(Recall@1|MAP@R): ([0-9.]+)(?:\s+\((.+)\))?\s*$", re.MULTILINE)  # (label) optional
 
 
 @dataclass(frozen=True)
 class Row:
-    """One pipeline of the table and the command that runs it."""
+    """One pipeline of the table: its name, what the table says it is, and its command for a seed."""
 
     name: str
-    pipeline: str  # what the table says the row is
-    command: list[str]
+    pipeline: str
+    command: list[str]  # without the seed and output arguments, which `seeded` adds
+    peer: bool
+
+    def seeded(self, seed: int, run_dir: Path) -> list[str]:
+        """The command of one seed, writing into `run_dir`."""
+        if self.peer:
+            return [*self.command, f"--seed={seed}", f"--embeddings-out={run_dir}", f"--json={run_dir / 'peer.json'}"]
+        return [*self.command, "--set", f"train.seed={seed}", "--output-dir", str(run_dir / "run")]
 
 
 def parse_metrics(output: str) -> dict[str, float]:
@@ -77,175 +95,210 @@ def parse_metrics(output: str) -> dict[str, float]:
     return found
 
 
-def strip_val_rows(csv_path: Path) -> Path:
-    """A sibling CSV without `split=val` rows, for a toolkit that knows only train and test."""
-    return _rewrite_splits(csv_path, ".noval.csv", {"train": "train", "test": "test"})
+def parse_variant(text: str) -> tuple[str, str, list[str]]:
+    """`NAME=LOSS:KEY=VALUE,KEY=VALUE` -> (NAME, LOSS, [KEY=VALUE, ...]); `NAME=LOSS:` has no overrides."""
+    name, sep, rest = text.partition("=")
+    loss, colon, sets = rest.partition(":")
+    if not (name and sep and loss and colon):
+        raise SystemExit(f"error: --variant {text!r} is not NAME=LOSS:KEY=VALUE,KEY=VALUE")
+    return name, loss, [item for item in sets.split(",") if item]
 
 
-def val_as_test(csv_path: Path) -> Path:
-    """A sibling CSV whose `val` rows are its `test` rows (the real test rows dropped).
-
-    Every pipeline then reports validation metrics through its usual test path: settings are
-    compared on held-out training-side classes, and the test set is never looked at.
-    """
-    return _rewrite_splits(csv_path, ".valtest.csv", {"train": "train", "val": "test"})
-
-
-def _rewrite_splits(csv_path: Path, suffix: str, mapping: dict[str, str]) -> Path:
-    out = csv_path.with_name(csv_path.stem + suffix)
-    with csv_path.open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        rows = [{**row, "split": mapping[row["split"]]} for row in reader if row["split"] in mapping]
-        fields = reader.fieldnames or []
-    with atomic_write(out) as temporary, temporary.open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(rows)
-    return out
-
-
-def build_rows(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path, out: Path) -> list[Row]:
-    """Every row the flags describe, in table order."""
+def build_rows(args: argparse.Namespace) -> list[Row]:
+    """Every row the flags describe, in table order: peers, toolkit losses, variants."""
     python = sys.executable
-    peer = [
-        python,
-        str(ROOT / "tools" / "plain_pml_script.py"),
-        f"--csv={peer_csv}",
-        f"--backbone={args.backbone}",
-        f"--image-size={args.image_size}",
-        f"--batch-size={args.batch_size}",
-        f"--epochs={args.epochs}",
-        f"--lr={args.lr}",
-        f"--seed={args.seed}",
-        f"--threads={args.threads}",
-        f"--workers={args.workers}",
-    ]
+    peer = [python, str(ROOT / "tools" / "plain_pml_script.py"), f"--csv={args.csv}", f"--backbone={args.backbone}"]
+    peer += [f"--image-size={args.image_size}", f"--batch-size={args.batch_size}", f"--epochs={args.epochs}"]
+    peer += [f"--lr={args.lr}", f"--threads={args.threads}", f"--workers={args.workers}"]
     shared = [
-        f"data.path={toolkit_csv}",
+        f"data.path={args.csv}",
         f"model.backbone={args.backbone}",
-        "model.pretrained=false",
         f"data.image_size={args.image_size}",
         f"data.batch_size={args.batch_size}",
         f"data.num_workers={args.workers}",
         f"train.epochs={args.epochs}",
-        f"train.lr={args.lr}",
-        f"train.seed={args.seed}",
-        "train.freeze_backbone_epochs=0",  # nothing pretrained to protect
-        "train.freeze_bn=false",  # BatchNorm statistics must be learned from scratch
+        f"train.eval_every={args.epochs}",  # one evaluation, after the last epoch: no selection
+        f"train.threads={args.threads}",
         "train.device=cpu",
-        "train.amp=none",
+        *args.toolkit_set,
     ]
-    if args.select == "last":
-        shared.append(f"train.eval_every={args.epochs}")  # one evaluation, after the last epoch
-    shared += args.toolkit_set
 
-    def toolkit(name: str, loss: str, extra: Sequence[str]) -> list[str]:
-        config = getattr(args, f"config_{loss}")
-        sets = [item for override in [*shared, *extra] for item in ("--set", override)]
-        command = [python, "-m", "retrieval.cli.main", "train", "--config", str(args.toolkit_root / config), *sets]
-        return [*command, "--output-dir", str(out / "runs" / name)]
+    def toolkit(name: str, label: str, loss: str, extra: Sequence[str]) -> Row:
+        sets = [item for override in [*shared, f"loss.name={loss}", *extra] for item in ("--set", override)]
+        command = [python, "-m", "retrieval.cli.main", "train", "--config", str(args.config), *sets]
+        return Row(name, label, command, peer=False)
 
-    rows = [Row(f"peer-{loss}", f"plain timm + PML script, {loss}", [*peer, f"--loss={loss}"]) for loss in PEER_LOSSES]
-    for loss in TOOLKIT_LOSSES:
-        label = f"toolkit, {loss} ({Path(getattr(args, f'config_{loss}')).name})"
-        rows.append(Row(f"toolkit-{loss}", label, toolkit(f"toolkit-{loss}", loss, [])))
-    for preset in args.presets:
-        label = f"toolkit, anchor, augment.preset={preset}"
-        rows.append(Row(f"aug-{preset}", label, toolkit(f"aug-{preset}", "anchor", [f"augment.preset={preset}"])))
-    chosen = set(args.rows) if args.rows else None
-    return [row for row in rows if chosen is None or row.name in chosen]
+    rows = [Row(f"peer-{loss}", f"plain script, PML {loss}", [*peer, f"--loss={loss}"], True) for loss in args.peer]
+    rows += [toolkit(f"toolkit-{loss}", f"toolkit {loss}", loss, []) for loss in args.toolkit]
+    for text in args.variant:
+        name, loss, sets = parse_variant(text)
+        rows.append(toolkit(name, f"toolkit {loss}, {' '.join(sets) or 'as configured'}", loss, sets))
+    return rows
 
 
-def run_row(row: Row, out: Path, threads: int, toolkit_root: Path, force: bool) -> dict:
-    """Run one row (or reuse its saved result when its command was the same); returns its result dict."""
-    result_path, log_path = out / "rows" / f"{row.name}.json", out / "rows" / f"{row.name}.log"
-    if result_path.is_file() and not force:
+def score_embeddings(csv_path: Path, split: str, embeddings: np.ndarray) -> QueryValues:
+    """Per-query Recall@1 and AP@R of one split's embeddings (rows in the CSV's order of that split)."""
+    rows = read_splits(DataConfig(name="csv", path=str(csv_path)))[split]
+    if len(embeddings) != len(rows.paths):
+        raise SystemExit(f"error: {len(embeddings)} embeddings for the {len(rows.paths)} {split} rows of {csv_path}")
+    scores = per_query_scores(embeddings, rows.labels, KS, rows.query_mask, rows.gallery_mask)
+    return QueryValues.from_scores(scores)
+
+
+def _split_embeddings(row: Row, run_dir: Path, csv_path: Path, split: str) -> np.ndarray:
+    if row.peer:
+        return np.load(run_dir / f"{split}.npy")
+    encoder = ImageEncoder.from_checkpoint(run_dir / "run" / "checkpoints" / "best.pt", device="cpu")
+    paths = read_splits(DataConfig(name="csv", path=str(csv_path)))[split].paths
+    embedded = encoder.embed_files(paths, batch_size=256, progress=False)
+    if embedded.failures:
+        raise SystemExit(f"error: could not read {embedded.failures[0]}")
+    return embedded.embeddings
+
+
+def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
+    """Run one row at one seed (or reuse its saved result when its command was the same)."""
+    run_dir = args.out / "runs" / f"{row.name}-s{seed}"
+    result_path, command = run_dir / "result.json", row.seeded(seed, run_dir)
+    if result_path.is_file() and not args.force:
         saved = json.loads(result_path.read_text())
-        if saved.get("command") == row.command:  # toolkit rows name their config by its path in the root
+        if saved.get("command") == command:
             return saved
-    # torch takes its CPU thread count from OMP_NUM_THREADS; the script also calls set_num_threads.
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    env["PYTHONPATH"] = str(toolkit_root)  # the `retrieval` package the toolkit rows run
-    print(f"[{row.name}] {' '.join(row.command)}", flush=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    # torch takes its CPU thread count from OMP_NUM_THREADS; both pipelines also call set_num_threads.
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
+    env["PYTHONPATH"] = str(ROOT)
+    print(f"[{row.name} seed {seed}] {' '.join(command)}", flush=True)
     start = time.perf_counter()
-    with log_path.open("w") as log:
-        code = subprocess.run(row.command, cwd=toolkit_root, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+    with (run_dir / "log.txt").open("w") as log:
+        code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - start
-    output = log_path.read_text()
-    result = {"row": row.name, "pipeline": row.pipeline, "seconds": seconds, "exit_code": code, **parse_metrics(output)}
-    result |= {"command": row.command, "toolkit_root": str(toolkit_root)}
-    if code != 0 or "recall@1" not in result:
+    output = (run_dir / "log.txt").read_text()
+    result: dict = {"row": row.name, "seed": seed, "seconds": seconds, "exit_code": code, "command": command}
+    if code != 0:
         result["error"] = (output.strip().splitlines() or ["no output"])[-1]
+    else:
+        _score_run(row, run_dir, args, result)
     write_text(result_path, json.dumps(result, indent=2))
-    print(f"[{row.name}] {_cells(result)}", flush=True)
+    print(f"[{row.name} seed {seed}] {_brief(result)}", flush=True)
     return result
 
 
-def write_table(results: Sequence[dict], footer: str) -> str:
-    """The markdown table: pipeline, Recall@1, MAP@R, seconds (a failed row says why)."""
-    lines = ["| pipeline | Recall@1 | MAP@R | seconds |", "|---|---|---|---|"]
-    lines += [f"| {r['pipeline']} | {_cells(r)} |" for r in results]
-    return "\n".join([*lines, "", footer, ""])
+def _score_run(row: Row, run_dir: Path, args: argparse.Namespace, result: dict) -> None:
+    """Score the run's val and test embeddings into per_query_<split>.npz and `result`'s means."""
+    with _SCORING:
+        for split in SPLITS:
+            values = score_embeddings(args.csv, split, _split_embeddings(row, run_dir, args.csv, split))
+            save_query_values(run_dir / f"per_query_{split}.npz", values)
+            for key in METRICS:
+                result[f"{split}/{key}"] = float(values.values[key].mean())
 
 
-def _cells(result: dict) -> str:
+def _saved_results(args: argparse.Namespace, row: Row) -> list[dict]:
+    files = [args.out / "runs" / f"{row.name}-s{seed}" / "result.json" for seed in args.seeds]
+    return [json.loads(file.read_text()) for file in files if file.is_file()]
+
+
+def average_values(files: Sequence[Path]) -> QueryValues:
+    """Per-query values averaged over runs that scored the same queries (one run per seed)."""
+    runs = [load_query_values(file) for file in files]
+    first = runs[0]
+    for other in runs[1:]:
+        if not (np.array_equal(other.rows, first.rows) and np.array_equal(other.labels, first.labels)):
+            raise SystemExit("error: runs of different queries cannot be averaged")
+    values = {key: np.mean([run.values[key] for run in runs], axis=0) for key in first.values}
+    return QueryValues(first.rows, first.labels, values)
+
+
+def write_table(args: argparse.Namespace, rows: Sequence[Row], results: dict[str, list[dict]]) -> str:
+    """Mean (sd) over seeds per row, then the paired differences asked for with `--pair`."""
+    header = [f"{split} {short}" for split in SPLITS for short in METRICS.values()]
+    lines = ["| row | pipeline | " + " | ".join(header) + " | seconds |", "|" + "---|" * (len(header) + 3)]
+    for row in rows:
+        if not results[row.name]:
+            continue
+        done = [r for r in results[row.name] if "error" not in r]
+        cells = [_mean_sd([r[f"{split}/{key}"] for r in done]) for split in SPLITS for key in METRICS]
+        failed = len(results[row.name]) - len(done)
+        seconds = f"{np.mean([r['seconds'] for r in results[row.name]]):.0f}" + (
+            f" ({failed} failed)" if failed else ""
+        )
+        lines.append(f"| {row.name} | {row.pipeline} | " + " | ".join(cells) + f" | {seconds} |")
+    for a, b in args.pair:
+        lines += ["", f"{a} - {b}, paired on the same queries (95% class-bootstrap interval):", ""]
+        lines += ["| seeds | " + " | ".join(header) + " |", "|" + "---|" * (len(header) + 1)]
+        for seed in [*args.seeds, None]:
+            label = "mean of seeds" if seed is None else str(seed)
+            cells = [_paired(args, a, b, seed, split, key) for split in SPLITS for key in METRICS]
+            lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join([*lines, "", _footer(args), ""])
+
+
+def _paired(args: argparse.Namespace, a: str, b: str, seed: int | None, split: str, key: str) -> str:
+    seeds = args.seeds if seed is None else [seed]
+    files = [[args.out / "runs" / f"{name}-s{s}" / f"per_query_{split}.npz" for s in seeds] for name in (a, b)]
+    if not all(file.is_file() for group in files for file in group):
+        return "-"
+    interval = Interval(*compare_runs(average_values(files[0]), average_values(files[1]))[key])
+    return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+
+
+def _mean_sd(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
+    return f"{np.mean(values):.4f}" + (f" ± {np.std(values, ddof=1):.4f}" if len(values) > 1 else "")
+
+
+def _brief(result: dict) -> str:
     if "error" in result:
-        return f"failed: {result['error'][:120]} | | {result['seconds']:.0f}"
-    label = f" ({result['label']})" if result.get("label") else ""
-    return f"{result['recall@1']:.4f}{label} | {result['map@r']:.4f}{label} | {result['seconds']:.0f}"
+        return f"failed: {result['error'][:160]}"
+    return "  ".join(f"{name} {result[name]:.4f}" for name in result if name.startswith(SPLITS))
 
 
-def _footer(args: argparse.Namespace, peer_csv: Path, toolkit_csv: Path) -> str:
+def _footer(args: argparse.Namespace) -> str:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())  # fmt: skip
     return (
         f"{args.backbone} from scratch, {args.image_size} px, batch {args.batch_size}, {args.epochs} epochs, "
-        f"lr {args.lr}, seed {args.seed}, selection: {args.select}; "
-        f"metrics on the {args.eval_split.upper()} split; data {peer_csv} (toolkit reads {toolkit_csv.name}); "
-        f"{args.threads} CPU threads (OMP_NUM_THREADS / torch.set_num_threads), {args.workers} loader workers; "
-        f"toolkit from {args.toolkit_root}; "
+        f"lr {args.lr}, seeds {' '.join(map(str, args.seeds))}, last epoch; toolkit config {args.config.name}; "
+        f"data {args.csv}; {args.threads} CPU threads and {args.workers} loader workers a run, {args.jobs} at once; "
         f"torch {torch.__version__}, timm {timm.__version__}, pytorch-metric-learning "
-        f"{pytorch_metric_learning.__version__}; CPU: {cpu} ({os.cpu_count()} cores, shared: seconds are indicative)."
+        f"{pytorch_metric_learning.__version__}; CPU: {cpu} ({os.cpu_count()} cores; seconds are indicative)."
     )
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--csv", type=Path, required=True, help="dataset CSV (path,label,split[,is_query,is_gallery])")
-    parser.add_argument("--out", type=Path, required=True, help="folder for rows/, runs/, table.md, results.json")
-    parser.add_argument("--rows", nargs="*", help="row names to run (default: all), e.g. peer-proxy_nca aug-glyph")
-    parser.add_argument("--backbone", default="resnet18")
-    parser.add_argument("--image-size", type=int, default=32)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--epochs", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=2, help="CPU threads for every row")
-    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for every row")
-    parser.add_argument("--select", choices=("last", "val"), default="last", help="toolkit: last epoch or val-chosen")
-    parser.add_argument(
-        "--toolkit-root",
-        type=Path,
-        default=ROOT,
-        help="checkout whose `retrieval` the toolkit rows run (default: this)",
-    )
-    parser.add_argument("--config-proxy_nca", type=Path, default=Path("configs/csv_proxy_nca.yaml"), help="in root")
-    parser.add_argument("--config-anchor", type=Path, default=Path("configs/csv_anchor.yaml"), help="in toolkit root")
+    parser.add_argument("--csv", type=Path, required=True, help="dataset CSV with train, val and test rows")
+    parser.add_argument("--out", type=Path, required=True, help="folder for runs/, table.md, results.json")
+    parser.add_argument("--peer", nargs="*", default=[], help="plain-script losses: proxy_nca proxy_anchor ...")
+    parser.add_argument("--toolkit", nargs="*", default=[], help="toolkit losses (loss.name) on --config")
+    parser.add_argument("--variant", action="append", default=[], help="NAME=LOSS:KEY=VALUE,... (repeatable)")
+    parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"), help="rows to pair")
+    parser.add_argument("--rows", nargs="*", help="run only these row names (the table shows what exists)")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "csv_glyph.yaml", help="toolkit config")
     parser.add_argument("--toolkit-set", nargs="*", default=[], help="extra --set overrides for every toolkit row")
-    parser.add_argument("--presets", nargs="*", default=["natural", "light", "glyph"], help="augmentation table rows")
-    parser.add_argument("--strip-val", action="store_true", help="give the toolkit a copy of the CSV without val rows")
-    parser.add_argument(
-        "--eval-split", choices=("test", "val"), default="test", help="val: report metrics on the val rows (tuning)"
-    )
-    parser.add_argument("--force", action="store_true", help="re-run rows that have a saved result")
+    parser.add_argument("--backbone", default="resnet18")
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=128)
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--lr", type=float, default=1e-3)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads for every run")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (e.g. 2 runs of 1 thread on 2 cores)")
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers for every run")
+    parser.add_argument("--force", action="store_true", help="re-run runs that have a saved result")
     args = parser.parse_args(argv)
-    args.csv, args.toolkit_root, args.out = args.csv.resolve(), args.toolkit_root.resolve(), args.out.resolve()
-    (args.out / "rows").mkdir(parents=True, exist_ok=True)
-    peer_csv = val_as_test(args.csv) if args.eval_split == "val" else args.csv
-    toolkit_csv = strip_val_rows(args.csv) if args.strip_val and args.eval_split == "test" else peer_csv
-    rows = build_rows(args, peer_csv, toolkit_csv, args.out)
-    results = [run_row(row, args.out, args.threads, args.toolkit_root, args.force) for row in rows]
-    table = write_table(results, _footer(args, peer_csv, toolkit_csv))
+    args.csv, args.out, args.config = args.csv.resolve(), args.out.resolve(), args.config.resolve()
+    rows = build_rows(args)
+    chosen = set(args.rows) if args.rows else None
+    torch.set_num_threads(args.threads)  # the scoring's embedding, in this process
+    # Seed-major: a first comparison is ready after one seed. --jobs runs that many at once.
+    runs = [(row, seed) for seed in args.seeds for row in rows if chosen is None or row.name in chosen]
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        list(pool.map(lambda run: run_seed(*run, args), runs))
+    results = {row.name: _saved_results(args, row) for row in rows}
+    table = write_table(args, rows, results)
     write_text(args.out / "table.md", table)
     write_text(args.out / "results.json", json.dumps(results, indent=2))
     print(table)

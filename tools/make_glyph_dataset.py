@@ -8,8 +8,10 @@ one class, the first by code point. Classes are shuffled with the seed and split
 
 Protocol: a test or val class is queried with images rendered in serif families and searched
 against a gallery rendered in the other families (sans, mono, geometric), so a query never has
-an image of its own font in the gallery. Val rows mirror the test protocol (same flags) so model
-selection measures what the test measures. Training rows use fonts of both groups.
+an image of its own font in the gallery. With `--query-family NAME` the queries are rendered in
+that one family and the gallery in every other family (serifs included): an easier protocol, the
+one of the 64 px dev benchmark. Val rows mirror the test protocol (same flags) so model
+selection measures what the test measures. Training rows use every font.
 
 Each image is a dark glyph on a light background (grayscale PNG), centred on the middle of the
 font's ascender-descender box, with a per-image font size, offset and ink/paper level drawn
@@ -202,15 +204,25 @@ def make_dataset(
     gallery_per_class: int = 4,
     seed: int = 0,
     fonts: Sequence[Font] | None = None,
+    query_family: str | None = None,
 ) -> dict[str, int]:
-    """Write `out/images/<split>/*.png` and `out/dataset.csv`; returns the number of rows per split."""
+    """Write `out/images/<split>/*.png` and `out/dataset.csv`; returns the number of rows per split.
+
+    `query_family` None: queries in serif families, gallery in the others; a family name: queries in
+    that family, gallery in every other one.
+    """
     try:
         fonts = list(fonts if fonts is not None else find_fonts())
     except MissingFonts as exc:
         raise SystemExit(f"error: {exc}") from None
     groups = {group: [f for f in fonts if f.group == group] for group in ("serif", "other")}
+    if query_family is not None:
+        if query_family not in {f.family for f in fonts}:
+            raise SystemExit(f"error: --query-family {query_family!r} is not one of: {', '.join(FAMILIES)}")
+        groups = {"serif": [f for f in fonts if f.family == query_family]}
+        groups["other"] = [f for f in fonts if f.family != query_family]
     for group, members in groups.items():
-        if len({f.family for f in members}) < 2:
+        if len({f.family for f in members}) < (1 if query_family and group == "serif" else 2):
             raise SystemExit(f"error: fewer than two {group} font families installed; install the fonts-* packages")
     chars = glyph_classes(fonts, cell)
     wanted = train_classes + val_classes + test_classes
@@ -287,6 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--queries-per-class", type=int, default=2, help="val/test queries per class (serif)")
     parser.add_argument("--gallery-per-class", type=int, default=4, help="val/test gallery images per class (others)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--query-family", help="queries in this family, gallery in all others (default: serif/other)")
     args = parser.parse_args(argv)
     counts = make_dataset(
         args.out,
@@ -298,6 +311,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         queries_per_class=args.queries_per_class,
         gallery_per_class=args.gallery_per_class,
         seed=args.seed,
+        query_family=args.query_family,
     )
     classes = {"train": args.train_classes, "val": args.val_classes, "test": args.test_classes}
     for split, n in counts.items():

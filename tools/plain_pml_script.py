@@ -5,18 +5,23 @@ What a user who does not use this toolkit writes (it imports nothing from `retri
 batch, epochs and thread count:
 
 - model: `timm.create_model(backbone, pretrained=False, num_classes=0)` -> Linear(-> 128) -> L2 norm;
-- loss: PML `ProxyNCALoss` or `ProxyAnchorLoss` with their default hyper-parameters (only
-  num_classes and embedding_size given);
+- loss: a PML loss with its default hyper-parameters: `ProxyNCALoss`, `ProxyAnchorLoss` (only
+  num_classes and embedding_size given), `CircleLoss` (m 0.4, gamma 80) or `TripletMarginLoss`
+  (margin 0.2, with a semi-hard `TripletMarginMiner`); the two pair losses get batches of 4
+  images per class (PML's `MPerClassSampler`), the proxy losses shuffled batches;
 - optimizer: one Adam over the model's and the loss's parameters (the proxies), one constant
-  lr for all (`--proxy-lr-mult` gives the proxies their own group, as PML's Proxy-Anchor
-  example does with 100x); no schedule, no weight decay, no warm-up, no model selection;
+  lr for all except the proxies (`--proxy-lr-mult`, default 10: lr 1e-3, proxies 1e-2); no
+  schedule, no weight decay, no warm-up, no model selection;
 - data: images from a dataset CSV (`path,label,split[,is_query,is_gallery]`) converted to RGB;
-  train = Resize + light RandomAffine (10 degrees, 10% shift, 0.9-1.1 scale, torchvision's
-  default black fill, no flip) + ImageNet normalization; eval = Resize + normalization;
-  shuffled batches, last partial batch dropped;
-- evaluation after the last epoch on the test rows with PML's `AccuracyCalculator`:
-  precision_at_1 (= Recall@1) and mean_average_precision_at_r. With is_query/is_gallery the
-  queries search the gallery rows, otherwise every test image queries all others (self excluded).
+  train = Resize + light RandomAffine (5 degrees, 4% shift, 0.9-1.1 scale, no flip) whose
+  borders are filled with the image's own background (the median of its border pixels) +
+  ImageNet normalization; eval = Resize + normalization; last partial batch dropped;
+- evaluation after the last epoch on the test rows (and the val rows, if any) with PML's
+  `AccuracyCalculator`: precision_at_1 (= Recall@1) and mean_average_precision_at_r. With
+  is_query/is_gallery the queries search the gallery rows, otherwise every image queries all
+  others (self excluded). `--embeddings-out DIR` saves each split's embeddings (`test.npy`,
+  `val.npy`, rows in CSV order) so `tools/dev_benchmark.py` can score them with the toolkit's
+  per-query code and pair them with a toolkit run (`retrieval compare`).
 
     python tools/plain_pml_script.py --csv /data/glyphs/dataset.csv --loss proxy_anchor --epochs 8
 """
@@ -35,14 +40,16 @@ import timm
 import torch
 import torch.nn.functional as F
 from PIL import Image
-from pytorch_metric_learning import losses
+from pytorch_metric_learning import losses, miners, samplers
 from pytorch_metric_learning.utils.accuracy_calculator import AccuracyCalculator
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-LOSSES = {"proxy_nca": losses.ProxyNCALoss, "proxy_anchor": losses.ProxyAnchorLoss}
+PROXY_LOSSES = {"proxy_nca": losses.ProxyNCALoss, "proxy_anchor": losses.ProxyAnchorLoss}
+PAIR_LOSSES = {"circle": losses.CircleLoss, "triplet": lambda: losses.TripletMarginLoss(margin=0.2)}
+IMAGES_PER_CLASS = 4  # in each batch of a pair loss
 
 
 class CsvImages(Dataset):
@@ -69,6 +76,19 @@ class CsvImages(Dataset):
             return self.transform(image.convert("RGB")), self.labels[i]
 
 
+class AffineBackgroundFill:
+    """RandomAffine whose uncovered borders take the image's background: its border pixels' median."""
+
+    def __init__(self, degrees: float, translate: float, scale: tuple[float, float]) -> None:
+        self.affine = T.RandomAffine(degrees=degrees, translate=(translate, translate), scale=scale)
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        pixels = np.asarray(image).reshape(image.height, image.width, -1)
+        border = np.concatenate([pixels[0], pixels[-1], pixels[:, 0], pixels[:, -1]])
+        self.affine.fill = [int(value) for value in np.median(border, axis=0)]
+        return self.affine(image)
+
+
 class Embedder(nn.Module):
     def __init__(self, backbone: str, dim: int) -> None:
         super().__init__()
@@ -86,8 +106,13 @@ def embed(model: Embedder, dataset: CsvImages, batch_size: int, workers: int) ->
     return torch.cat([model(images) for images, _ in loader])
 
 
-def evaluate(model: Embedder, dataset: CsvImages, batch_size: int, workers: int) -> dict[str, float]:
-    embeddings, labels = embed(model, dataset, batch_size, workers), dataset.labels
+def has_split(csv_path: Path, split: str) -> bool:
+    with csv_path.open(newline="") as handle:
+        return any(row["split"] == split for row in csv.DictReader(handle))
+
+
+def evaluate(embeddings: torch.Tensor, dataset: CsvImages) -> dict[str, float]:
+    labels = dataset.labels
     calculator = AccuracyCalculator(include=("precision_at_1", "mean_average_precision_at_r"))
     if dataset.is_query is None:  # all-vs-all: the reference set includes each query itself
         result = calculator.get_accuracy(embeddings, labels, embeddings, labels, ref_includes_query=True)
@@ -105,12 +130,15 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--epochs", type=int, default=8)
     parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--proxy-lr-mult", type=float, default=1.0, help="proxies' lr = lr x this")
-    parser.add_argument("--loss", choices=sorted(LOSSES), default="proxy_anchor")
+    parser.add_argument("--proxy-lr-mult", type=float, default=10.0, help="proxies' lr = lr x this")
+    parser.add_argument("--loss", choices=sorted({**PROXY_LOSSES, **PAIR_LOSSES}), default="proxy_anchor")
+    parser.add_argument("--affine-degrees", type=float, default=5.0)
+    parser.add_argument("--affine-translate", type=float, default=0.04, help="largest shift, a fraction of the side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     parser.add_argument("--json", type=Path, help="write the metrics and settings here")
+    parser.add_argument("--embeddings-out", type=Path, help="save val.npy and test.npy (rows in CSV order) here")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -119,15 +147,20 @@ def main() -> None:
     torch.manual_seed(args.seed)
     size = (args.image_size, args.image_size)
     normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    train_tf = T.Compose(
-        [T.Resize(size), T.RandomAffine(degrees=10, translate=(0.1, 0.1), scale=(0.9, 1.1))] + normalize
-    )
+    train_tf = T.Compose([T.Resize(size), AffineBackgroundFill(args.affine_degrees, args.affine_translate, (0.9, 1.1))])
+    train_tf.transforms += normalize
     eval_tf = T.Compose([T.Resize(size)] + normalize)
-    train_set, test_set = CsvImages(args.csv, "train", train_tf), CsvImages(args.csv, "test", eval_tf)
+    train_set = CsvImages(args.csv, "train", train_tf)
+    eval_sets = {split: CsvImages(args.csv, split, eval_tf) for split in ("val", "test") if has_split(args.csv, split)}
     num_classes = len(set(train_set.labels.tolist()))
 
     model = Embedder(args.backbone, 128)
-    loss_fn = LOSSES[args.loss](num_classes=num_classes, embedding_size=128)
+    pair_loss = args.loss in PAIR_LOSSES
+    if pair_loss:
+        loss_fn = PAIR_LOSSES[args.loss]()
+        miner = miners.TripletMarginMiner(margin=0.2, type_of_triplets="semihard") if args.loss == "triplet" else None
+    else:
+        loss_fn, miner = PROXY_LOSSES[args.loss](num_classes=num_classes, embedding_size=128), None
     optimizer = torch.optim.Adam(
         [
             {"params": model.parameters()},
@@ -135,13 +168,26 @@ def main() -> None:
         ],
         lr=args.lr,
     )
-    loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=True, drop_last=True, num_workers=args.workers)
+    sampler = (
+        samplers.MPerClassSampler(train_set.labels, IMAGES_PER_CLASS, args.batch_size, len(train_set))
+        if pair_loss
+        else None
+    )
+    loader = DataLoader(
+        train_set,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        drop_last=True,
+        num_workers=args.workers,
+    )
     start = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         model.train()
         total = 0.0
         for images, labels in loader:
-            loss = loss_fn(model(images), labels)
+            embeddings = model(images)
+            loss = loss_fn(embeddings, labels, miner(embeddings, labels)) if miner else loss_fn(embeddings, labels)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -150,9 +196,20 @@ def main() -> None:
             f"epoch {epoch}/{args.epochs}  loss {total / len(loader):.4f}  {time.perf_counter() - start:.0f}s",
             flush=True,
         )
-    metrics = evaluate(model, test_set, 256, args.workers)
+    metrics = {}
+    for split, dataset in eval_sets.items():
+        embeddings = embed(model, dataset, 256, args.workers)
+        scores = evaluate(embeddings, dataset)
+        metrics.update(scores if split == "test" else {f"val/{key}": value for key, value in scores.items()})
+        if args.embeddings_out:
+            args.embeddings_out.mkdir(parents=True, exist_ok=True)
+            np.save(args.embeddings_out / f"{split}.npy", embeddings.numpy())
     seconds = time.perf_counter() - start
-    print(f"train {len(train_set)} images / {num_classes} classes, test {len(test_set)} images, {seconds:.0f}s")
+    print(
+        f"train {len(train_set)} images / {num_classes} classes, test {len(eval_sets['test'])} images, {seconds:.0f}s"
+    )
+    if "val/recall@1" in metrics:
+        print(f"val Recall@1 {metrics['val/recall@1']:.4f}  val MAP@R {metrics['val/map@r']:.4f}")
     print(f"Recall@1: {metrics['recall@1']:.4f}")
     print(f"MAP@R: {metrics['map@r']:.4f}")
     if args.json:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import ast
-import csv
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+from PIL import Image
 from tool_modules import TOOLS, load_tool
 
 bench = load_tool("dev_benchmark")
@@ -23,30 +24,71 @@ def test_parse_metrics_takes_the_final_lines() -> None:
     assert bench.parse_metrics(labelled) == {"recall@1": 0.9, "map@r": 0.8, "label": "selected on test"}
 
 
-def test_strip_val_rows_keeps_everything_else(tmp_path: Path) -> None:
-    source = tmp_path / "d.csv"
-    source.write_text("path,label,split,is_query,is_gallery\na.png,1,train,0,0\nb.png,2,val,1,0\nc.png,3,test,0,1\n")
-    stripped = bench.strip_val_rows(source)
-    with stripped.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    assert stripped.parent == tmp_path
-    assert [(r["path"], r["split"], r["is_gallery"]) for r in rows] == [("a.png", "train", "0"), ("c.png", "test", "1")]
+def test_parse_variant_reads_name_loss_and_overrides() -> None:
+    assert bench.parse_variant("avg=proxy_nca:model.pooling=avg,train.weight_decay=0") == (
+        "avg",
+        "proxy_nca",
+        ["model.pooling=avg", "train.weight_decay=0"],
+    )
+    assert bench.parse_variant("base=anchor:") == ("base", "anchor", [])
+    with pytest.raises(SystemExit, match="NAME=LOSS:KEY=VALUE"):
+        bench.parse_variant("avg=model.pooling=avg")
 
 
-def test_val_as_test_never_keeps_test_rows(tmp_path: Path) -> None:
-    source = tmp_path / "d.csv"
-    source.write_text("path,label,split\na.png,1,train\nb.png,2,val\nc.png,3,test\nd.png,2,val\n")
-    with bench.val_as_test(source).open(newline="") as handle:
-        rows = [(r["path"], r["split"]) for r in csv.DictReader(handle)]
-    assert rows == [("a.png", "train"), ("b.png", "test"), ("d.png", "test")]
+def test_rows_share_the_budget_and_seed_their_commands(tmp_path: Path) -> None:
+    args = bench.main.__globals__["argparse"].Namespace(
+        csv=tmp_path / "d.csv", config=tmp_path / "c.yaml", backbone="resnet10t", image_size=48, batch_size=16,
+        epochs=3, lr=2e-3, threads=1, workers=0, toolkit_set=["model.in_chans=1"],
+        peer=["circle"], toolkit=["anchor"], variant=["wd0=proxy_nca:train.weight_decay=0"],
+    )  # fmt: skip
+    peer, anchor, variant = bench.build_rows(args)
+    assert [row.name for row in (peer, anchor, variant)] == ["peer-circle", "toolkit-anchor", "wd0"]
+    peer_command = peer.seeded(2, tmp_path / "p")
+    for flag in ("--loss=circle", "--epochs=3", "--image-size=48", "--batch-size=16", "--lr=0.002", "--seed=2"):
+        assert flag in peer_command
+    assert f"--embeddings-out={tmp_path / 'p'}" in peer_command
+    command = variant.seeded(1, tmp_path / "v")
+    sets = [command[i + 1] for i, item in enumerate(command) if item == "--set"]
+    for value in ("train.epochs=3", "train.eval_every=3", "data.image_size=48", "model.in_chans=1", "train.seed=1"):
+        assert value in sets
+    assert sets.index("loss.name=proxy_nca") < sets.index("train.weight_decay=0")  # the variant's keys last
+    assert command[-2:] == ["--output-dir", str(tmp_path / "v" / "run")]
 
 
-def test_table_shows_failures() -> None:
-    ok = {"pipeline": "peer", "recall@1": 0.5, "map@r": 0.25, "seconds": 12.3}
-    failed = {"pipeline": "toolkit", "seconds": 1.0, "error": "error: unknown config key augment.preset"}
-    table = bench.write_table([ok, failed], "footer")
-    assert "| peer | 0.5000 | 0.2500 | 12 |" in table
-    assert "| toolkit | failed: error: unknown config key augment.preset | | 1 |" in table
+def _tiny_csv(tmp_path: Path) -> Path:
+    rows = ["path,label,split,is_query,is_gallery"]
+    rows += [f"images/t{i}.png,{label},test,{int(i < 3)},{int(i >= 3)}" for i, label in enumerate("abcabc")]
+    rows += [f"images/v{i}.png,{label},val,1,1" for i, label in enumerate("xxyy")]
+    rows += ["images/r0.png,a,train,0,0", "images/r1.png,b,train,0,0"]
+    (tmp_path / "images").mkdir()
+    for row in rows[1:]:
+        Image.new("L", (8, 8)).save(tmp_path / row.split(",")[0])
+    (tmp_path / "d.csv").write_text("\n".join(rows) + "\n")
+    return tmp_path / "d.csv"
+
+
+def test_scores_match_a_brute_force_nearest_neighbour(tmp_path: Path) -> None:
+    csv_path = _tiny_csv(tmp_path)
+    rng = np.random.default_rng(0)
+    embeddings = rng.normal(size=(6, 4)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    values = bench.score_embeddings(csv_path, "test", embeddings)
+    labels = np.array(list("abcabc"))
+    expected = [labels[3 + np.argmax(embeddings[3:] @ embeddings[q])] == labels[q] for q in range(3)]
+    assert values.values["recall@1"].tolist() == [float(hit) for hit in expected]
+    with pytest.raises(SystemExit, match="5 embeddings for the 6 test rows"):
+        bench.score_embeddings(csv_path, "test", embeddings[:5])
+
+
+def test_average_values_means_each_query_over_runs(tmp_path: Path) -> None:
+    one = bench.QueryValues(np.arange(3), np.array([0, 0, 1]), {"recall@1": np.array([1.0, 0, 1]), "map@r": np.ones(3)})
+    two = bench.QueryValues(
+        np.arange(3), np.array([0, 0, 1]), {"recall@1": np.array([0.0, 0, 1]), "map@r": np.zeros(3)}
+    )
+    for name, values in (("one", one), ("two", two)):
+        bench.save_query_values(tmp_path / f"{name}.npz", values)
+    mean = bench.average_values([tmp_path / "one.npz", tmp_path / "two.npz"])
+    assert mean.values["recall@1"].tolist() == [0.5, 0.0, 1.0] and mean.values["map@r"].tolist() == [0.5] * 3
 
 
 def test_peer_script_is_self_contained() -> None:
@@ -56,7 +98,7 @@ def test_peer_script_is_self_contained() -> None:
     assert not [m for m in modules if m.split(".")[0] == "retrieval"]
 
 
-@pytest.mark.parametrize("loss", ["proxy_nca", "proxy_anchor"])
+@pytest.mark.parametrize("loss", ["proxy_nca", "proxy_anchor", "triplet"])
 def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> None:
     glyphs = load_tool("make_glyph_dataset")
     fonts = glyphs.find_fonts()
@@ -65,9 +107,13 @@ def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> Non
     glyphs.make_dataset(tmp_path, train_classes=3, val_classes=1, test_classes=3, train_per_class=4, fonts=fonts)
     command = [sys.executable, str(TOOLS / "plain_pml_script.py"), f"--csv={tmp_path / 'dataset.csv'}"]
     command += ["--backbone=resnet10t", "--batch-size=4", "--epochs=1", "--workers=0", "--threads=1"]
-    command += [f"--loss={loss}", f"--json={tmp_path / 'm.json'}"]
+    command += [f"--loss={loss}", f"--json={tmp_path / 'm.json'}", f"--embeddings-out={tmp_path / 'e'}"]
     output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     metrics = bench.parse_metrics(output)
     assert set(metrics) == {"recall@1", "map@r"} and all(0 <= v <= 1 for v in metrics.values())
     saved = json.loads((tmp_path / "m.json").read_text())
     assert round(saved["recall@1"], 4) == metrics["recall@1"] and saved["loss"] == loss
+    # The toolkit's scoring of the saved embeddings agrees with PML's AccuracyCalculator.
+    values = bench.score_embeddings(tmp_path / "dataset.csv", "test", np.load(tmp_path / "e" / "test.npy"))
+    assert values.values["recall@1"].mean() == pytest.approx(saved["recall@1"], abs=1e-6)
+    assert values.values["map@r"].mean() == pytest.approx(saved["map@r"], abs=1e-5)

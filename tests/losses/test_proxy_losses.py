@@ -53,6 +53,21 @@ def test_proxy_nca_matches_pytorch_metric_learning(scale, dtype):
     torch.testing.assert_close(ours.proxies.grad, ref.proxies.grad, rtol=tol, atol=tol)
 
 
+def test_scale_2_is_pml_default_squared_distance_softmax():
+    """PML's ProxyNCALoss default, softmax over -||x - p||^2 of unit vectors = 2 cos - 2, is cosine scale 2."""
+    embeddings, labels = _batch(48, 16, 10, dtype=torch.float64)
+    ours = ProxyNCALoss(10, 16, scale=2.0).double()
+    ref = PMLProxyNCALoss(10, 16).double()  # LpDistance(power=2) on normalized vectors, softmax_scale 1
+    ref.proxies.data.copy_(ours.proxies.data)
+    emb_ours, emb_ref = embeddings.clone().requires_grad_(), embeddings.clone().requires_grad_()
+    loss_ours, loss_ref = ours(emb_ours, labels), ref(emb_ref, labels)
+    loss_ours.backward()
+    loss_ref.backward()
+    torch.testing.assert_close(loss_ours.double(), loss_ref, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(emb_ours.grad, emb_ref.grad, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(ours.proxies.grad, ref.proxies.grad, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("num_classes", [1, 2, 7, 100])
 def test_semantic_difficulty_matches_naive_loop(num_classes):
     embeddings, labels = _batch(20, 8, num_classes, seed=num_classes)

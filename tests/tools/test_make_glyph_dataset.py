@@ -131,3 +131,24 @@ def _draw(char: str, path: Path) -> np.ndarray:
 def test_ci_installs_every_pinned_font_package() -> None:
     ci_script = (Path(__file__).parents[2] / ".ci" / "run").read_text()
     assert set(glyphs.FONT_PACKAGES) <= set(re.findall(r"[\w.+-]+", ci_script))
+
+
+@needs_fonts
+def test_query_family_protocol_queries_one_family_against_all_others(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    families: list[str] = []  # the family of every render, in row order
+    plain_render = glyphs.render
+    monkeypatch.setattr(
+        glyphs, "render", lambda char, font, *rest: families.append(font.family) or plain_render(char, font, *rest)
+    )
+    glyphs.make_dataset(tmp_path, cell=32, fonts=FONTS, query_family="Noto Serif", **TINY)
+    with (tmp_path / "dataset.csv").open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert len(rows) == len(families)
+    queries = {family for row, family in zip(rows, families, strict=True) if row["is_query"] == "1"}
+    gallery = {family for row, family in zip(rows, families, strict=True) if row["is_gallery"] == "1"}
+    assert queries == {"Noto Serif"} and "Noto Serif" not in gallery
+    assert len(gallery) >= 2 and gallery & {"DejaVu Serif", "Liberation Serif", "FreeSerif", "C059", "P052"}
+    with pytest.raises(SystemExit, match="--query-family 'Comic' is not one of"):
+        glyphs.make_dataset(tmp_path / "x", cell=32, fonts=FONTS, query_family="Comic", **TINY)

@@ -222,8 +222,8 @@ class TrainConfig(_Section):
     proxy_lr_mult: float = field(default=100.0, metadata=_POSITIVE)  # proxies learn this much faster (Proxy-Anchor)
     weight_decay: float = field(default=1e-4, metadata=_NON_NEGATIVE)  # AdamW weight decay (never on proxies)
     warmup_epochs: float = field(default=1.0, metadata=_NON_NEGATIVE)  # linear lr warm-up, then the schedule's decay
-    schedule: Literal["cosine", "step"] = (
-        "cosine"  # cosine (to zero at the last step) | step (x step_gamma, step_epochs)
+    schedule: Literal["cosine", "step", "constant"] = (
+        "cosine"  # cosine (to zero at the last step) | step (x step_gamma, step_epochs) | constant (after warm-up)
     )
     step_epochs: int = field(default=20, metadata=_at_least(1))  # step schedule: epochs between two decays
     # step schedule: factor of each decay

@@ -279,7 +279,7 @@ def test_set_values_are_read_as_yaml_and_typed_by_the_field():
         ("train.epochs=[1, 2]", "train.epochs must be int, got '[1, 2]'"),
         ("augment.hflip=[0.5]", "augment.hflip must be float, got '[0.5]'"),
         ("train.amp=null", "train.amp must be one of none, bf16, fp16, auto, got None"),
-        ("train.schedule=linear", "train.schedule must be one of cosine, step, got 'linear'"),
+        ("train.schedule=linear", "train.schedule must be one of cosine, step, constant, got 'linear'"),
         ("train.select_on=[map@r]", "train.select_on must be recall@1 or map@r, got '[map@r]'"),
         ("model.output_stride=abc", "model.output_stride must be null, 8, 16 or 32, got 'abc'"),
     ],
@@ -301,7 +301,7 @@ def test_sections_built_in_python_check_their_fields():
 def test_choice_lists_match_the_modules_that_implement_them():
     assert typing.get_args(typing.get_type_hints(ModelConfig)["pooling"]) == POOLINGS
     assert tuple(PRESETS) == typing.get_args(PresetName)
-    assert BAD_IMAGE_POLICIES == ("fail", "skip") and SCHEDULES == ("cosine", "step")
+    assert BAD_IMAGE_POLICIES == ("fail", "skip") and SCHEDULES == ("cosine", "step", "constant")
 
 
 def test_importing_the_config_imports_neither_torch_nor_timm():

@@ -1,4 +1,4 @@
-"""The learning-rate schedule: frozen-backbone epochs, linear warm-up, then cosine or step decay.
+"""The learning-rate schedule: frozen-backbone epochs, linear warm-up, then cosine or step decay, or none.
 
 The factor multiplies every parameter group's base rate (backbone, head and proxies alike), so
 their ratio (`train.proxy_lr_mult`) holds throughout.
@@ -28,10 +28,11 @@ class LrSchedule:
     rate; the warm-up starts when the backbone thaws. After the warm-up, `cosine` decays to 0 at
     the last step; `step` multiplies the rate by `step_gamma` every `step_epochs` epochs, counted
     from the start of the run (torch's `StepLR`), so `step_epochs: 20` on 60 epochs gives 1, 0.1,
-    0.01 for epochs 1-20, 21-40, 41-60.
+    0.01 for epochs 1-20, 21-40, 41-60. `constant` keeps the full rate after the warm-up (what the
+    plain timm + PML scripts do; on short from-scratch budgets it learns faster, docs/benchmarks.md).
 
     Args:
-        kind: `cosine` or `step`.
+        kind: `cosine`, `step` or `constant`.
         steps_per_epoch: optimizer steps in one epoch (>= 1).
         epochs: epochs of the run.
         warmup_epochs: length of the linear warm-up, in epochs (fractions allowed).
@@ -68,5 +69,7 @@ class LrSchedule:
         if self.kind == "cosine":
             return lr_factor(thawed, self.warmup_steps, self.total_steps - self.frozen_steps)
         warmup = (thawed + 1) / self.warmup_steps if thawed < self.warmup_steps else 1.0
+        if self.kind == "constant":
+            return warmup
         decays = (step // self.steps_per_epoch) // self.step_epochs
         return warmup * self.step_gamma**decays

@@ -34,6 +34,16 @@ def _grads(trainer: Trainer) -> list[torch.Tensor]:
     return [p.grad for p in params if p.grad is not None]
 
 
+def test_constant_schedule_is_the_step_schedule_that_never_decays():
+    steps, epochs = 10, 5
+    constant = LrSchedule("constant", steps, epochs, warmup_epochs=1.5, frozen_epochs=1)
+    never_decays = LrSchedule("step", steps, epochs, warmup_epochs=1.5, frozen_epochs=1, step_gamma=1.0)
+    factors = [constant.factor(step) for step in range(steps * epochs)]
+    assert factors == [never_decays.factor(step) for step in range(steps * epochs)]
+    assert factors[:steps] == [1.0] * steps and factors[steps + 14 :] == [1.0] * (steps * epochs - steps - 14)
+    assert factors[steps : steps + 15] == pytest.approx([(s + 1) / 15 for s in range(15)])
+
+
 def test_step_schedule_follows_torch_step_lr_after_the_warm_up():
     steps, epochs, step_epochs, gamma = 10, 7, 2, 0.3
     schedule = LrSchedule("step", steps, epochs, warmup_epochs=1, step_epochs=step_epochs, step_gamma=gamma)

@@ -328,7 +328,7 @@ def _query(args: argparse.Namespace) -> int:
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
     where = load_filter(args.where) if args.where is not None else None
-    index = SearchIndex.load(args.index)
+    index = SearchIndex.load(args.index, mmap=True)  # read-only: vectors stay in the page cache, shared
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     min_score = resolve_min_score(args.min_score, index.manifest)

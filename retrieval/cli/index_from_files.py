@@ -47,8 +47,9 @@ def built_from_embeddings(
 
     `target_recall` and `default_target_recall` are `SearchIndex.build`'s, from `--target-recall`.
 
-    With `--on-disk` the inverted lists are built in a working directory beside `--out`, removed
-    when the block ends (once the index is saved, its directory holds a link to them).
+    The build's large files (`--on-disk`'s inverted lists, ivfpq's re-ranking vectors) are written
+    to a working directory beside `--out`, removed when the block ends (once the index is saved, its
+    directory holds a link to them).
 
     Raises:
         UserError: images or a checkpoint were given too, or the files are unreadable (see `open_embedding_files`).
@@ -65,7 +66,7 @@ def built_from_embeddings(
         raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
     files = open_embedding_files(args.embeddings)
     model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
-    work = working_directory(args.out) if args.on_disk else None
+    work = working_directory(args.out)
     try:
         index = SearchIndex.build_streamed(
             files.stream,
@@ -76,9 +77,9 @@ def built_from_embeddings(
             default_target_recall=default_target_recall,
             model_info=model,
             sources=files.sources(),
-            on_disk=work,
+            on_disk=work if args.on_disk else None,
+            refine_directory=work,
         )
         yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"
     finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

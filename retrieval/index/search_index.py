@@ -29,6 +29,7 @@ from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
+from retrieval.index.refine_file import REFINE_FILE, RefineSpill, from_index_file, refine_file_bytes, without_refine
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -73,11 +74,17 @@ class SearchIndex:
     """
 
     def __init__(
-        self, index: faiss.Index, metadata: Metadata, manifest: dict[str, Any], read_only: bool = False
+        self,
+        index: faiss.Index,
+        metadata: Metadata,
+        manifest: dict[str, Any],
+        read_only: bool = False,
+        refine_file: Path | None = None,
     ) -> None:
         """Wrap a built FAISS index; use `build` or `load` rather than calling this directly."""
         self._index = index
         self._read_only = read_only  # memory-mapped: FAISS aborts the process on a write to mapped storage
+        self._refine_file = refine_file  # ivfpq's re-ranking vectors, mapped from this file (`refine_file`)
         self._metadata = metadata
         self.manifest = manifest
         self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
@@ -198,6 +205,7 @@ class SearchIndex:
         sources: list[dict[str, Any]] | None = None,
         inputs_were_normalized: bool | None = None,
         on_disk: Path | None = None,
+        refine_directory: Path | None = None,
     ) -> SearchIndex:
         """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
 
@@ -219,6 +227,10 @@ class SearchIndex:
                 written there in shards of at most half of `max_memory` (default 1 GiB) and merged
                 into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
                 in memory. `save` links that file into the index directory; the index is read-only.
+            refine_directory: a working directory for an ivfpq build's float32 re-ranking vectors: written
+                there (`refine.faiss`) as they stream and searched memory-mapped, so that memory holds the
+                PQ codes and ids only (`retrieval.index.refine_file`). `save` links the file into the index
+                directory; the index is read-only. Other kinds ignore it.
 
         Raises:
             UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
@@ -261,13 +273,18 @@ class SearchIndex:
             index.train(training_vectors)
         del gathered, training_vectors
         depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
-        shards = None
+        shards = spill = None
         if on_disk is not None:
             shard_rows = max(chunk_rows, int((budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
             shards = ShardedLists(index, on_disk, shard_rows)
-        true_ids = _add_stream(shards or index, reader, held_out, queries if measuring else None, depth, progress)
+        elif refine_directory is not None and plan.kind is IndexKind.IVFPQ:
+            spill = RefineSpill(index, refine_directory)
+        adding = shards or spill or index
+        true_ids = _add_stream(adding, reader, held_out, queries if measuring else None, depth, progress)
         if shards is not None:
             index = shards.merge()
+        elif spill is not None:
+            index = spill.finish()
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
@@ -279,10 +296,12 @@ class SearchIndex:
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        if shards is None:
+        if shards is None and spill is None:
             _add(index, held_vectors, held_out, progress, "adding held-out queries")
-        elif len(held_out):
+        elif shards is not None and len(held_out):
             index = shards.add_and_merge(held_vectors, held_out)
+        elif spill is not None and len(held_out):
+            index = spill.add_and_finish(held_vectors, held_out)
 
         manifest = {
             "format": FORMAT,
@@ -311,7 +330,9 @@ class SearchIndex:
             "match_threshold": match_threshold,
             **({"sources": sources} if sources is not None else {}),
         }
-        return cls(index, table, manifest)
+        return cls(
+            index, table, manifest, read_only=spill is not None, refine_file=None if spill is None else spill.path
+        )
 
     # -- searching -----------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -526,8 +547,12 @@ class SearchIndex:
         manifest = dict(self.manifest)
         lists = lists_file(self._index)
         writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
+        if self._refine_file is not None:
+            writers[REFINE_FILE] = partial(link_or_copy, self._refine_file)
         writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
         self.manifest = write_index_directory(directory, writers, manifest)
+        if self._refine_file is not None:  # the mapped file is now (also) this one: a build's working copy may go
+            self._refine_file = Path(directory).absolute() / REFINE_FILE
 
     @classmethod
     @contextmanager
@@ -594,6 +619,9 @@ class SearchIndex:
             index = faiss.read_index(
                 str(path), faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else _MMAP_FLAGS if mmap else 0
             )
+            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest["files"] else None
+            if refine_file is not None:  # ivfpq's re-ranking vectors, always memory-mapped
+                index = from_index_file(index, refine_file)
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
@@ -607,7 +635,8 @@ class SearchIndex:
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
                 f"{manifest['count']} vectors: count mismatch"
             )
-        return cls(index, metadata, manifest, read_only=mmap or on_disk)
+        read_only = mmap or on_disk or refine_file is not None
+        return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:
@@ -616,15 +645,16 @@ class SearchIndex:
         `faiss.write_index(index, path)` reports a failed final flush (a full disk) on stderr
         only and returns, leaving a truncated file; a failed write mid-way is a `RuntimeError`.
         """
+        split = without_refine(self._index)  # re-ranking vectors in refine.faiss: index.faiss holds the rest
         with open(path, "wb") as handle:
             writer = faiss.PyCallbackIOWriter(handle.write)  # type: ignore[attr-defined]  # not in FAISS's stubs
-            faiss.write_index(self._index, writer)
+            faiss.write_index(self._index if split is None else split[0], writer)
 
     def _check_writable(self, action: str) -> None:
         if self._read_only:
             raise UserError(
-                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists); "
-                "load it without mmap, or rebuild an on-disk index with `index build --on-disk`"
+                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists or ivfpq "
+                "re-ranking vectors in refine.faiss); load it without mmap, or rebuild it from the embedding files"
             )
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
@@ -733,7 +763,7 @@ class _UnitChunks:
 
 
 def _add_stream(
-    index: faiss.Index | ShardedLists,
+    index: faiss.Index | ShardedLists | RefineSpill,
     reader: _UnitChunks,
     held_out: np.ndarray,
     queries: np.ndarray | None,
@@ -830,7 +860,13 @@ def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
 
 
 def _index_bytes(index: faiss.Index) -> int:
-    """The size of the index's FAISS file, counted as FAISS writes it in 1 MiB blocks (never a copy in memory)."""
+    """The size of the index's FAISS files, counted as FAISS writes them in 1 MiB blocks (never a copy in memory).
+
+    Mapped re-ranking vectors (`refine.faiss`) are counted, not read.
+    """
+    split = without_refine(index)
+    if split is not None:
+        return _index_bytes(split[0]) + refine_file_bytes(split[1])
     size = 0
 
     def count(block: bytes) -> int:

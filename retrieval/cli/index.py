@@ -27,6 +27,7 @@ import numpy as np
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
+from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, add_train_parser, run_merge, run_train
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder
@@ -86,6 +87,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_config_arguments(build)
     _add_image_inputs(build, required=False)
     add_embeddings_arguments(build)
+    add_shard_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
@@ -172,6 +174,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"points per request (default: {DEFAULT_BATCH_SIZE})"
     )
     export.add_argument("--recreate", action="store_true", help="delete the collection first, whatever it holds")
+    add_train_parser(actions)
+    add_merge_parser(actions)
 
 
 def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -244,7 +248,7 @@ def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
-    return {**commands, "export": _export}[args.index_command](args)
+    return {**commands, "export": _export, "train": run_train, "merge": run_merge}[args.index_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -292,10 +296,11 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
-    measured = index.manifest.get("measured") or index.evaluate(k=10)
+    shard = "trained" in index.manifest  # a shard (index build --trained) is measured once merged
+    measured = index.manifest.get("measured") or (None if shard else index.evaluate(k=10))
     print(f"index: {args.out} ({index.kind}: {index.factory})")
     print(inputs)
-    print(_format_measurement(measured))
+    print(_format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
     print(_tuning_line(index.manifest))
     return 0
 

@@ -206,6 +206,8 @@ class SearchIndex:
         inputs_were_normalized: bool | None = None,
         on_disk: Path | None = None,
         refine_directory: Path | None = None,
+        trained: faiss.Index | None = None,
+        first_id: int = 0,
     ) -> SearchIndex:
         """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
 
@@ -231,6 +233,10 @@ class SearchIndex:
                 there (`refine.faiss`) as they stream and searched memory-mapped, so that memory holds the
                 PQ codes and ids only (`retrieval.index.refine_file`). `save` links the file into the index
                 directory; the index is read-only. Other kinds ignore it.
+            trained: a trained, empty index of the plan's factory (`retrieval.index.shards`) to add to
+                instead of training one: no training sample is read and, without `tuning_queries`, nothing is
+                held out or measured (a shard of a larger index, measured once merged).
+            first_id: the id of the first row (a shard's offset in the full list of rows): ids run from first_id.
 
         Raises:
             UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
@@ -238,16 +244,16 @@ class SearchIndex:
         n, dim = stream.count, stream.dim
         budget = parse_memory(max_memory)
         plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes, on_disk=on_disk is not None)
-        if n < plan.min_training_vectors:
+        if n < plan.min_training_vectors and trained is None:
             raise UserError(_too_few_message(plan, n))
-        ids = np.arange(n, dtype=np.int64)
-        table = Metadata.from_rows(ids, metadata)
+        ids = np.arange(n, dtype=np.int64)  # row positions; the ids are first_id + positions
+        table = Metadata.from_rows(ids + first_id, metadata)
         rng = np.random.default_rng(_SEED)
         held_out = np.zeros(0, dtype=np.int64)
-        if tuning_queries is None:
+        if tuning_queries is None and trained is None:
             held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
         training = np.zeros(0, dtype=np.int64)
-        if plan.trained:
+        if plan.trained and trained is None:
             training = np.sort(rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False))
         inserted_count = n - len(held_out)
         measuring = tuning_queries is not None or len(held_out) > 0
@@ -259,17 +265,21 @@ class SearchIndex:
 
         reader = _UnitChunks(stream, chunk_rows)
         wanted = np.concatenate([held_out, training, checked])
-        gathered = gather_rows(reader.read("sampling", progress and len(wanted) > 0), wanted, dim)
+        sampled = reader.read("sampling", progress) if len(wanted) else iter(())  # a shard samples nothing
+        gathered = gather_rows(sampled, wanted, dim)
         held_vectors, training_vectors, checked_vectors = np.split(
             gathered, [len(held_out), len(held_out) + len(training)]
         )
         queries = held_vectors if tuning_queries is None else _unit_rows(tuning_queries, "tuning_queries", dim)[0]
 
-        index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        if trained is None:
+            index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.clone_index(trained)
         graph = find_index(index, faiss.IndexHNSW)
         if graph is not None and "ef_construction" in plan.parameters:
             graph.hnsw.efConstruction = plan.parameters["ef_construction"]
-        if plan.trained:
+        if plan.trained and trained is None:
             index.train(training_vectors)
         del gathered, training_vectors
         depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
@@ -280,7 +290,7 @@ class SearchIndex:
         elif refine_directory is not None and plan.kind is IndexKind.IVFPQ:
             spill = RefineSpill(index, refine_directory)
         adding = shards or spill or index
-        true_ids = _add_stream(adding, reader, held_out, queries if measuring else None, depth, progress)
+        true_ids = _add_stream(adding, reader, held_out, queries if measuring else None, depth, progress, first_id)
         if shards is not None:
             index = shards.merge()
         elif spill is not None:
@@ -290,18 +300,19 @@ class SearchIndex:
         parameters, measured = dict(plan.search_parameters), None
         if measuring:
             if target is not None:
-                stored = (checked_vectors, to_label(checked))
+                stored = (checked_vectors, to_label(checked + first_id))
                 parameters, _ = tune_search_parameters(
                     searchable, queries, to_label(true_ids), target, depth, stored, best_effort=target_recall is None
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
+        held_ids = held_out + first_id
         if shards is None and spill is None:
-            _add(index, held_vectors, held_out, progress, "adding held-out queries")
+            _add(index, held_vectors, held_ids, progress, "adding held-out queries")
         elif shards is not None and len(held_out):
-            index = shards.add_and_merge(held_vectors, held_out)
+            index = shards.add_and_merge(held_vectors, held_ids)
         elif spill is not None and len(held_out):
-            index = spill.add_and_finish(held_vectors, held_out)
+            index = spill.add_and_finish(held_vectors, held_ids)
 
         manifest = {
             "format": FORMAT,
@@ -320,7 +331,8 @@ class SearchIndex:
             "inputs_were_normalized": reader.were_unit if inputs_were_normalized is None else inputs_were_normalized,
             "count": n,
             "stored": int(index.ntotal),
-            "next_id": n,
+            "next_id": first_id + n,
+            **({"first_id": first_id} if first_id else {}),
             "removed_ids": [],
             "search_parameters": parameters,
             "target_recall": target,
@@ -769,8 +781,9 @@ def _add_stream(
     queries: np.ndarray | None,
     depth: int,
     progress: bool,
+    first_id: int,
 ) -> np.ndarray:
-    """Add every row but the `held_out` ones (sorted), ids = row numbers, in one pass over `reader`.
+    """Add every row but the `held_out` ones (sorted positions), ids = first_id + row numbers, in one pass.
 
     Returns:
         `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
@@ -779,10 +792,11 @@ def _add_stream(
 
     def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for start, rows in reader.read("indexing", progress):
-            ids = np.arange(start, start + len(rows), dtype=np.int64)
-            keep = ~np.isin(ids, held_out, assume_unique=True)
-            index.add_with_ids(rows[keep], ids[keep])
-            yield ids[keep], rows[keep]
+            positions = np.arange(start, start + len(rows), dtype=np.int64)
+            keep = ~np.isin(positions, held_out, assume_unique=True)
+            ids = positions[keep] + first_id
+            index.add_with_ids(rows[keep], ids)
+            yield ids, rows[keep]
 
     if queries is None:
         for _ in added():

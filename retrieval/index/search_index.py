@@ -312,6 +312,7 @@ class SearchIndex:
         elif shards is not None and len(held_out):
             index = shards.add_and_merge(held_vectors, held_ids)
         elif spill is not None and len(held_out):
+            del index, searchable  # unmapped before refine.faiss is mapped again: one mapping's pages resident
             index = spill.add_and_finish(held_vectors, held_ids)
 
         manifest = {

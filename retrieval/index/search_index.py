@@ -594,7 +594,8 @@ class SearchIndex:
             mmap: memory-map the flat vector storage of the FAISS file instead of reading it
                 (flat, HNSW and ivfpq's re-ranking vectors; inverted lists are still read): opens
                 fast and shares pages between processes, but the index is read-only
-                (`add`/`remove` raise).
+                (`add`/`remove` raise). On-disk lists (`lists.ivfdata`) and ivfpq vectors in
+                `refine.faiss` are always mapped, and such indexes are always read-only.
             dim: the embedding dimension the caller's model produces; a different index
                 dimension is an error.
 

@@ -258,6 +258,8 @@ def _build(args: argparse.Namespace) -> int:
             raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
         with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):
             return _save_built(args, index, inputs)
+    if args.trained or args.shard:
+        raise UserError("--trained and --shard build shards from embedding files: pass --embeddings PATH...")
     if args.checkpoint is None and args.model is None and args.backbone is None:
         raise UserError(
             "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone NAME) and --csv FILE "

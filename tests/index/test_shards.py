@@ -161,3 +161,13 @@ def test_a_merge_killed_while_saving_leaves_no_index(split, tmp_path) -> None:
     assert main(["index", "merge", *shards, "--out", str(out)]) == 0  # and the next one clears them
     assert SearchIndex.load(out).ntotal == 4000
     assert not any(path.name.endswith(".tmp") for path in tmp_path.iterdir())
+
+
+def test_a_shard_needs_a_trained_index_and_embedding_files(split, tmp_path, capsys) -> None:
+    tail = str(split["root"] / "tail.npy")
+    assert main(["index", "build", "--embeddings", tail, "--shard", "0/2", "--out", str(tmp_path / "a")]) == 2
+    assert "--shard K/M needs --trained TRAINED" in capsys.readouterr().err
+    trained = ["--trained", str(split["trained"]), "--out", str(tmp_path / "b")]
+    assert main(["index", "build", "--images", str(tmp_path), *trained]) == 2
+    assert "pass --embeddings PATH" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -18,7 +18,9 @@ two child processes, so that each one's peak memory is its own:
   count, though the kernel can drop them) and anonymous (RssAnon: what it cannot drop).
 
 A kind named `ivf-on-disk` is `ivf` built with `on_disk` (`index build --on-disk`): inverted
-lists in shards merged into one memory-mapped file.
+lists in shards merged into one memory-mapped file. Every build gets a working directory as
+`index build --embeddings` does, so `ivfpq` writes its re-ranking vectors to `refine.faiss` as
+they stream and keeps only the PQ codes and ids in memory.
 
 Bytes per vector on disk: the index directory's files over N. Every child runs on `--threads`
 FAISS threads. The `.npy` files are deleted at the end unless `--keep`.
@@ -148,8 +150,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     faiss.omp_set_num_threads(args.threads)
     kind, on_disk = args.kind.removesuffix("-on-disk"), args.kind.endswith("-on-disk")
     work = args.index.with_name(args.index.name + ".work")
-    if on_disk:
-        work.mkdir()
+    work.mkdir()
     files = open_embedding_files([args.vectors])
     queries = np.load(args.vectors.with_name(args.vectors.name.replace("vectors-", "queries-")))
     peak_anonymous = _PeakAnonymous()
@@ -161,6 +162,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         tuning_queries=queries,
         progress=False,
         on_disk=work if on_disk else None,
+        refine_directory=work,
     )
     built, cpu_seconds = time.perf_counter(), _cpu_seconds() - cpu_started
     index.save(args.index)

@@ -27,6 +27,7 @@ import numpy as np
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
+from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, add_train_parser, run_merge, run_train
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder
@@ -86,6 +87,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     add_config_arguments(build)
     _add_image_inputs(build, required=False)
     add_embeddings_arguments(build)
+    add_shard_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
     build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
@@ -172,6 +174,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--batch-size", type=int, default=DEFAULT_BATCH_SIZE, help=f"points per request (default: {DEFAULT_BATCH_SIZE})"
     )
     export.add_argument("--recreate", action="store_true", help="delete the collection first, whatever it holds")
+    add_train_parser(actions)
+    add_merge_parser(actions)
 
 
 def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -244,7 +248,7 @@ def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     commands = {"build": _build, "query": _query, "add": _add, "remove": _remove, "compact": _compact, "eval": _eval}
-    return {**commands, "export": _export}[args.index_command](args)
+    return {**commands, "export": _export, "train": run_train, "merge": run_merge}[args.index_command](args)
 
 
 def _build(args: argparse.Namespace) -> int:
@@ -254,6 +258,8 @@ def _build(args: argparse.Namespace) -> int:
             raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
         with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):
             return _save_built(args, index, inputs)
+    if args.trained or args.shard:
+        raise UserError("--trained and --shard build shards from embedding files: pass --embeddings PATH...")
     if args.checkpoint is None and args.model is None and args.backbone is None:
         raise UserError(
             "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone NAME) and --csv FILE "
@@ -292,10 +298,11 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
-    measured = index.manifest.get("measured") or index.evaluate(k=10)
+    shard = "trained" in index.manifest  # a shard (index build --trained) is measured once merged
+    measured = index.manifest.get("measured") or (None if shard else index.evaluate(k=10))
     print(f"index: {args.out} ({index.kind}: {index.factory})")
     print(inputs)
-    print(_format_measurement(measured))
+    print(_format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
     print(_tuning_line(index.manifest))
     return 0
 
@@ -328,7 +335,7 @@ def _query(args: argparse.Namespace) -> int:
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
     where = load_filter(args.where) if args.where is not None else None
-    index = SearchIndex.load(args.index)
+    index = SearchIndex.load(args.index, mmap=True)  # read-only: vectors stay in the page cache, shared
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     min_score = resolve_min_score(args.min_score, index.manifest)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from retrieval.cli.index_shards import shard_inputs
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, parse_memory
 from retrieval.index.embedding_files import open_embedding_files
@@ -47,11 +48,16 @@ def built_from_embeddings(
 
     `target_recall` and `default_target_recall` are `SearchIndex.build`'s, from `--target-recall`.
 
-    With `--on-disk` the inverted lists are built in a working directory beside `--out`, removed
-    when the block ends (once the index is saved, its directory holds a link to them).
+    The build's large files (`--on-disk`'s inverted lists, ivfpq's re-ranking vectors) are written
+    to a working directory beside `--out`, removed when the block ends (once the index is saved, its
+    directory holds a link to them).
+
+    With `--trained` (and `--shard K/M`) it builds a shard: this shard's inputs added to a copy of the
+    trained index, ids from the shard's first row number, neither tuned nor measured (`index merge`).
 
     Raises:
-        UserError: images or a checkpoint were given too, or the files are unreadable (see `open_embedding_files`).
+        UserError: images or a checkpoint were given too, the files are unreadable (see `open_embedding_files`),
+            or `--trained`/`--shard` do not fit them (see `shard_inputs`).
     """
     flags = (
         ("--checkpoint", args.checkpoint),
@@ -63,22 +69,31 @@ def built_from_embeddings(
     given = [flag for flag, value in flags if value]
     if given:
         raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
-    files = open_embedding_files(args.embeddings)
+    files, first_id, trained = shard_inputs(args, open_embedding_files(args.embeddings))
     model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
-    work = working_directory(args.out) if args.on_disk else None
+    work = working_directory(args.out)
     try:
         index = SearchIndex.build_streamed(
             files.stream,
             files.metadata(),
-            kind=args.type,
+            kind=args.type if trained is None else trained.manifest["kind"],
             max_memory=parse_memory(args.max_memory) if args.max_memory else None,
-            target_recall=target_recall,
-            default_target_recall=default_target_recall,
+            target_recall=target_recall if trained is None else None,  # a shard is measured once merged
+            default_target_recall=default_target_recall if trained is None else None,
             model_info=model,
             sources=files.sources(),
-            on_disk=work,
+            on_disk=work if args.on_disk else None,
+            refine_directory=work,
+            nlist=None if trained is None else trained.manifest["parameters"]["nlist"],
+            trained=None if trained is None else trained.index,
+            first_id=first_id,
         )
-        yield index, f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"
+        if trained is not None:
+            index.manifest["trained"] = trained.sha256  # `index merge` merges shards of one trained index only
+        yield (
+            index,
+            f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"
+            + (f", ids {first_id}..{first_id + index.ntotal - 1}" if trained is not None else ""),
+        )
     finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)

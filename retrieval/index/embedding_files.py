@@ -20,6 +20,7 @@ model (`--checkpoint`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,7 @@ from retrieval.errors import UserError
 from retrieval.index.streaming import VectorStream
 from retrieval.inference.embedding_parts import iter_embedding_parts, read_success
 from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
+from retrieval.runtime.files import file_sha256
 
 __all__ = ["EmbeddingFiles", "open_embedding_files"]
 
@@ -42,11 +44,15 @@ _RENAMED = {"id": "path", "ids": "path", "labels": "label"}  # file column -> in
 
 @dataclass(frozen=True)
 class _File:
-    """One file of rows, or a directory of parts read as one: its path, row count and dimension."""
+    """One file of rows, or a directory of parts read as one: its path, row count and dimension.
+
+    `sha256`: what a part's `.json` records, checked before its rows are read (a part read on its own).
+    """
 
     path: Path
     rows: int
     dim: int
+    sha256: str | None = None
 
     def chunks(self, chunk_rows: int) -> Iterator[np.ndarray]:
         """The file's `(n, D)` vectors, at most `chunk_rows` rows at a time."""
@@ -55,6 +61,8 @@ class _File:
             for part in iter_embedding_parts(self.path):  # each part whole (embed's --part-rows), its sha256 checked
                 yield from _slices(part["embeddings"], chunk_rows)
             return
+        if self.sha256 is not None and file_sha256(self.path) != self.sha256:
+            raise UserError(f"embedding part {self.path} does not match its .json (sha256); rerun embed to rewrite it")
         if suffix == ".parquet":
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=chunk_rows, columns=[_VECTOR_COLUMN])
             for batch in batches:
@@ -65,6 +73,16 @@ class _File:
             return
         with np.load(self.path) as loaded:
             yield from _slices(loaded["embeddings"], chunk_rows)
+
+    def units(self) -> list[_File]:
+        """What a shard takes whole: the file itself, or each part of a parts directory (as a parquet file)."""
+        if not self.path.is_dir():
+            return [self]
+        parts = []
+        for name in read_success(self.path)["parts"]:
+            record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
+            parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
+        return parts
 
     def metadata(self) -> pa.Table:
         """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
@@ -111,6 +129,27 @@ class EmbeddingFiles:
                 yield from file.chunks(chunk_rows)
 
         return VectorStream(count=self.rows, dim=self.dim, read=read)
+
+    def shard(self, number: int, count: int) -> tuple[EmbeddingFiles, int]:
+        """Shard `number` (0-based) of `count`: a contiguous run of whole inputs, and the row number of its first row.
+
+        Inputs are files, and a parts directory's parts each (their sha256 checked as they are read), so that
+        `count` machines share one embed job's parts. An input starting at row r goes to shard
+        floor(r · count / N): runs of about N / count rows, in order, each row in exactly one shard.
+
+        Raises:
+            UserError: this shard gets no input (more shards than inputs).
+        """
+        units = [unit for file in self.files for unit in file.units()]
+        starts = np.cumsum([0] + [unit.rows for unit in units])[:-1]
+        owners = np.minimum(starts * count // self.rows, count - 1)
+        mine = tuple(unit for unit, owner in zip(units, owners, strict=True) if owner == number)
+        if not mine:
+            raise UserError(
+                f"shard {number}/{count} gets none of the {len(units)} embedding files or parts; use fewer shards"
+            )
+        first_row = int(starts[owners == number][0])
+        return EmbeddingFiles(mine, sum(unit.rows for unit in mine), self.dim, self.checkpoint_sha256), first_row
 
     def metadata(self) -> pa.Table | None:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.

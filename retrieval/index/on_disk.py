@@ -17,12 +17,14 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import faiss
 import numpy as np
 
-__all__ = ["LISTS_FILE", "ShardedLists", "lists_file", "link_or_copy"]
+__all__ = ["LISTS_FILE", "ShardedLists", "lists_file", "link_or_copy", "merged_lists"]
 
 LISTS_FILE = "lists.ivfdata"
 
@@ -58,15 +60,7 @@ class ShardedLists:
             sources.insert(0, faiss.extract_index_ivf(self._merged).invlists)
         folder = self._directory / f"merge-{len(list(self._directory.glob('merge-*')))}"
         folder.mkdir()  # every lists file is named LISTS_FILE, each in its own folder
-        merged = faiss.clone_index(self._empty)
-        ivf = faiss.extract_index_ivf(merged)
-        invlists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(folder / LISTS_FILE))
-        pointers = faiss.InvertedListsPtrVector()  # type: ignore[attr-defined]  # SWIG vector, not in FAISS's stubs
-        for source in sources:
-            pointers.push_back(source)
-        merged.ntotal = ivf.ntotal = invlists.merge_from_multiple(pointers.data(), pointers.size(), False)
-        ivf.replace_invlists(invlists, True)
-        invlists.this.disown()  # type: ignore[attr-defined]  # SWIG ownership: the index frees the lists now
+        merged = merged_lists(self._empty, sources, folder / LISTS_FILE)
         del shards, sources
         for path in self._shards:
             path.unlink()
@@ -86,6 +80,25 @@ class ShardedLists:
             faiss.write_index(self._index, str(path))
             self._shards.append(path)
             self._index.reset()
+
+
+def merged_lists(empty: faiss.Index, sources: Sequence[Any], path: Path) -> faiss.Index:
+    """A copy of the trained, empty IVF index `empty` whose lists are `sources`' lists (`faiss.InvertedLists`),
+    merged into a file at `path`.
+
+    FAISS's `OnDiskInvertedLists.merge_from_multiple`: list i of the result is list i of every
+    source in turn, so the sources must share `empty`'s coarse quantizer.
+    """
+    merged = faiss.clone_index(empty)
+    ivf = faiss.extract_index_ivf(merged)
+    invlists = faiss.OnDiskInvertedLists(ivf.nlist, ivf.code_size, str(path))
+    pointers = faiss.InvertedListsPtrVector()  # type: ignore[attr-defined]  # SWIG vector, not in FAISS's stubs
+    for source in sources:
+        pointers.push_back(source)
+    merged.ntotal = ivf.ntotal = invlists.merge_from_multiple(pointers.data(), pointers.size(), False)
+    ivf.replace_invlists(invlists, True)
+    invlists.this.disown()  # type: ignore[attr-defined]  # SWIG ownership: the index frees the lists now
+    return merged
 
 
 def lists_file(index: faiss.Index) -> Path | None:

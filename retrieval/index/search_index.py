@@ -29,6 +29,7 @@ from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
+from retrieval.index.refine_file import REFINE_FILE, RefineSpill, from_index_file, refine_file_bytes, without_refine
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -73,11 +74,17 @@ class SearchIndex:
     """
 
     def __init__(
-        self, index: faiss.Index, metadata: Metadata, manifest: dict[str, Any], read_only: bool = False
+        self,
+        index: faiss.Index,
+        metadata: Metadata,
+        manifest: dict[str, Any],
+        read_only: bool = False,
+        refine_file: Path | None = None,
     ) -> None:
         """Wrap a built FAISS index; use `build` or `load` rather than calling this directly."""
         self._index = index
         self._read_only = read_only  # memory-mapped: FAISS aborts the process on a write to mapped storage
+        self._refine_file = refine_file  # ivfpq's re-ranking vectors, mapped from this file (`refine_file`)
         self._metadata = metadata
         self.manifest = manifest
         self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
@@ -198,6 +205,9 @@ class SearchIndex:
         sources: list[dict[str, Any]] | None = None,
         inputs_were_normalized: bool | None = None,
         on_disk: Path | None = None,
+        refine_directory: Path | None = None,
+        trained: faiss.Index | None = None,
+        first_id: int = 0,
     ) -> SearchIndex:
         """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
 
@@ -219,6 +229,14 @@ class SearchIndex:
                 written there in shards of at most half of `max_memory` (default 1 GiB) and merged
                 into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
                 in memory. `save` links that file into the index directory; the index is read-only.
+            refine_directory: a working directory for an ivfpq build's float32 re-ranking vectors: written
+                there (`refine.faiss`) as they stream and searched memory-mapped, so that memory holds the
+                PQ codes and ids only (`retrieval.index.refine_file`). `save` links the file into the index
+                directory; the index is read-only. Other kinds ignore it.
+            trained: a trained, empty index of the plan's factory (`retrieval.index.shards`) to add to
+                instead of training one: no training sample is read and, without `tuning_queries`, nothing is
+                held out or measured (a shard of a larger index, measured once merged).
+            first_id: the id of the first row (a shard's offset in the full list of rows): ids run from first_id.
 
         Raises:
             UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
@@ -226,16 +244,16 @@ class SearchIndex:
         n, dim = stream.count, stream.dim
         budget = parse_memory(max_memory)
         plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes, on_disk=on_disk is not None)
-        if n < plan.min_training_vectors:
+        if n < plan.min_training_vectors and trained is None:
             raise UserError(_too_few_message(plan, n))
-        ids = np.arange(n, dtype=np.int64)
-        table = Metadata.from_rows(ids, metadata)
+        ids = np.arange(n, dtype=np.int64)  # row positions; the ids are first_id + positions
+        table = Metadata.from_rows(ids + first_id, metadata)
         rng = np.random.default_rng(_SEED)
         held_out = np.zeros(0, dtype=np.int64)
-        if tuning_queries is None:
+        if tuning_queries is None and trained is None:
             held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
         training = np.zeros(0, dtype=np.int64)
-        if plan.trained:
+        if plan.trained and trained is None:
             training = np.sort(rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False))
         inserted_count = n - len(held_out)
         measuring = tuning_queries is not None or len(held_out) > 0
@@ -247,42 +265,55 @@ class SearchIndex:
 
         reader = _UnitChunks(stream, chunk_rows)
         wanted = np.concatenate([held_out, training, checked])
-        gathered = gather_rows(reader.read("sampling", progress and len(wanted) > 0), wanted, dim)
+        sampled = reader.read("sampling", progress) if len(wanted) else iter(())  # a shard samples nothing
+        gathered = gather_rows(sampled, wanted, dim)
         held_vectors, training_vectors, checked_vectors = np.split(
             gathered, [len(held_out), len(held_out) + len(training)]
         )
         queries = held_vectors if tuning_queries is None else _unit_rows(tuning_queries, "tuning_queries", dim)[0]
 
-        index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        if trained is None:
+            index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+        else:
+            index = faiss.clone_index(trained)
         graph = find_index(index, faiss.IndexHNSW)
         if graph is not None and "ef_construction" in plan.parameters:
             graph.hnsw.efConstruction = plan.parameters["ef_construction"]
-        if plan.trained:
+        if plan.trained and trained is None:
             index.train(training_vectors)
         del gathered, training_vectors
         depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
-        shards = None
+        shards = spill = None
         if on_disk is not None:
             shard_rows = max(chunk_rows, int((budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
             shards = ShardedLists(index, on_disk, shard_rows)
-        true_ids = _add_stream(shards or index, reader, held_out, queries if measuring else None, depth, progress)
+        elif refine_directory is not None and plan.kind is IndexKind.IVFPQ:
+            spill = RefineSpill(index, refine_directory)
+        adding = shards or spill or index
+        true_ids = _add_stream(adding, reader, held_out, queries if measuring else None, depth, progress, first_id)
         if shards is not None:
             index = shards.merge()
+        elif spill is not None:
+            index = spill.finish()
         searchable, to_label = _label_space(index)
 
         parameters, measured = dict(plan.search_parameters), None
         if measuring:
             if target is not None:
-                stored = (checked_vectors, to_label(checked))
+                stored = (checked_vectors, to_label(checked + first_id))
                 parameters, _ = tune_search_parameters(
                     searchable, queries, to_label(true_ids), target, depth, stored, best_effort=target_recall is None
                 )
             _set_search_parameters(index, parameters)
             measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        if shards is None:
-            _add(index, held_vectors, held_out, progress, "adding held-out queries")
-        elif len(held_out):
-            index = shards.add_and_merge(held_vectors, held_out)
+        held_ids = held_out + first_id
+        if shards is None and spill is None:
+            _add(index, held_vectors, held_ids, progress, "adding held-out queries")
+        elif shards is not None and len(held_out):
+            index = shards.add_and_merge(held_vectors, held_ids)
+        elif spill is not None and len(held_out):
+            del index, searchable  # unmapped before refine.faiss is mapped again: one mapping's pages resident
+            index = spill.add_and_finish(held_vectors, held_ids)
 
         manifest = {
             "format": FORMAT,
@@ -301,7 +332,8 @@ class SearchIndex:
             "inputs_were_normalized": reader.were_unit if inputs_were_normalized is None else inputs_were_normalized,
             "count": n,
             "stored": int(index.ntotal),
-            "next_id": n,
+            "next_id": first_id + n,
+            **({"first_id": first_id} if first_id else {}),
             "removed_ids": [],
             "search_parameters": parameters,
             "target_recall": target,
@@ -311,7 +343,9 @@ class SearchIndex:
             "match_threshold": match_threshold,
             **({"sources": sources} if sources is not None else {}),
         }
-        return cls(index, table, manifest)
+        return cls(
+            index, table, manifest, read_only=spill is not None, refine_file=None if spill is None else spill.path
+        )
 
     # -- searching -----------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -526,8 +560,12 @@ class SearchIndex:
         manifest = dict(self.manifest)
         lists = lists_file(self._index)
         writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
+        if self._refine_file is not None:
+            writers[REFINE_FILE] = partial(link_or_copy, self._refine_file)
         writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
         self.manifest = write_index_directory(directory, writers, manifest)
+        if self._refine_file is not None:  # the mapped file is now (also) this one: a build's working copy may go
+            self._refine_file = Path(directory).absolute() / REFINE_FILE
 
     @classmethod
     @contextmanager
@@ -556,7 +594,8 @@ class SearchIndex:
             mmap: memory-map the flat vector storage of the FAISS file instead of reading it
                 (flat, HNSW and ivfpq's re-ranking vectors; inverted lists are still read): opens
                 fast and shares pages between processes, but the index is read-only
-                (`add`/`remove` raise).
+                (`add`/`remove` raise). On-disk lists (`lists.ivfdata`) and ivfpq vectors in
+                `refine.faiss` are always mapped, and such indexes are always read-only.
             dim: the embedding dimension the caller's model produces; a different index
                 dimension is an error.
 
@@ -594,6 +633,9 @@ class SearchIndex:
             index = faiss.read_index(
                 str(path), faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else _MMAP_FLAGS if mmap else 0
             )
+            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest["files"] else None
+            if refine_file is not None:  # ivfpq's re-ranking vectors, always memory-mapped
+                index = from_index_file(index, refine_file)
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
@@ -607,7 +649,8 @@ class SearchIndex:
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
                 f"{manifest['count']} vectors: count mismatch"
             )
-        return cls(index, metadata, manifest, read_only=mmap or on_disk)
+        read_only = mmap or on_disk or refine_file is not None
+        return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:
@@ -616,15 +659,16 @@ class SearchIndex:
         `faiss.write_index(index, path)` reports a failed final flush (a full disk) on stderr
         only and returns, leaving a truncated file; a failed write mid-way is a `RuntimeError`.
         """
+        split = without_refine(self._index)  # re-ranking vectors in refine.faiss: index.faiss holds the rest
         with open(path, "wb") as handle:
             writer = faiss.PyCallbackIOWriter(handle.write)  # type: ignore[attr-defined]  # not in FAISS's stubs
-            faiss.write_index(self._index, writer)
+            faiss.write_index(self._index if split is None else split[0], writer)
 
     def _check_writable(self, action: str) -> None:
         if self._read_only:
             raise UserError(
-                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists); "
-                "load it without mmap, or rebuild an on-disk index with `index build --on-disk`"
+                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists or ivfpq "
+                "re-ranking vectors in refine.faiss); load it without mmap, or rebuild it from the embedding files"
             )
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
@@ -733,14 +777,15 @@ class _UnitChunks:
 
 
 def _add_stream(
-    index: faiss.Index | ShardedLists,
+    index: faiss.Index | ShardedLists | RefineSpill,
     reader: _UnitChunks,
     held_out: np.ndarray,
     queries: np.ndarray | None,
     depth: int,
     progress: bool,
+    first_id: int,
 ) -> np.ndarray:
-    """Add every row but the `held_out` ones (sorted), ids = row numbers, in one pass over `reader`.
+    """Add every row but the `held_out` ones (sorted positions), ids = first_id + row numbers, in one pass.
 
     Returns:
         `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
@@ -749,10 +794,11 @@ def _add_stream(
 
     def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
         for start, rows in reader.read("indexing", progress):
-            ids = np.arange(start, start + len(rows), dtype=np.int64)
-            keep = ~np.isin(ids, held_out, assume_unique=True)
-            index.add_with_ids(rows[keep], ids[keep])
-            yield ids[keep], rows[keep]
+            positions = np.arange(start, start + len(rows), dtype=np.int64)
+            keep = ~np.isin(positions, held_out, assume_unique=True)
+            ids = positions[keep] + first_id
+            index.add_with_ids(rows[keep], ids)
+            yield ids, rows[keep]
 
     if queries is None:
         for _ in added():
@@ -830,7 +876,13 @@ def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
 
 
 def _index_bytes(index: faiss.Index) -> int:
-    """The size of the index's FAISS file, counted as FAISS writes it in 1 MiB blocks (never a copy in memory)."""
+    """The size of the index's FAISS files, counted as FAISS writes them in 1 MiB blocks (never a copy in memory).
+
+    Mapped re-ranking vectors (`refine.faiss`) are counted, not read.
+    """
+    split = without_refine(index)
+    if split is not None:
+        return _index_bytes(split[0]) + refine_file_bytes(split[1])
     size = 0
 
     def count(block: bytes) -> int:

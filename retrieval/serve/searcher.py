@@ -56,7 +56,7 @@ def load_view(
     Raises:
         UserError: the index or its checkpoint cannot be loaded.
     """
-    index = SearchIndex.load(path)
+    index = SearchIndex.load(path, mmap=True)  # served read-only: vectors mapped, shared through the page cache
     model_info = index.manifest.get("model") or {}
     recorded = model_identity(model_info)
     if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:

@@ -1,0 +1,222 @@
+"""Indexes built on several machines: one trained empty IVF index, a shard of the rows each, merged on disk.
+
+FAISS's recipe for indexes larger than one machine (`faiss.contrib.ondisk`), as commands:
+
+1. `train_index` (`retrieval index train`) trains `IVF{nlist},Flat` on a sample of all the rows
+   and writes it, empty, to `TRAINED/index.faiss` with a manifest recording its sha256.
+2. Each machine builds a shard (`retrieval index build --trained TRAINED --shard K/M`): a copy of
+   the trained index holding its contiguous run of the inputs (`EmbeddingFiles.shard`), ids being
+   the rows' numbers over the full ordered list of inputs. The shard is an ordinary index
+   directory whose manifest records the trained index's sha256 and its first id.
+3. `merge_shards` (`retrieval index merge`) merges the shards' inverted lists into one on-disk
+   lists file (`on_disk.merged_lists`, FAISS's `merge_from_multiple`) and concatenates their
+   metadata tables. Shards of another trained index, kind or dimension, or whose ids overlap,
+   are refused.
+
+IVF-Flat only: the kind whose lists hold everything a search needs (ivfpq's re-ranking vectors
+and id map are not inverted lists).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+
+from retrieval import __version__
+from retrieval.errors import UserError
+from retrieval.index.choice import IndexKind, plan_index
+from retrieval.index.embedding_files import EmbeddingFiles
+from retrieval.index.metadata import Metadata
+from retrieval.index.on_disk import LISTS_FILE, merged_lists
+from retrieval.index.search_index import SearchIndex, _UnitChunks
+from retrieval.index.storage import (
+    FORMAT,
+    FORMAT_VERSION,
+    INDEX_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    read_verified_manifest,
+    write_index_directory,
+)
+from retrieval.index.streaming import gather_rows
+from retrieval.runtime.files import file_sha256
+
+__all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_shards", "read_trained", "train_index"]
+
+TRAINED_FORMAT = "retrieval-trained-index"
+_TRAINING_CAP = 262144  # as SearchIndex.build_streamed: k-means on more vectors barely moves the centroids
+_CHUNK_ROWS = 65536
+_SEED = 0
+
+
+@dataclass(frozen=True)
+class TrainedIndex:
+    """A trained, empty IVF index and what its manifest records (`factory`, `dimension`, `nlist`, `sha256`)."""
+
+    index: faiss.Index
+    manifest: dict[str, Any]
+
+    @property
+    def sha256(self) -> str:
+        """The sha256 of its `index.faiss`: what shards record and `merge_shards` compares."""
+        return str(self.manifest["files"][INDEX_FILE]["sha256"])
+
+
+def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, progress: bool = True) -> TrainedIndex:
+    """Train `IVF{nlist},Flat` (default about 4·sqrt(N) lists) on a sample of `files`' rows and write it to `out`.
+
+    The sample is the one `SearchIndex.build_streamed` takes: max(39·nlist, 262,144) rows, seed 0.
+
+    Raises:
+        UserError: fewer rows than the lists need to train.
+    """
+    plan = plan_index(files.rows, files.dim, IndexKind.IVF, nlist=nlist)
+    if files.rows < plan.min_training_vectors:
+        raise UserError(
+            f"{files.rows:,} rows cannot train {plan.parameters['nlist']:,} lists (39 rows a list); "
+            "pass a smaller --nlist"
+        )
+    rng = np.random.default_rng(_SEED)
+    size = min(files.rows, max(plan.min_training_vectors, _TRAINING_CAP))
+    wanted = np.sort(rng.choice(files.rows, size=size, replace=False))
+    sample = gather_rows(_UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
+    index = faiss.index_factory(files.dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(sample)
+    manifest = {
+        "format": TRAINED_FORMAT,
+        "version": FORMAT_VERSION,
+        "toolkit_version": __version__,
+        "faiss_version": faiss.__version__,
+        "created": _now(),
+        "kind": plan.kind.value,
+        "factory": plan.factory,
+        "parameters": plan.parameters,
+        "dimension": files.dim,
+        "trained_on": {"rows": len(wanted), "of": files.rows, "sources": files.sources()},
+    }
+    written = write_index_directory(out, {INDEX_FILE: lambda path: faiss.write_index(index, str(path))}, manifest)
+    return TrainedIndex(index, written)
+
+
+def read_trained(directory: Path) -> TrainedIndex:
+    """The trained index `train_index` wrote at `directory`, its file checked against the manifest's sha256.
+
+    Raises:
+        UserError: not a trained index directory, or its index file was changed.
+    """
+    path = directory / MANIFEST_FILE
+    try:
+        manifest = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{directory} is not a trained index ({exc}); make one with `retrieval index train`") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != TRAINED_FORMAT:
+        raise UserError(f"{directory} is not a trained index; make one with `retrieval index train`")
+    expected = manifest.get("files", {}).get(INDEX_FILE, {}).get("sha256")
+    if not (directory / INDEX_FILE).is_file() or file_sha256(directory / INDEX_FILE) != expected:
+        raise UserError(f"{directory / INDEX_FILE} is missing or does not match its manifest; copy TRAINED again")
+    return TrainedIndex(faiss.read_index(str(directory / INDEX_FILE)), manifest)
+
+
+def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
+    """One index of the shards' vectors and metadata; its inverted lists are merged into `work/lists.ivfdata`.
+
+    `save` links that file into the index directory (atomically, as every save); the index is read-only.
+
+    Raises:
+        UserError: a shard is not a shard (built without `--trained`), or the shards differ in trained
+            index, kind or dimension, or their ids overlap.
+    """
+    manifests = [read_verified_manifest(shard) for shard in shards]
+    _check_compatible(shards, manifests)
+    order = sorted(range(len(shards)), key=lambda i: int(manifests[i].get("first_id", 0)))
+    shards, manifests = [shards[i] for i in order], [manifests[i] for i in order]
+    for number in range(1, len(shards)):
+        if int(manifests[number].get("first_id", 0)) < int(manifests[number - 1]["next_id"]):
+            raise UserError(
+                f"{shards[number - 1]} and {shards[number]} hold overlapping ids: merge each shard of one split once"
+            )
+    indexes = [_read_shard(shard, manifest) for shard, manifest in zip(shards, manifests, strict=True)]
+    merged = merged_lists(
+        _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
+    )
+    del indexes
+    tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
+    metadata = Metadata(pa.concat_tables(tables, promote_options="permissive"))
+    return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
+
+
+def _check_compatible(shards: list[Path], manifests: list[dict[str, Any]]) -> None:
+    """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension."""
+    first = manifests[0]
+    for shard, manifest in zip(shards, manifests, strict=True):
+        if "trained" not in manifest:
+            raise UserError(f"{shard} is not a shard: build shards with `index build --trained TRAINED --shard K/M`")
+        for field, what in (("kind", "kind"), ("dimension", "dimension"), ("trained", "trained index (sha256)")):
+            if manifest[field] != first[field]:
+                raise UserError(
+                    f"{shard} has another {what} than {shards[0]}: "
+                    f"{manifest[field]!r} vs {first[field]!r}; merge shards built with one TRAINED"
+                )
+        if (manifest.get("model") or {}) != (first.get("model") or {}):
+            raise UserError(f"{shard} was embedded by another model than {shards[0]}; merge one model's shards")
+        if manifest.get("removed_ids"):
+            raise UserError(f"{shard} has removed ids; build the shard again from its embedding files")
+
+
+def _read_shard(shard: Path, manifest: dict[str, Any]) -> faiss.Index:
+    """The shard's FAISS index, its lists memory-mapped (on-disk lists beside it, or those inside index.faiss)."""
+    flags = faiss.IO_FLAG_ONDISK_SAME_DIR if LISTS_FILE in manifest["files"] else faiss.IO_FLAG_MMAP
+    return faiss.read_index(str(shard / INDEX_FILE), flags)
+
+
+def _empty_copy(index: faiss.Index) -> faiss.Index:
+    """An empty IVF-Flat index with the same coarse quantizer (its centroids copied) as `index`."""
+    ivf = faiss.extract_index_ivf(index)
+    empty = faiss.IndexIVFFlat(faiss.IndexFlatIP(ivf.d), ivf.d, ivf.nlist, faiss.METRIC_INNER_PRODUCT)
+    empty.quantizer.add(ivf.quantizer.reconstruct_n(0, ivf.nlist))
+    empty.is_trained = True
+    return empty
+
+
+def _merged_manifest(shards: list[Path], manifests: list[dict[str, Any]], stored: int) -> dict[str, Any]:
+    """The merged index's manifest: the shards' shape and settings, their counts and sources added up."""
+    first = manifests[0]
+    kept = ("kind", "requested_kind", "factory", "parameters", "dimension", "metric", "normalized", "trained")
+    start = int(first.get("first_id", 0))
+    return {
+        "format": FORMAT,
+        "version": FORMAT_VERSION,
+        "toolkit_version": __version__,
+        "faiss_version": faiss.__version__,
+        "created": _now(),
+        **{field: first[field] for field in kept},
+        "max_memory": None,
+        "inputs_were_normalized": all(manifest.get("inputs_were_normalized", False) for manifest in manifests),
+        "count": sum(int(manifest["count"]) for manifest in manifests),
+        "stored": stored,
+        "next_id": int(manifests[-1]["next_id"]),
+        **({"first_id": start} if start else {}),
+        "removed_ids": [],
+        "search_parameters": first["search_parameters"],
+        "target_recall": None,
+        "target_recall_source": None,
+        "measured": {},
+        "model": first.get("model") or {},
+        "match_threshold": None,
+        "sources": [source for manifest in manifests for source in manifest.get("sources", [])],
+        "merged_from": [
+            {"path": str(shard), "first_id": int(manifest.get("first_id", 0)), "count": int(manifest["count"])}
+            for shard, manifest in zip(shards, manifests, strict=True)
+        ],
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,173 @@
+"""Shards built from one trained index and merged: the same ids and results as one build, refusals, no half index."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pytest
+
+from retrieval.cli.main import main
+from retrieval.index import SearchIndex
+from retrieval.index.shards import read_trained
+from retrieval.inference.embeddings_file import write_embeddings
+from retrieval.runtime.files import file_sha256
+
+PART_ROWS = 700
+NLIST = 16
+
+
+def _parts(directory: Path, vectors: np.ndarray) -> Path:
+    """The layout `retrieval embed --out DIR/` writes: parquet parts, a `.json` each, `_SUCCESS` last."""
+    directory.mkdir()
+    names = []
+    for part, start in enumerate(range(0, len(vectors), PART_ROWS)):
+        stop = min(start + PART_ROWS, len(vectors))
+        path = directory / f"part-{part:05d}.parquet"
+        write_embeddings(
+            path, vectors[start:stop], [f"/img/{i}.png" for i in range(start, stop)], [str(start)] * (stop - start)
+        )
+        record = {"part": part, "first_row": start, "rows": stop - start, "sha256": file_sha256(path), "dim": 32}
+        path.with_suffix(".json").write_text(json.dumps(record))
+        names.append(path.name)
+    success = {"rows": len(vectors), "dim": 32, "parts": names, "checkpoint_sha256": "ab" * 32}
+    (directory / "_SUCCESS").write_text(json.dumps(success))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def split(data, tmp_path_factory) -> dict[str, Path]:
+    """A parts directory and a plain .npy of the rows after it, a trained index, three shards and their merge."""
+    vectors, _ = data
+    root = tmp_path_factory.mktemp("split")
+    np.save(root / "tail.npy", vectors[3000:])
+    inputs = [str(_parts(root / "parts", vectors[:3000])), str(root / "tail.npy")]
+    assert main(["index", "train", "--embeddings", *inputs, "--out", str(root / "trained"), "--nlist", str(NLIST)]) == 0
+    for k in range(3):
+        shard = ["--trained", str(root / "trained"), "--shard", f"{k}/3", "--out", str(root / f"shard{k}")]
+        assert main(["index", "build", "--embeddings", *inputs, *shard, *(["--on-disk"] if k == 1 else [])]) == 0
+    assert main(["index", "merge", *(str(root / f"shard{k}") for k in (2, 0, 1)), "--out", str(root / "merged")]) == 0
+    return {"root": root, "trained": root / "trained", **{f"shard{k}": root / f"shard{k}" for k in range(3)}}
+
+
+def test_merged_shards_search_like_one_build_with_the_trained_index(split, data) -> None:
+    vectors, queries = data
+    merged = SearchIndex.load(split["root"] / "merged")
+    reference = faiss.clone_index(read_trained(split["trained"]).index)  # FAISS itself, all rows in one process
+    reference.add_with_ids(vectors, np.arange(len(vectors)))
+    reference.nprobe = merged.manifest["search_parameters"]["nprobe"]
+    expected_scores, expected_ids = reference.search(queries, 10)
+    scores, ids = merged.search(queries, 10)
+    np.testing.assert_array_equal(ids, expected_ids)
+    np.testing.assert_allclose(scores, expected_scores, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(merged.ids, np.arange(len(vectors)))
+    assert merged.metadata_for([0, 2999, 3000]) == [
+        {"id": 0, "path": "/img/0.png", "label": 0},
+        {"id": 2999, "path": "/img/2999.png", "label": 2800},
+        {"id": 3000, "path": None, "label": None},  # the .npy holds vectors only
+    ]
+    assert sorted(merged.manifest["files"]) == ["index.faiss", "lists.ivfdata", "metadata.arrow"]
+
+
+def test_the_merge_equals_a_one_process_build_from_the_same_trained_index(split, data, tmp_path) -> None:
+    _, queries = data
+    inputs = [str(split["root"] / "parts"), str(split["root"] / "tail.npy")]
+    one = [
+        "index",
+        "build",
+        "--embeddings",
+        *inputs,
+        "--trained",
+        str(split["trained"]),
+        "--out",
+        str(tmp_path / "one"),
+    ]
+    assert main(one) == 0
+    whole, merged = SearchIndex.load(tmp_path / "one"), SearchIndex.load(split["root"] / "merged")
+    for expected, got in zip(whole.search(queries, 10), merged.search(queries, 10), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert whole.metadata_for(range(0, 4000, 250)) == merged.metadata_for(range(0, 4000, 250))
+
+
+def test_shards_take_contiguous_runs_of_whole_parts(split) -> None:
+    ranges = []
+    for k in range(3):
+        manifest = SearchIndex.load(split[f"shard{k}"]).manifest
+        ranges.append((manifest.get("first_id", 0), manifest["next_id"]))
+    assert ranges == [(0, 1400), (1400, 2800), (2800, 4000)]  # parts of 700 rows, then the .npy's 1,000
+
+
+def test_the_merge_refuses_overlapping_ids_another_trained_index_and_non_shards(split, data, tmp_path, capsys) -> None:
+    vectors, _ = data
+    np.save(tmp_path / "all.npy", vectors)
+    other = ["index", "train", "--embeddings", str(tmp_path / "all.npy"), "--out", str(tmp_path / "t2"), "--nlist", "8"]
+    assert main(other) == 0
+    build = ["index", "build", "--embeddings", str(tmp_path / "all.npy"), "--trained", str(tmp_path / "t2")]
+    assert main([*build, "--out", str(tmp_path / "foreign")]) == 0
+    assert (
+        main(
+            [
+                "index",
+                "build",
+                "--embeddings",
+                str(tmp_path / "all.npy"),
+                "--type",
+                "ivf",
+                "--out",
+                str(tmp_path / "plain"),
+            ]
+        )
+        == 0
+    )
+    capsys.readouterr()
+    cases = {
+        "overlapping ids": [split["shard0"], split["shard0"]],
+        "another trained index": [split["shard0"], tmp_path / "foreign"],
+        "is not a shard": [split["shard0"], tmp_path / "plain"],
+    }
+    for message, shards in cases.items():
+        out = tmp_path / "merged"
+        assert main(["index", "merge", *map(str, shards), "--out", str(out)]) == 2
+        error = capsys.readouterr().err
+        assert message in error and len(error.strip().splitlines()) == 1 and "Traceback" not in error
+        assert not out.exists()
+    assert main([*build, "--shard", "0/2", "--type", "ivfpq", "--out", str(tmp_path / "x")]) == 2
+    assert "trained ivf index; drop --type ivfpq" in capsys.readouterr().err
+
+
+def test_a_merge_killed_while_saving_leaves_no_index(split, tmp_path) -> None:
+    out = tmp_path / "merged"
+    killer = (
+        "import os, signal, sys\n"
+        "from retrieval.cli.main import main\n"
+        "from retrieval.index import SearchIndex\n"
+        "def write_half(self, path):\n"
+        "    path.write_bytes(b'half an index')\n"
+        "    os.kill(os.getpid(), signal.SIGKILL)\n"
+        "SearchIndex._write_faiss = write_half\n"
+        "main(['index', 'merge', *sys.argv[1:-1], '--out', sys.argv[-1]])\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    shards = [str(split[f"shard{k}"]) for k in range(3)]
+    killed = subprocess.run([sys.executable, "-c", killer, *shards, str(out)], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert not out.exists()  # the killed merge's files are in a working copy beside it, never at --out
+    assert main(["index", "merge", *shards, "--out", str(out)]) == 0  # and the next one clears them
+    assert SearchIndex.load(out).ntotal == 4000
+    assert not any(path.name.endswith(".tmp") for path in tmp_path.iterdir())
+
+
+def test_a_shard_needs_a_trained_index_and_embedding_files(split, tmp_path, capsys) -> None:
+    tail = str(split["root"] / "tail.npy")
+    assert main(["index", "build", "--embeddings", tail, "--shard", "0/2", "--out", str(tmp_path / "a")]) == 2
+    assert "--shard K/M needs --trained TRAINED" in capsys.readouterr().err
+    trained = ["--trained", str(split["trained"]), "--out", str(tmp_path / "b")]
+    assert main(["index", "build", "--images", str(tmp_path), *trained]) == 2
+    assert "pass --embeddings PATH" in capsys.readouterr().err
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -49,6 +49,7 @@ import timm
 import torch
 
 from retrieval.config import DataConfig
+from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.datasets import read_splits
 from retrieval.evaluate.evaluator import KS
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
@@ -138,19 +139,22 @@ def build_rows(args: argparse.Namespace) -> list[Row]:
 
 def score_embeddings(csv_path: Path, split: str, embeddings: np.ndarray) -> QueryValues:
     """Per-query Recall@1 and AP@R of one split's embeddings (rows in the CSV's order of that split)."""
-    rows = read_splits(DataConfig(name="csv", path=str(csv_path)))[split]
+    return _score_rows(_read_splits(csv_path)[split], f"{split} rows of {csv_path}", embeddings)
+
+
+def _read_splits(csv_path: Path) -> dict[str, CsvSplit]:
+    return read_splits(DataConfig(name="csv", path=str(csv_path)))
+
+
+def _score_rows(rows: CsvSplit, what: str, embeddings: np.ndarray) -> QueryValues:
     if len(embeddings) != len(rows.paths):
-        raise SystemExit(f"error: {len(embeddings)} embeddings for the {len(rows.paths)} {split} rows of {csv_path}")
+        raise SystemExit(f"error: {len(embeddings)} embeddings for the {len(rows.paths)} {what}")
     scores = per_query_scores(embeddings, rows.labels, KS, rows.query_mask, rows.gallery_mask)
     return QueryValues.from_scores(scores)
 
 
-def _split_embeddings(row: Row, run_dir: Path, csv_path: Path, split: str) -> np.ndarray:
-    if row.peer:
-        return np.load(run_dir / f"{split}.npy")
-    encoder = ImageEncoder.from_checkpoint(run_dir / "run" / "checkpoints" / "best.pt", device="cpu")
-    paths = read_splits(DataConfig(name="csv", path=str(csv_path)))[split].paths
-    embedded = encoder.embed_files(paths, batch_size=256, progress=False)
+def _toolkit_embeddings(encoder: ImageEncoder, rows: CsvSplit) -> np.ndarray:
+    embedded = encoder.embed_files(rows.paths, batch_size=256, progress=False)
     if embedded.failures:
         raise SystemExit(f"error: could not read {embedded.failures[0]}")
     return embedded.embeddings
@@ -186,9 +190,13 @@ def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
 
 def _score_run(row: Row, run_dir: Path, args: argparse.Namespace, result: dict) -> None:
     """Score the run's val and test embeddings into per_query_<split>.npz and `result`'s means."""
+    splits = _read_splits(args.csv)  # once for both splits, as the checkpoint is loaded once
     with _SCORING:
+        encoder = None if row.peer else ImageEncoder.from_checkpoint(run_dir / "run" / "checkpoints" / "best.pt", "cpu")
         for split in SPLITS:
-            values = score_embeddings(args.csv, split, _split_embeddings(row, run_dir, args.csv, split))
+            rows = splits[split]
+            embeddings = np.load(run_dir / f"{split}.npy") if encoder is None else _toolkit_embeddings(encoder, rows)
+            values = _score_rows(rows, f"{split} rows of {args.csv}", embeddings)
             save_query_values(run_dir / f"per_query_{split}.npz", values)
             for key in METRICS:
                 result[f"{split}/{key}"] = float(values.values[key].mean())

@@ -304,7 +304,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # Seed-major: a first comparison is ready after one seed. --jobs runs that many at once.
     runs = [(row, seed) for seed in args.seeds for row in rows if chosen is None or row.name in chosen]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(lambda run: run_seed(*run, args), runs))
+        list(pool.map(lambda run: run_seed(run[0], run[1], args), runs))
     results = {row.name: _saved_results(args, row) for row in rows}
     table = write_table(args, rows, results)
     write_text(args.out / "table.md", table)

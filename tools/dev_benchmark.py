@@ -55,7 +55,6 @@ from retrieval.evaluate.evaluator import KS
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.metrics import per_query_scores
-from retrieval.metrics.bootstrap import Interval
 from retrieval.runtime.files import write_text
 
 __all__ = ["Row", "average_values", "build_rows", "main", "parse_metrics", "parse_variant", "score_embeddings"]
@@ -237,18 +236,19 @@ def write_table(args: argparse.Namespace, rows: Sequence[Row], results: dict[str
         lines += ["| seeds | " + " | ".join(header) + " |", "|" + "---|" * (len(header) + 1)]
         for seed in [*args.seeds, None]:
             label = "mean of seeds" if seed is None else str(seed)
-            cells = [_paired(args, a, b, seed, split, key) for split in SPLITS for key in METRICS]
+            cells = [cell for split in SPLITS for cell in _paired(args, a, b, seed, split)]
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join([*lines, "", _footer(args), ""])
 
 
-def _paired(args: argparse.Namespace, a: str, b: str, seed: int | None, split: str, key: str) -> str:
+def _paired(args: argparse.Namespace, a: str, b: str, seed: int | None, split: str) -> list[str]:
+    """A - B on one split, a cell per metric from one load and one comparison; "-" where a run is missing."""
     seeds = args.seeds if seed is None else [seed]
     files = [[args.out / "runs" / f"{name}-s{s}" / f"per_query_{split}.npz" for s in seeds] for name in (a, b)]
     if not all(file.is_file() for group in files for file in group):
-        return "-"
-    interval = Interval(*compare_runs(average_values(files[0]), average_values(files[1]))[key])
-    return f"{interval.estimate:+.4f} [{interval.low:+.4f}, {interval.high:+.4f}]"
+        return ["-"] * len(METRICS)
+    intervals = compare_runs(average_values(files[0]), average_values(files[1]))
+    return [f"{i.estimate:+.4f} [{i.low:+.4f}, {i.high:+.4f}]" for i in (intervals[key] for key in METRICS)]
 
 
 def _mean_sd(values: Sequence[float]) -> str:

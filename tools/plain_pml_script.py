@@ -147,8 +147,8 @@ def main() -> None:
     torch.manual_seed(args.seed)
     size = (args.image_size, args.image_size)
     normalize = [T.ToTensor(), T.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-    train_tf = T.Compose([T.Resize(size), AffineBackgroundFill(args.affine_degrees, args.affine_translate, (0.9, 1.1))])
-    train_tf.transforms += normalize
+    affine = AffineBackgroundFill(args.affine_degrees, args.affine_translate, (0.9, 1.1))
+    train_tf = T.Compose([T.Resize(size), affine, *normalize])
     eval_tf = T.Compose([T.Resize(size)] + normalize)
     train_set = CsvImages(args.csv, "train", train_tf)
     eval_sets = {split: CsvImages(args.csv, split, eval_tf) for split in ("val", "test") if has_split(args.csv, split)}

@@ -217,8 +217,9 @@ def make_dataset(
         raise SystemExit(f"error: {exc}") from None
     groups = {group: [f for f in fonts if f.group == group] for group in ("serif", "other")}
     if query_family is not None:
-        if query_family not in {f.family for f in fonts}:
-            raise SystemExit(f"error: --query-family {query_family!r} is not one of: {', '.join(FAMILIES)}")
+        installed = sorted({f.family for f in fonts})
+        if query_family not in installed:
+            raise SystemExit(f"error: --query-family {query_family!r} is not one of: {', '.join(installed)}")
         groups = {"serif": [f for f in fonts if f.family == query_family]}
         groups["other"] = [f for f in fonts if f.family != query_family]
     for group, members in groups.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import json
 import subprocess
@@ -36,7 +37,7 @@ def test_parse_variant_reads_name_loss_and_overrides() -> None:
 
 
 def test_rows_share_the_budget_and_seed_their_commands(tmp_path: Path) -> None:
-    args = bench.main.__globals__["argparse"].Namespace(
+    args = argparse.Namespace(
         csv=tmp_path / "d.csv", config=tmp_path / "c.yaml", backbone="resnet10t", image_size=48, batch_size=16,
         epochs=3, lr=2e-3, threads=1, workers=0, toolkit_set=["model.in_chans=1"],
         peer=["circle"], toolkit=["anchor"], variant=["wd0=proxy_nca:train.weight_decay=0"],

@@ -81,7 +81,7 @@ def test_overrides_are_typed_by_the_field_they_set():
         (
             {"loss": {"name": "anchor", "scale": 3}},
             "unknown config key loss.scale for loss 'anchor'; "
-            "valid parameters: beta, class_weights, detach_scale, gamma, gate, gate_warmup_epochs, tau",
+            "valid parameters: beta, class_weights, detach_scale, difficulty, gamma, gate, gate_warmup_epochs, margin, tau",
         ),
         ({"loss": {"name": "anchor", "gamma": "big"}}, "loss.gamma must be float"),
     ],
@@ -133,6 +133,8 @@ def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
         "beta": 0.999,
         "gamma": 16.0,
         "detach_scale": True,
+        "difficulty": "norm",
+        "margin": 0.0,
         "gate": None,
         "tau": 1.0,
         "gate_warmup_epochs": 5,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from retrieval.losses.margins import CosineMargin
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.scales import AdaptiveScale
 from retrieval.losses.weightings import optional_gate
@@ -26,6 +27,9 @@ class AnchorLoss(ProxySoftmaxLoss):
         gamma: base scale; default 16.
         detach_scale: treat s_i as a constant (default). Gradients through the scale make
             early training unstable; `False` lets them flow.
+        difficulty: how c_i is computed: `"norm"` (the formula above, default) or `"max"`,
+            `c_i = 1 + max_j ReLU(cos_ij), j != y_i` (the nearest other class).
+        margin: additive cosine margin m on the target (`cos - m`, as CosFace); default 0.
         gate: optional balance-degree gating, `"ct"` or `"mt"`, as on `ProxyNCALoss`.
         tau: the gate's threshold; default 1.0.
         gate_warmup_epochs: epochs trained ungated; default 5.
@@ -40,6 +44,8 @@ class AnchorLoss(ProxySoftmaxLoss):
         embedding_dim: int,
         gamma: float = 16.0,
         detach_scale: bool = True,
+        difficulty: str = "norm",
+        margin: float = 0.0,
         gate: str | None = None,
         tau: float = 1.0,
         gate_warmup_epochs: int = 5,
@@ -47,6 +53,7 @@ class AnchorLoss(ProxySoftmaxLoss):
         super().__init__(
             num_classes,
             embedding_dim,
-            scale=AdaptiveScale(gamma, detach=detach_scale),
+            scale=AdaptiveScale(gamma, detach=detach_scale, difficulty=difficulty),
+            margin=CosineMargin(margin) if margin else None,
             weighting=optional_gate(gate, tau, gate_warmup_epochs),
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from retrieval.losses.functional.proxy import semantic_difficulty
+from retrieval.losses.functional.proxy import DIFFICULTIES, semantic_difficulty
 
 __all__ = ["AdaptiveScale", "FixedScale"]
 
@@ -35,15 +35,18 @@ class AdaptiveScale(nn.Module):
 
     Samples lying close to other classes' proxies get a sharper softmax. With
     `detach=True` (default) the scale is a constant per sample: gradients through it make
-    early training unstable.
+    early training unstable. `difficulty` chooses how c_i is computed (`semantic_difficulty`'s `form`).
     """
 
-    def __init__(self, gamma: float, detach: bool = True) -> None:
+    def __init__(self, gamma: float, detach: bool = True, difficulty: str = "norm") -> None:
         super().__init__()
         if gamma <= 0:
             raise ValueError(f"gamma must be > 0, got {gamma}; the published default is 16")
+        if difficulty not in DIFFICULTIES:
+            raise ValueError(f"difficulty must be one of {', '.join(DIFFICULTIES)}, got {difficulty!r}")
         self.gamma = float(gamma)
         self.detach = detach
+        self.difficulty = difficulty
         self.last_stats: dict[str, Tensor] = {}
 
     @property
@@ -53,6 +56,6 @@ class AdaptiveScale(nn.Module):
 
     def forward(self, cosine: Tensor, labels: Tensor) -> Tensor:
         """Return `(B,)` scales `gamma * c_i`; `last_stats["c"]` keeps the detached c_i."""
-        difficulty = semantic_difficulty(cosine.detach() if self.detach else cosine, labels)
+        difficulty = semantic_difficulty(cosine.detach() if self.detach else cosine, labels, self.difficulty)
         self.last_stats = {"c": difficulty.detach()}
         return self.gamma * difficulty

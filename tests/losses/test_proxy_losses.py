@@ -124,6 +124,28 @@ def test_anchor_loss_matches_naive_formula():
     torch.testing.assert_close(loss_fn.last_stats["scale"].double(), 16.0 * difficulty, rtol=1e-5, atol=1e-5)
 
 
+def test_max_difficulty_and_margin_match_naive_formula():
+    # difficulty="max": c_i = 1 + the largest clipped cosine to another class; margin m lowers the
+    # target cosine before the per-sample scale multiplies it (the scale sees the raw cosines).
+    embeddings, labels = _batch(24, 12, 7, seed=11)
+    loss_fn = AnchorLoss(7, 12, gamma=32.0, difficulty="max", margin=0.1)
+    loss = loss_fn(embeddings, labels)
+    cosine = F.normalize(embeddings.double(), dim=1) @ F.normalize(loss_fn.proxies.detach().double(), dim=1).T
+    total = 0.0
+    for i in range(len(labels)):
+        target = int(labels[i])
+        others = [max(float(cosine[i, j]), 0.0) for j in range(7) if j != target]
+        scale = 32.0 * (1.0 + max(others))
+        logits = [scale * (float(cosine[i, j]) - (0.1 if j == target else 0.0)) for j in range(7)]
+        total += math.log(sum(math.exp(v) for v in logits)) - logits[target]
+    assert loss.item() == pytest.approx(total / len(labels), rel=1e-5)
+
+
+def test_unknown_difficulty_is_rejected():
+    with pytest.raises(ValueError, match="difficulty must be one of norm, max"):
+        AnchorLoss(3, 4, difficulty="mean")
+
+
 @pytest.mark.parametrize("detach_scale", [True, False])
 def test_single_class_gives_unit_difficulty_and_finite_gradients(detach_scale):
     embeddings, labels = _batch(8, 4, 1)

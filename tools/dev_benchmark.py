@@ -8,7 +8,11 @@ count (OMP_NUM_THREADS and --threads, which change CPU results), once per seed:
 - `toolkit-<loss>` for each `--toolkit` loss: `retrieval train --config CONFIG --set loss.name=<loss>`
   plus `--set` overrides for the shared budget and any `--toolkit-set`;
 - one row per `--variant NAME=LOSS:KEY=VALUE,KEY=VALUE` (an ablation): the toolkit row of LOSS
-  with those overrides on top.
+  with those overrides on top;
+- one row per `--rerank NAME=ROW:METHOD` (no training): ROW's embeddings of each seed re-ranked
+  with METHOD (`qe`, `dba`, `kreciprocal`), its parameters chosen on that seed's validation split as
+  `retrieval evaluate --rerank METHOD` chooses them. Its validation columns are the chosen
+  parameters' own (optimistic); its test columns are scored once, with the choice.
 
 Every row reports its LAST epoch (the toolkit evaluates once, after it), so no row selects
 anything. Each run's validation and test images are then scored by the toolkit's own per-query
@@ -50,14 +54,25 @@ import torch
 
 from retrieval.config import DataConfig
 from retrieval.data.csv_dataset import CsvSplit
-from retrieval.data.datasets import read_splits
+from retrieval.data.datasets import EvalSplit, read_splits
 from retrieval.evaluate.evaluator import KS
+from retrieval.evaluate.reranking import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.metrics import per_query_scores
+from retrieval.rerank import RERANK_METHODS
 from retrieval.runtime.files import write_text
 
-__all__ = ["Row", "average_values", "build_rows", "main", "parse_metrics", "parse_variant", "score_embeddings"]
+__all__ = [
+    "Row",
+    "average_values",
+    "build_rows",
+    "main",
+    "parse_metrics",
+    "parse_rerank_row",
+    "parse_variant",
+    "score_embeddings",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 SPLITS = ("val", "test")
@@ -74,9 +89,12 @@ class Row:
     pipeline: str
     command: list[str]  # without the seed and output arguments, which `seeded` adds
     peer: bool
+    rerank: tuple[str, str] | None = None  # (source row, method) of a re-ranking row, which trains nothing
 
     def seeded(self, seed: int, run_dir: Path) -> list[str]:
         """The command of one seed, writing into `run_dir`."""
+        if self.rerank is not None:
+            return [*self.command, f"--seed={seed}"]
         if self.peer:
             return [*self.command, f"--seed={seed}", f"--embeddings-out={run_dir}", f"--json={run_dir / 'peer.json'}"]
         return [*self.command, "--set", f"train.seed={seed}", "--output-dir", str(run_dir / "run")]
@@ -102,6 +120,15 @@ def parse_variant(text: str) -> tuple[str, str, list[str]]:
     if not (name and sep and loss and colon):
         raise SystemExit(f"error: --variant {text!r} is not NAME=LOSS:KEY=VALUE,KEY=VALUE")
     return name, loss, [item for item in sets.split(",") if item]
+
+
+def parse_rerank_row(text: str) -> tuple[str, str, str]:
+    """`NAME=ROW:METHOD` -> (NAME, ROW, METHOD), METHOD a bare re-ranking method chosen on validation."""
+    name, sep, rest = text.partition("=")
+    source, colon, method = rest.partition(":")
+    if not (name and sep and source and colon and method) or method not in RERANK_METHODS:
+        raise SystemExit(f"error: --rerank {text!r} is not NAME=ROW:METHOD with METHOD one of {sorted(RERANK_METHODS)}")
+    return name, source, method
 
 
 def build_rows(args: argparse.Namespace) -> list[Row]:
@@ -133,6 +160,12 @@ def build_rows(args: argparse.Namespace) -> list[Row]:
     for text in args.variant:
         name, loss, sets = parse_variant(text)
         rows.append(toolkit(name, f"toolkit {loss}, {' '.join(sets) or 'as configured'}", loss, sets))
+    for text in args.rerank:
+        name, source, method = parse_rerank_row(text)
+        if source not in {row.name for row in rows}:
+            raise SystemExit(f"error: --rerank {text!r} names no row {source!r}; rows: {[row.name for row in rows]}")
+        pipeline = f"{source} + {method} chosen on validation"
+        rows.append(Row(name, pipeline, ["rerank", source, method], peer=False, rerank=(source, method)))
     return rows
 
 
@@ -168,6 +201,8 @@ def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
         if saved.get("command") == command:
             return saved
     run_dir.mkdir(parents=True, exist_ok=True)
+    if row.rerank is not None:
+        return _rerank_seed(row, seed, args, command)
     # torch takes its CPU thread count from OMP_NUM_THREADS; both pipelines also call set_num_threads.
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "MKL_NUM_THREADS": str(args.threads)}
     env["PYTHONPATH"] = str(ROOT)
@@ -191,14 +226,58 @@ def _score_run(row: Row, run_dir: Path, args: argparse.Namespace, result: dict) 
     """Score the run's val and test embeddings into per_query_<split>.npz and `result`'s means."""
     splits = _read_splits(args.csv)  # once for both splits, as the checkpoint is loaded once
     with _SCORING:
-        encoder = None if row.peer else ImageEncoder.from_checkpoint(run_dir / "run" / "checkpoints" / "best.pt", "cpu")
+        embeddings = _run_embeddings(row, run_dir, splits)
+        for split in SPLITS:
+            values = _score_rows(splits[split], f"{split} rows of {args.csv}", embeddings[split])
+            _record(run_dir, split, values, result)
+
+
+def _run_embeddings(row: Row, run_dir: Path, splits: dict[str, CsvSplit]) -> dict[str, np.ndarray]:
+    """A run's val and test embeddings: the peer's saved files, or the toolkit checkpoint's (saved beside it)."""
+    if row.peer or all((run_dir / f"{split}.npy").is_file() for split in SPLITS):
+        return {split: np.load(run_dir / f"{split}.npy") for split in SPLITS}
+    encoder = ImageEncoder.from_checkpoint(run_dir / "run" / "checkpoints" / "best.pt", "cpu")
+    embeddings = {split: _toolkit_embeddings(encoder, splits[split]) for split in SPLITS}
+    for split, array in embeddings.items():
+        np.save(run_dir / f"{split}.npy", array)
+    return embeddings
+
+
+def _record(run_dir: Path, split: str, values: QueryValues, result: dict) -> None:
+    save_query_values(run_dir / f"per_query_{split}.npz", values)
+    for key in METRICS:
+        result[f"{split}/{key}"] = float(values.values[key].mean())
+
+
+def _rerank_seed(row: Row, seed: int, args: argparse.Namespace, command: list[str]) -> dict:
+    """Re-rank the source row's run of `seed`, the method's parameters chosen on its validation split."""
+    assert row.rerank is not None
+    source, method = row.rerank
+    source_dir, run_dir = args.out / "runs" / f"{source}-s{seed}", args.out / "runs" / f"{row.name}-s{seed}"
+    result: dict = {"row": row.name, "seed": seed, "seconds": 0.0, "exit_code": 0, "command": command}
+    if not (source_dir / "result.json").is_file() or "error" in json.loads((source_dir / "result.json").read_text()):
+        return {**result, "exit_code": 1, "error": f"no finished run of {source} at seed {seed}"}
+    splits = _read_splits(args.csv)
+    start = time.perf_counter()
+    with _SCORING:
+        source_row = Row(source, source, [], peer=(source_dir / "peer.json").is_file())
+        embeddings = _run_embeddings(source_row, source_dir, splits)
+        evaluated = {split: _eval_split(splits[split]) for split in SPLITS}
+        choice = choose_rerank(method, (embeddings["val"], evaluated["val"]))
         for split in SPLITS:
             rows = splits[split]
-            embeddings = np.load(run_dir / f"{split}.npy") if encoder is None else _toolkit_embeddings(encoder, rows)
-            values = _score_rows(rows, f"{split} rows of {args.csv}", embeddings)
-            save_query_values(run_dir / f"per_query_{split}.npz", values)
-            for key in METRICS:
-                result[f"{split}/{key}"] = float(values.values[key].mean())
+            scores = per_query_scores(embeddings[split], rows.labels, KS, rows.query_mask, rows.gallery_mask,
+                                      rerank=choice.reranker)  # fmt: skip
+            _record(run_dir, split, QueryValues.from_scores(scores), result)
+    result.update(seconds=time.perf_counter() - start, rerank=choice.record())
+    write_text(run_dir / "result.json", json.dumps(result, indent=2))
+    print(f"[{row.name} seed {seed}] {choice.line()}; {_brief(result)}", flush=True)
+    return result
+
+
+def _eval_split(rows: CsvSplit) -> EvalSplit:
+    """The labels and query/gallery protocol of a CSV split, as the evaluator scores it (no images needed)."""
+    return EvalSplit(dataset=[], labels=rows.labels, query_mask=rows.query_mask, gallery_mask=rows.gallery_mask)
 
 
 def _saved_results(args: argparse.Namespace, row: Row) -> list[dict]:
@@ -282,6 +361,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--peer", nargs="*", default=[], help="plain-script losses: proxy_nca proxy_anchor ...")
     parser.add_argument("--toolkit", nargs="*", default=[], help="toolkit losses (loss.name) on --config")
     parser.add_argument("--variant", action="append", default=[], help="NAME=LOSS:KEY=VALUE,... (repeatable)")
+    parser.add_argument("--rerank", action="append", default=[], help="NAME=ROW:METHOD (repeatable)")
     parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"), help="rows to pair")
     parser.add_argument("--rows", nargs="*", help="run only these row names (the table shows what exists)")
     parser.add_argument("--config", type=Path, default=ROOT / "configs" / "csv_glyph.yaml", help="toolkit config")
@@ -303,8 +383,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     torch.set_num_threads(args.threads)  # the scoring's embedding, in this process
     # Seed-major: a first comparison is ready after one seed. --jobs runs that many at once.
     runs = [(row, seed) for seed in args.seeds for row in rows if chosen is None or row.name in chosen]
+    trained = [run for run in runs if run[0].rerank is None]
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        list(pool.map(lambda run: run_seed(run[0], run[1], args), runs))
+        list(pool.map(lambda run: run_seed(run[0], run[1], args), trained))
+    for row, seed in (run for run in runs if run[0].rerank is not None):  # after the runs they re-rank
+        run_seed(row, seed, args)
     results = {row.name: _saved_results(args, row) for row in rows}
     table = write_table(args, rows, results)
     write_text(args.out / "table.md", table)

@@ -14,6 +14,8 @@ import pytest
 from PIL import Image
 from tool_modules import TOOLS, load_tool
 
+from retrieval.rerank import parse_rerank
+
 bench = load_tool("dev_benchmark")
 
 
@@ -40,7 +42,7 @@ def test_rows_share_the_budget_and_seed_their_commands(tmp_path: Path) -> None:
     args = argparse.Namespace(
         csv=tmp_path / "d.csv", config=tmp_path / "c.yaml", backbone="resnet10t", image_size=48, batch_size=16,
         epochs=3, lr=2e-3, threads=1, workers=0, toolkit_set=["model.in_chans=1"],
-        peer=["circle"], toolkit=["anchor"], variant=["wd0=proxy_nca:train.weight_decay=0"],
+        peer=["circle"], toolkit=["anchor"], variant=["wd0=proxy_nca:train.weight_decay=0"], rerank=[],
     )  # fmt: skip
     peer, anchor, variant = bench.build_rows(args)
     assert [row.name for row in (peer, anchor, variant)] == ["peer-circle", "toolkit-anchor", "wd0"]
@@ -79,6 +81,44 @@ def test_scores_match_a_brute_force_nearest_neighbour(tmp_path: Path) -> None:
     assert values.values["recall@1"].tolist() == [float(hit) for hit in expected]
     with pytest.raises(SystemExit, match="5 embeddings for the 6 test rows"):
         bench.score_embeddings(csv_path, "test", embeddings[:5])
+
+
+def test_parse_rerank_row_names_a_known_method() -> None:
+    assert bench.parse_rerank_row("pa_dba=toolkit-proxy_anchor:dba") == ("pa_dba", "toolkit-proxy_anchor", "dba")
+    for bad in ("x=toolkit-anchor", "x=toolkit-anchor:dbx", "=a:qe"):
+        with pytest.raises(SystemExit, match="is not NAME=ROW:METHOD"):
+            bench.parse_rerank_row(bad)
+
+
+def test_rerank_row_chooses_on_validation_and_scores_test_with_the_choice(tmp_path: Path) -> None:
+    csv_path = _tiny_csv(tmp_path)
+    args = argparse.Namespace(
+        csv=csv_path, out=tmp_path / "out", config=tmp_path / "c.yaml", backbone="resnet10t", image_size=8,
+        batch_size=4, epochs=1, lr=1e-3, threads=1, workers=0, toolkit_set=[], peer=["proxy_anchor"], toolkit=[],
+        variant=[], rerank=["qe_row=peer-proxy_anchor:qe"], force=False,
+    )  # fmt: skip
+    peer, rerank = bench.build_rows(args)
+    assert rerank.rerank == ("peer-proxy_anchor", "qe")
+    missing = bench.run_seed(rerank, 0, args)
+    assert missing["error"] == "no finished run of peer-proxy_anchor at seed 0"
+    source = args.out / "runs" / "peer-proxy_anchor-s0"
+    source.mkdir(parents=True)
+    rng = np.random.default_rng(1)
+    for split, count in (("val", 4), ("test", 6)):
+        embeddings = rng.normal(size=(count, 4)).astype(np.float32)
+        np.save(source / f"{split}.npy", embeddings / np.linalg.norm(embeddings, axis=1, keepdims=True))
+    (source / "peer.json").write_text("{}")
+    (source / "result.json").write_text(json.dumps({"row": "peer-proxy_anchor"}))
+    result = bench.run_seed(rerank, 0, args)
+    assert result["rerank"]["chosen_on"] == "validation" and result["rerank"]["spec"].startswith("qe:")
+    rows = bench._read_splits(csv_path)["test"]
+    expected = bench.per_query_scores(
+        np.load(source / "test.npy"), rows.labels, bench.KS, rows.query_mask, rows.gallery_mask,
+        rerank=parse_rerank(result["rerank"]["spec"]),
+    )  # fmt: skip
+    saved = bench.load_query_values(args.out / "runs" / "qe_row-s0" / "per_query_test.npz")
+    assert saved.values["recall@1"].tolist() == bench.QueryValues.from_scores(expected).values["recall@1"].tolist()
+    assert result["test/recall@1"] == pytest.approx(float(saved.values["recall@1"].mean()))
 
 
 def test_average_values_means_each_query_over_runs(tmp_path: Path) -> None:

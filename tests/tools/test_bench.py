@@ -1,0 +1,65 @@
+"""tools/bench.py: the machine record, and no result written from a busy machine unless asked."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tool_modules import load_tool
+
+bench = load_tool("bench")
+
+
+def test_machine_record_reads_the_cpu_and_its_speed_flags(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nmodel name\t: Test CPU 9000\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    record = bench.machine_record(cpuinfo)
+    assert record["cpu"] == "Test CPU 9000"
+    assert record["cpu_flags"] == {"avx2": True, "avx512f": True, "avx512_bf16": True, "amx_bf16": False,
+                                   "amx_tile": False}  # fmt: skip
+    assert record["versions"]["torch"] and record["cores"] >= 1
+
+
+@pytest.fixture
+def tiny_benchmark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
+    script = tmp_path / "bench_tiny.py"
+    script.write_text("import sys\nprint('ratio 1.00x', *sys.argv[1:])\n")
+    monkeypatch.setitem(bench.BENCHMARKS, "tiny", (str(script), ["--default"]))
+    return "tiny"
+
+
+def test_a_busy_machine_refuses_the_result(tiny_benchmark: str) -> None:
+    with pytest.raises(bench.LoadError, match=r"load average 3.00 before the run is above --max-load 0.50"):
+        bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 3.0)
+    readings = iter([0.1, 2.5])
+    with pytest.raises(bench.LoadError, match="after the run"):
+        bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: next(readings))
+
+
+def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: str) -> None:
+    output, header = bench.run_benchmark(tiny_benchmark, ["--x"], max_load=0.5, allow_busy=True, load=lambda: 3.0)
+    assert output == "ratio 1.00x --default --x\n" and header["busy"] is True
+    assert bench._result_text(output, header, {}).startswith("BUSY")
+    output, header = bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 0.2)
+    assert header["busy"] is False and header["load_before"] == 0.2
+    assert not bench._result_text(output, header, {}).startswith("BUSY")
+
+
+def test_main_refuses_a_busy_machine_with_exit_2_and_writes_no_result(
+    tiny_benchmark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert bench.main([tiny_benchmark, "--out", str(tmp_path / "out"), "--max-load", "-1"]) == 2
+    assert "nothing written" in capsys.readouterr().err
+    assert not (tmp_path / "out" / f"{tiny_benchmark}.txt").exists()
+    assert bench.main([tiny_benchmark, "--out", str(tmp_path / "out"), "--max-load", "1000"]) == 0
+    text = (tmp_path / "out" / f"{tiny_benchmark}.txt").read_text()
+    assert "ratio 1.00x --default" in text and '"load_before"' not in text.split("\n\n")[1]
+    assert json.loads((tmp_path / "out" / "machine.json").read_text())["cores"] >= 1
+
+
+def test_main_refuses_unknown_names_and_shared_extra_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    assert bench.main(["nope", "--out", "x"]) == 2
+    assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
+    assert bench.main(["losses", "eval", "--out", "x", "--", "--threads", "2"]) == 2
+    assert "go to exactly one named benchmark" in capsys.readouterr().err

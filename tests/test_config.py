@@ -81,7 +81,8 @@ def test_overrides_are_typed_by_the_field_they_set():
         (
             {"loss": {"name": "anchor", "scale": 3}},
             "unknown config key loss.scale for loss 'anchor'; "
-            "valid parameters: beta, class_weights, detach_scale, difficulty, gamma, gate, gate_warmup_epochs, margin, tau",
+            "valid parameters: beta, class_weights, detach_scale, difficulty, gamma, gate, gate_warmup_epochs, "
+            "margin, tau",
         ),
         ({"loss": {"name": "anchor", "gamma": "big"}}, "loss.gamma must be float"),
     ],

@@ -21,12 +21,18 @@ def native_stdout_discarded() -> Iterator[None]:
     """Point file descriptor 1 at the null device while the block runs, C's buffer flushed on both sides.
 
     Anything written to the process's standard output in the block is lost, Python's `print` from
-    other threads included; standard error is left alone, so errors still show.
+    other threads included; standard error is left alone, so errors still show. A process without
+    a descriptor 1 (closed by a service manager) runs the block as it is.
     """
-    sys.stdout.flush()
+    if sys.stdout is not None:
+        sys.stdout.flush()
     libc = ctypes.CDLL(None)
     libc.fflush(None)  # what C printed before the block goes where it was going
-    saved = os.dup(1)
+    try:
+        saved = os.dup(1)
+    except OSError:  # no standard output to protect
+        yield
+        return
     null = os.open(os.devnull, os.O_WRONLY)
     try:
         os.dup2(null, 1)

@@ -69,7 +69,8 @@ def built_from_embeddings(
     given = [flag for flag, value in flags if value]
     if given:
         raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
-    files, first_id, trained = shard_inputs(args, open_embedding_files(args.embeddings))
+    inputs = shard_inputs(args, open_embedding_files(args.embeddings))
+    files, first_id, trained = inputs.files, inputs.first_id, inputs.trained
     model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
     work = working_directory(args.out)
     try:
@@ -88,8 +89,8 @@ def built_from_embeddings(
             trained=None if trained is None else trained.index,
             first_id=first_id,
         )
-        if trained is not None:
-            index.manifest["trained"] = trained.sha256  # `index merge` merges shards of one trained index only
+        if trained is not None:  # `index merge` merges the shards of one trained index and one list of inputs only
+            index.manifest.update({"trained": trained.sha256, "shard": inputs.record})
         yield (
             index,
             f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"

@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from retrieval.errors import UserError
 from retrieval.index.embedding_files import EmbeddingFiles, open_embedding_files
@@ -19,7 +21,19 @@ from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.shards import TrainedIndex, merge_shards, read_trained, train_index
 from retrieval.index.storage import working_directory
 
-__all__ = ["add_merge_parser", "add_shard_arguments", "add_train_parser", "run_merge", "run_train", "shard_inputs"]
+__all__ = [
+    "ShardInputs",
+    "add_merge_parser",
+    "add_shard_arguments",
+    "add_train_parser",
+    "run_merge",
+    "run_train",
+    "shard_inputs",
+]
+
+# argparse's own test for a value that looks like an option but is a negative number, widened to
+# `-1/2`: so that `--shard -1/2` reaches `_shard`'s one-line message instead of "expected one argument".
+_NEGATIVE_OR_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$|^-[^-\s]*/")
 
 
 def add_train_parser(actions: argparse._SubParsersAction) -> None:
@@ -43,7 +57,8 @@ def add_merge_parser(actions: argparse._SubParsersAction) -> None:
         help="merge index shards built from one TRAINED into one index with on-disk lists",
         description="Merge the shards' inverted lists into one lists.ivfdata (memory-mapped when served) and "
         "concatenate their metadata. Refuses shards of another trained index, kind or dimension, or whose ids "
-        "overlap. The output appears whole or not at all.",
+        "overlap, shards built from other inputs or another order, and a split with shards missing. "
+        "The output appears whole or not at all.",
     )
     merge.add_argument("shards", type=Path, nargs="+", metavar="SHARD", help="index directories of the shards")
     merge.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
@@ -57,9 +72,9 @@ def add_shard_arguments(build: argparse.ArgumentParser) -> None:
         metavar="TRAINED",
         help="with --embeddings: add the rows to this trained index (index train) instead of training one",
     )
+    build._negative_number_matcher = _NEGATIVE_OR_NUMBER
     build.add_argument(
         "--shard",
-        type=_shard,
         metavar="K/M",
         help="with --trained: build shard K (0-based) of M from the full, same-order list of inputs; ids are row "
         "numbers over all of them; then index merge",
@@ -89,16 +104,32 @@ def run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> tuple[EmbeddingFiles, int, TrainedIndex | None]:
-    """`(files, first id, trained index)` of `index build --embeddings`: this shard's, or all of them and 0.
+@dataclass(frozen=True)
+class ShardInputs:
+    """What `index build --embeddings` adds: this shard's inputs (or all), its first id, the trained index.
+
+    `record`: what the shard's manifest records as `shard` (its number, the count and every input,
+    in order), for `merge_shards` to refuse shards of other inputs; None without `--trained`.
+    """
+
+    files: EmbeddingFiles
+    first_id: int
+    trained: TrainedIndex | None
+    record: dict[str, Any] | None
+
+
+def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs:
+    """This shard's inputs of `index build --embeddings`, or all of them.
 
     Raises:
-        UserError: `--shard` without `--trained`, another kind than the trained one, or another dimension.
+        UserError: a malformed `--shard`, `--shard` without `--trained`, another kind than the trained one,
+            or another dimension.
     """
+    shard = None if args.shard is None else _shard(args.shard)
     if args.trained is None:
-        if args.shard is not None:
+        if shard is not None:
             raise UserError("--shard K/M needs --trained TRAINED (index train), so that every shard has one quantizer")
-        return files, 0, None
+        return ShardInputs(files, 0, None, None)
     trained = read_trained(args.trained)
     if args.type not in ("auto", trained.manifest["kind"]):
         raise UserError(f"{args.trained} is a trained {trained.manifest['kind']} index; drop --type {args.type}")
@@ -106,13 +137,19 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> tuple[Embed
         raise UserError(
             f"{args.trained} was trained on {trained.manifest['dimension']}-d vectors, the embeddings are {files.dim}-d"
         )
-    shard, first_id = files.shard(*args.shard) if args.shard else (files, 0)
-    return shard, first_id, trained
+    number, count = shard or (0, 1)
+    record = {"number": number, "count": count, "inputs": files.identity()}
+    mine, first_id = files.shard(number, count) if shard else (files, 0)
+    return ShardInputs(mine, first_id, trained, record)
 
 
 def _shard(text: str) -> tuple[int, int]:
-    """A `--shard` value `K/M`: shard K of M, 0 <= K < M."""
+    """A `--shard` value `K/M`: shard K of M, 0 <= K < M.
+
+    Raises:
+        UserError: another form, or K out of range.
+    """
     match = re.fullmatch(r"(\d+)/(\d+)", text.strip())
     if match is None or not int(match[1]) < int(match[2]):
-        raise argparse.ArgumentTypeError(f"takes K/M with 0 <= K < M, like 0/8, got {text!r}")
+        raise UserError(f"--shard takes K/M with 0 <= K < M (shard K of M, like 0/8), got {text!r}")
     return int(match[1]), int(match[2])

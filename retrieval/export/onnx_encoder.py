@@ -34,6 +34,10 @@ __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
 class OnnxEncoder:
     """An ONNX embedder in an onnxruntime session with its preprocessing; `(M, D)` float32 unit vectors out.
 
+    Raises:
+        UserError: onnxruntime cannot load the model, or it does not take the `(B, C, S, S)` float32
+            images `preprocess` makes (channels, or a fixed height or width, differ) or give `(B, D)`.
+
     Args:
         model_path: an ONNX model taking `(B, C, S, S)` float32 images and giving `(B, D)` embeddings.
         preprocess: the eval transform the model was trained and measured with.
@@ -54,11 +58,11 @@ class OnnxEncoder:
         options = ort.SessionOptions()
         if threads is not None:
             options.intra_op_num_threads = threads
-        self.session = ort.InferenceSession(str(model_path), options, providers=_providers(device, ort))
+        self.session = _load_session(ort, Path(model_path), options, _providers(device, ort))
         self.preprocess = preprocess
         self._info = dict(info or {})
         self._input = self.session.get_inputs()[0].name
-        self._dim = int(self.session.get_outputs()[0].shape[1])
+        self._dim = _embedding_dim(self.session, Path(model_path), preprocess)
         self.match_threshold: dict[str, Any] | None = None  # the source checkpoint's, from the export's manifest
 
     @classmethod
@@ -174,6 +178,48 @@ def _onnxruntime() -> Any:
     except ImportError as exc:
         raise UserError("onnxruntime is not installed; install it with: pip install 'retrieval[onnx]'") from exc
     return onnxruntime
+
+
+def _load_session(ort: Any, model_path: Path, options: Any, providers: list[Any]) -> Any:
+    """An onnxruntime session of `model_path`; a file it cannot load (truncated, not ONNX, ...) is one line."""
+    try:
+        return ort.InferenceSession(str(model_path), options, providers=providers)
+    except Exception as exc:  # onnxruntime's own errors (Fail, InvalidProtobuf, ...) derive from Exception alone
+        reason = next(iter(str(exc).strip().splitlines()), "") or exc.__class__.__name__
+        raise UserError(
+            f"onnxruntime cannot load {model_path} ({reason}); if the file is damaged, export the model again"
+        ) from exc
+
+
+def _embedding_dim(session: Any, model_path: Path, preprocess: Preprocess) -> int:
+    """D of a model taking the `(B, C, S, S)` float32 images `preprocess` makes and giving `(B, D)` embeddings.
+
+    Dimensions the model leaves free (named, like the batch) take any size; fixed ones must match.
+
+    Raises:
+        UserError: another number of inputs or outputs, another input type or rank, other channels,
+            height or width, or an output that is not `(B, D)` with a fixed D.
+    """
+    inputs, outputs = session.get_inputs(), session.get_outputs()
+    made = (preprocess.in_chans, preprocess.image_size, preprocess.image_size)
+    takes = tuple(inputs[0].shape) if len(inputs) == 1 else ()
+    fixed = zip(takes[1:], made, strict=True) if len(takes) == 4 else None
+    fits = fixed is not None and all(not isinstance(got, int) or got == want for got, want in fixed)
+    if not fits or inputs[0].type != "tensor(float)":
+        shape = ", ".join(map(str, made))
+        raise UserError(
+            f"{model_path} takes {_describe(inputs)}, but preprocess.json makes float32 (B, {shape}) images "
+            f"({preprocess.channels}, image_size {preprocess.image_size}); export the model again"
+        )
+    gives = tuple(outputs[0].shape) if len(outputs) == 1 else ()
+    if len(gives) != 2 or not isinstance(gives[1], int):
+        raise UserError(f"{model_path} gives {_describe(outputs)}, not (B, D) embeddings; export the model again")
+    return int(gives[1])
+
+
+def _describe(arguments: Sequence[Any]) -> str:
+    """onnxruntime's inputs or outputs as `tensor(float) (batch, 3, 32, 32)`, joined by commas."""
+    return ", ".join(f"{argument.type} ({', '.join(map(str, argument.shape))})" for argument in arguments) or "nothing"
 
 
 def _providers(device: str, ort: Any) -> list[str | tuple[str, dict[str, int]]]:

@@ -33,9 +33,13 @@ from PIL import Image, ImageOps
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
 
-__all__ = ["PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
+__all__ = ["MAX_IMAGE_SIZE", "PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
 
 PREPROCESS_FORMAT = 1  # version of the preprocess.json layout
+# The largest `image_size` read. Retrieval backbones are run at a few hundred pixels; one 4096-pixel
+# RGB input is already 200 MB of float32, so a larger value is a broken file, not a model, and
+# refusing it beats Pillow resizing every image towards gigabytes until memory runs out.
+MAX_IMAGE_SIZE = 4096
 RESIZE_MODES = ("center_crop", "resize", "pad_square")
 # timm's interpolation names -> Pillow's resampling filters (torchvision maps them the same way for PIL images).
 _RESAMPLING = {
@@ -63,14 +67,18 @@ class Preprocess:
 
     def __post_init__(self) -> None:
         problems = []
-        if self.image_size < 1:
-            problems.append(f"image_size {self.image_size} (must be >= 1)")
+        if not 1 <= self.image_size <= MAX_IMAGE_SIZE:
+            problems.append(f"image_size {self.image_size} (must be 1 to {MAX_IMAGE_SIZE})")
         if self.resize_mode not in RESIZE_MODES:
             problems.append(f"resize_mode {self.resize_mode!r} (one of {', '.join(RESIZE_MODES)})")
         if self.interpolation not in _RESAMPLING:
             problems.append(f"interpolation {self.interpolation!r} (one of {', '.join(_RESAMPLING)})")
         if self.channels not in ("L", "RGB") or len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             problems.append(f"channels {self.channels!r} with {len(self.mean)} means and {len(self.std)} stds")
+        if not all(math.isfinite(value) for value in self.mean):
+            problems.append(f"mean {list(self.mean)} (finite numbers)")
+        if not all(math.isfinite(value) and value > 0 for value in self.std):
+            problems.append(f"std {list(self.std)} (finite and > 0: pixels are divided by it)")
         if self.resize_mode == "center_crop" and not (self.crop_pct and 0 < self.crop_pct <= 1):
             problems.append(f"crop_pct {self.crop_pct} (center_crop needs 0 < crop_pct <= 1)")
         if self.resize_mode == "pad_square" and not _is_fill(self.fill, self.in_chans):

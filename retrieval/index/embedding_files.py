@@ -20,6 +20,7 @@ model (`--checkpoint`).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -34,7 +35,7 @@ from retrieval.errors import UserError
 from retrieval.index.streaming import VectorStream
 from retrieval.inference.embedding_parts import iter_embedding_parts, read_success
 from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
-from retrieval.runtime.files import file_sha256
+from retrieval.runtime.files import file_sha256, sampled_sha256
 
 __all__ = ["EmbeddingFiles", "open_embedding_files"]
 
@@ -83,6 +84,18 @@ class _File:
             record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
             parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
         return parts
+
+    def fingerprint(self) -> str:
+        """What tells this input's content apart on any machine, without reading it whole.
+
+        A parts directory: the sha256 of its parts' sha256s (each part's `.json`, already written by
+        embed). A file: `sampled_sha256` (size and 16 blocks), as a full sha256 would make every
+        machine of a sharded build read every input, where it reads only its own. Not the path
+        (storage is mounted at other places on other machines) nor the mtime (a copy changes it).
+        """
+        if not self.path.is_dir():
+            return sampled_sha256(self.path)
+        return hashlib.sha256("".join(str(unit.sha256) for unit in self.units()).encode()).hexdigest()
 
     def metadata(self) -> pa.Table:
         """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
@@ -150,6 +163,13 @@ class EmbeddingFiles:
             )
         first_row = int(starts[owners == number][0])
         return EmbeddingFiles(mine, sum(unit.rows for unit in mine), self.dim, self.checkpoint_sha256), first_row
+
+    def identity(self) -> list[dict[str, Any]]:
+        """The ordered inputs as a shard records them: each one's path (as given, for messages), rows and fingerprint.
+
+        Shards of one split were built from equal lists (`merge_shards` compares rows and fingerprints).
+        """
+        return [{"path": str(file.path), "rows": file.rows, "fingerprint": file.fingerprint()} for file in self.files]
 
     def metadata(self) -> pa.Table | None:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.

@@ -24,7 +24,9 @@ from typing import Any
 import faiss
 import numpy as np
 
-__all__ = ["LISTS_FILE", "ShardedLists", "lists_file", "link_or_copy", "merged_lists"]
+from retrieval.runtime.native_output import native_stdout_discarded
+
+__all__ = ["LISTS_FILE", "ShardedLists", "link_or_copy", "lists_file", "merged_lists", "read_with_lists_beside"]
 
 LISTS_FILE = "lists.ivfdata"
 
@@ -87,7 +89,8 @@ def merged_lists(empty: faiss.Index, sources: Sequence[Any], path: Path) -> fais
     merged into a file at `path`.
 
     FAISS's `OnDiskInvertedLists.merge_from_multiple`: list i of the result is list i of every
-    source in turn, so the sources must share `empty`'s coarse quantizer.
+    source in turn, so the sources must share `empty`'s coarse quantizer. Its "resizing FILE" lines
+    (printed from C++, unconditionally) are discarded.
     """
     merged = faiss.clone_index(empty)
     ivf = faiss.extract_index_ivf(merged)
@@ -95,10 +98,21 @@ def merged_lists(empty: faiss.Index, sources: Sequence[Any], path: Path) -> fais
     pointers = faiss.InvertedListsPtrVector()  # type: ignore[attr-defined]  # SWIG vector, not in FAISS's stubs
     for source in sources:
         pointers.push_back(source)
-    merged.ntotal = ivf.ntotal = invlists.merge_from_multiple(pointers.data(), pointers.size(), False)
+    with native_stdout_discarded():
+        merged.ntotal = ivf.ntotal = invlists.merge_from_multiple(pointers.data(), pointers.size(), False)
     ivf.replace_invlists(invlists, True)
     invlists.this.disown()  # type: ignore[attr-defined]  # SWIG ownership: the index frees the lists now
     return merged
+
+
+def read_with_lists_beside(path: Path) -> faiss.Index:
+    """The index file at `path`, its on-disk lists memory-mapped from the `LISTS_FILE` beside it.
+
+    `IO_FLAG_ONDISK_SAME_DIR`; the line FAISS prints from C++ when the lists were written under
+    another directory (every saved index: they are written in a working directory) is discarded.
+    """
+    with native_stdout_discarded():
+        return faiss.read_index(str(path), faiss.IO_FLAG_ONDISK_SAME_DIR)
 
 
 def lists_file(index: faiss.Index) -> Path | None:

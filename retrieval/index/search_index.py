@@ -28,7 +28,7 @@ from retrieval.index.filtered import LabelSpace, search_passing
 from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
-from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file
+from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file, read_with_lists_beside
 from retrieval.index.refine_file import REFINE_FILE, RefineSpill, from_index_file, refine_file_bytes, without_refine
 from retrieval.index.storage import (
     FORMAT,
@@ -630,9 +630,7 @@ class SearchIndex:
             raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
         try:
             on_disk = LISTS_FILE in manifest["files"]  # its lists are memory-mapped from beside the index file
-            index = faiss.read_index(
-                str(path), faiss.IO_FLAG_ONDISK_SAME_DIR if on_disk else _MMAP_FLAGS if mmap else 0
-            )
+            index = read_with_lists_beside(path) if on_disk else faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
             refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest["files"] else None
             if refine_file is not None:  # ivfpq's re-ranking vectors, always memory-mapped
                 index = from_index_file(index, refine_file)

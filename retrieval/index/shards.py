@@ -7,11 +7,13 @@ FAISS's recipe for indexes larger than one machine (`faiss.contrib.ondisk`), as 
 2. Each machine builds a shard (`retrieval index build --trained TRAINED --shard K/M`): a copy of
    the trained index holding its contiguous run of the inputs (`EmbeddingFiles.shard`), ids being
    the rows' numbers over the full ordered list of inputs. The shard is an ordinary index
-   directory whose manifest records the trained index's sha256 and its first id.
+   directory whose manifest records the trained index's sha256, its first id and `shard`: its
+   number K, the count M and that list of inputs (each one's rows and content fingerprint).
 3. `merge_shards` (`retrieval index merge`) merges the shards' inverted lists into one on-disk
    lists file (`on_disk.merged_lists`, FAISS's `merge_from_multiple`) and concatenates their
-   metadata tables. Shards of another trained index, kind or dimension, or whose ids overlap,
-   are refused.
+   metadata tables. Shards of another trained index, kind, dimension, list of inputs or count,
+   whose ids overlap, or a split with shards missing, are refused: ids are row numbers over the
+   inputs, so shards of inputs given in other orders would hold some rows twice and others never.
 
 IVF-Flat only: the kind whose lists hold everything a search needs (ivfpq's re-ranking vectors
 and id map are not inverted lists).
@@ -34,7 +36,7 @@ from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, plan_index
 from retrieval.index.embedding_files import EmbeddingFiles
 from retrieval.index.metadata import Metadata
-from retrieval.index.on_disk import LISTS_FILE, merged_lists
+from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
 from retrieval.index.search_index import SearchIndex, _UnitChunks
 from retrieval.index.storage import (
     FORMAT,
@@ -142,6 +144,7 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
             raise UserError(
                 f"{shards[number - 1]} and {shards[number]} hold overlapping ids: merge each shard of one split once"
             )
+    _check_complete(manifests)
     indexes = [_read_shard(shard, manifest) for shard, manifest in zip(shards, manifests, strict=True)]
     merged = merged_lists(
         _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
@@ -168,12 +171,64 @@ def _check_compatible(shards: list[Path], manifests: list[dict[str, Any]]) -> No
             raise UserError(f"{shard} was embedded by another model than {shards[0]}; merge one model's shards")
         if manifest.get("removed_ids"):
             raise UserError(f"{shard} has removed ids; build the shard again from its embedding files")
+        _check_same_inputs(shard, _shard_record(shard, manifest), shards[0], _shard_record(shards[0], first))
+
+
+def _shard_record(shard: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's `shard` (number, count, inputs), checked for the fields the merge reads."""
+    if "merged_from" in manifest:
+        raise UserError(f"{shard} is a merged index, not a shard; merge the shards it was merged from")
+    record = manifest.get("shard")
+    inputs = record.get("inputs") if isinstance(record, dict) else None
+    if not (
+        isinstance(record, dict)
+        and all(isinstance(record.get(field), int) for field in ("number", "count"))
+        and isinstance(inputs, list)
+        and all(isinstance(item, dict) and {"path", "rows", "fingerprint"} <= item.keys() for item in inputs)
+    ):
+        raise UserError(
+            f"{shard} does not record the inputs it was built from (an older or edited shard); "
+            "build it again with `index build --trained TRAINED --shard K/M`"
+        )
+    return record
+
+
+def _check_same_inputs(shard: Path, record: dict[str, Any], first: Path, first_record: dict[str, Any]) -> None:
+    """Refuse, naming the first difference, a shard built from another list of inputs or split into another count."""
+    theirs, ours = first_record["inputs"], record["inputs"]
+    for number, (want, got) in enumerate(zip(theirs, ours, strict=False)):
+        if (want["rows"], want["fingerprint"]) != (got["rows"], got["fingerprint"]):
+            raise UserError(
+                f"{shard} was built from other inputs than {first}: its input {number + 1} is {got['path']} "
+                f"({got['rows']:,} rows), {first}'s is {want['path']} ({want['rows']:,} rows); "
+                "build every shard from the same --embeddings list, in the same order"
+            )
+    if len(theirs) != len(ours):
+        raise UserError(
+            f"{shard} was built from {len(ours)} inputs, {first} from {len(theirs)}; "
+            "build every shard from the same --embeddings list, in the same order"
+        )
+    if record["count"] != first_record["count"]:
+        raise UserError(
+            f"{shard} is shard {record['number']}/{record['count']}, {first} is shard "
+            f"{first_record['number']}/{first_record['count']}; merge the M shards of one split"
+        )
+
+
+def _check_complete(manifests: list[dict[str, Any]]) -> None:
+    """Refuse a merge that misses shards of the split: its rows would be missing from the index without a word."""
+    count = int(manifests[0]["shard"]["count"])
+    missing = sorted(set(range(count)) - {int(manifest["shard"]["number"]) for manifest in manifests})
+    if missing:
+        shown = ", ".join(f"{number}/{count}" for number in missing[:8]) + (", ..." if len(missing) > 8 else "")
+        raise UserError(f"shard {shown} of the split is missing; merge all {count} shards")
 
 
 def _read_shard(shard: Path, manifest: dict[str, Any]) -> faiss.Index:
     """The shard's FAISS index, its lists memory-mapped (on-disk lists beside it, or those inside index.faiss)."""
-    flags = faiss.IO_FLAG_ONDISK_SAME_DIR if LISTS_FILE in manifest["files"] else faiss.IO_FLAG_MMAP
-    return faiss.read_index(str(shard / INDEX_FILE), flags)
+    if LISTS_FILE in manifest["files"]:
+        return read_with_lists_beside(shard / INDEX_FILE)
+    return faiss.read_index(str(shard / INDEX_FILE), faiss.IO_FLAG_MMAP)
 
 
 def _empty_copy(index: faiss.Index) -> faiss.Index:

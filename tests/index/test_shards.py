@@ -171,3 +171,80 @@ def test_a_shard_needs_a_trained_index_and_embedding_files(split, tmp_path, caps
     assert main(["index", "build", "--images", str(tmp_path), *trained]) == 2
     assert "pass --embeddings PATH" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def _one_line_error(capsys, args: list[str]) -> str:
+    """The single `error:` line `retrieval` prints for a user mistake (exit code 2)."""
+    capsys.readouterr()
+    assert main(args) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), lines
+    return lines[0]
+
+
+def test_shards_of_inputs_in_another_order_or_of_other_content_are_refused(data, tmp_path, capsys) -> None:
+    vectors, _ = data
+    for name, rows in (("a", vectors[:1500]), ("b", vectors[1500:3000]), ("c", -vectors[1500:3000])):
+        np.save(tmp_path / f"{name}.npy", rows)  # c: as many rows as b, other vectors
+    a, b, c = (str(tmp_path / f"{name}.npy") for name in "abc")
+    assert main(["index", "train", "--embeddings", a, b, "--out", str(tmp_path / "t"), "--nlist", "8"]) == 0
+
+    def shard(inputs: list[str], spec: str, out: str) -> str:
+        args = ["index", "build", "--embeddings", *inputs, "--trained", str(tmp_path / "t"), "--shard", spec]
+        assert main([*args, "--out", str(tmp_path / out)]) == 0
+        return str(tmp_path / out)
+
+    first, swapped, other = shard([a, b], "0/2", "s0"), shard([b, a], "1/2", "s1"), shard([a, c], "1/2", "s1c")
+    merged = str(tmp_path / "merged")
+    error = _one_line_error(capsys, ["index", "merge", first, swapped, "--out", merged])
+    assert f"its input 1 is {b} (1,500 rows), {first}'s is {a} (1,500 rows)" in error  # a's rows twice, b's never
+    assert "same --embeddings list, in the same order" in error
+    error = _one_line_error(capsys, ["index", "merge", first, other, "--out", merged])
+    assert f"its input 2 is {c} (1,500 rows)" in error  # same rows and size, other content
+    error = _one_line_error(capsys, ["index", "merge", first, shard([a, b, c], "2/3", "s2of3"), "--out", merged])
+    assert "built from 3 inputs" in error
+    assert not (tmp_path / "merged").exists()
+    assert main(["index", "merge", first, shard([a, b], "1/2", "s1ab"), "--out", merged]) == 0
+    assert SearchIndex.load(tmp_path / "merged").manifest["next_id"] == 3000
+
+
+def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(split, tmp_path, capsys) -> None:
+    out = str(tmp_path / "merged")
+    error = _one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(split["shard2"]), "--out", out])
+    assert "shard 1/3 of the split is missing; merge all 3 shards" in error
+    inputs = [str(split["root"] / "parts"), str(split["root"] / "tail.npy")]
+    build = ["index", "build", "--embeddings", *inputs, "--trained", str(split["trained"])]
+    assert main([*build, "--shard", "1/2", "--out", str(tmp_path / "half")]) == 0
+    error = _one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(tmp_path / "half"), "--out", out])
+    assert "is shard 1/2" in error and "is shard 0/3" in error
+    error = _one_line_error(capsys, ["index", "merge", str(split["root"] / "merged"), "--out", out])
+    assert "is a merged index, not a shard" in error
+    assert not (tmp_path / "merged").exists()
+
+
+def test_shards_record_their_number_count_and_every_input(split) -> None:
+    record = SearchIndex.load(split["shard1"]).manifest["shard"]
+    assert (record["number"], record["count"]) == (1, 3)
+    assert [(Path(item["path"]).name, item["rows"]) for item in record["inputs"]] == [
+        ("parts", 3000),
+        ("tail.npy", 1000),
+    ]
+    assert all(len(item["fingerprint"]) == 64 for item in record["inputs"])
+
+
+@pytest.mark.parametrize("spec", [["--shard", "-1/2"], ["--shard=-1/2"], ["--shard", "3/2"], ["--shard", "a/b"]])
+def test_a_malformed_shard_is_one_line_naming_the_form(split, spec, tmp_path, capsys) -> None:
+    tail = str(split["root"] / "tail.npy")
+    args = ["index", "build", "--embeddings", tail, "--trained", str(split["trained"]), *spec]
+    error = _one_line_error(capsys, [*args, "--out", str(tmp_path / "x")])
+    assert "--shard takes K/M with 0 <= K < M" in error
+    assert not (tmp_path / "x").exists()
+
+
+def test_the_merge_prints_only_its_own_lines(split, tmp_path) -> None:
+    shards = [str(split[f"shard{k}"]) for k in range(3)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    merge = [sys.executable, "-m", "retrieval", "index", "merge", *shards, "--out", str(tmp_path / "merged")]
+    done = subprocess.run(merge, env=env, capture_output=True, text=True, check=True)  # FAISS's C++ output is fd-level
+    assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["index", "vectors"]
+    assert done.stderr == ""

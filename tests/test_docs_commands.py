@@ -89,7 +89,10 @@ _EMBED_PROCESSES = (
     "8 torchrun processes; tests/cli/test_embed_parts.py runs embed on 2 CPU processes, and the one-process "
     "form of the same layout (`retrieval embed ... --out emb/`) runs here"
 )
-_SWEEP = "trains 12 runs (4 values x 3 seeds); tests/sweep covers the grid, the runner and the report"
+_SWEEP = (
+    "trains 12 runs (4 values x 3 seeds); tests/cli/test_experiment_cli.py runs a 2-run sweep, tests/sweep the grid "
+    "and the report"
+)
 
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
@@ -142,7 +145,10 @@ COMMANDS: dict[str, Run | Skip] = {
         " --pair toolkit-anchor peer-proxy_nca --pair toolkit-proxy_nca peer-proxy_nca"
         " --pair toolkit-proxy_anchor peer-proxy_anchor --pair circle peer-circle"
         " --pair toolkit-triplet peer-triplet"
-    ): Skip("trains 27 runs for hours; tests/tools/test_dev_benchmark.py runs the benchmark on a tiny dataset"),
+    ): Skip(
+        "trains 27 runs (9 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows and runs "
+        "the peer script on tiny data"
+    ),
     "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
         RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
     ),

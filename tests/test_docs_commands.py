@@ -1,0 +1,427 @@
+"""Every command that README.md, CONTRIBUTING.md and docs/ show runs here on tiny data, or is listed with why not.
+
+The commands are the `retrieval ...`, `python tools/...` and `torchrun ...` lines of the fenced bash blocks
+(continuations joined, trailing `# comments` dropped); the set-up and check lines (`pip`, `ruff`, `pytest`,
+`apt-get`, `tensorboard`) are not ours to test. `COMMANDS` maps each one, as written, to how it runs here or
+why it cannot, and the first two tests fail when the docs and the table disagree in either direction, so a
+new documented command must be added and a removed one cannot linger.
+
+Each command runs in-process (`retrieval.cli.main.main`, a tool's `main`: a subprocess would pay the
+imports each time) inside its own copy of a small world, a folder that holds every relative path the docs
+name: `data/shop.csv`, `runs/shop/checkpoints/best.pt` (trained one epoch at 32 px), `runs/shop/index`,
+`shoe.png`, `embeddings/`, ... So a command runs exactly as written, save absolute placeholder paths
+(`/data/shop/dataset.csv`) and `...`-style elisions that its entry replaces, and the budget overrides
+appended to the commands that train (a resnet10t from scratch, one epoch, 32 px). The world is built once
+per module; each test copies it because `index add`, `--save-threshold` and the like change what they touch.
+`retrieval serve` runs with uvicorn replaced by a test client that asks `/healthz`, which builds the same app.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+from official_layouts import write_cars, write_cub, write_inshop, write_sop
+from PIL import Image
+from tool_modules import load_tool
+
+from retrieval.cli.main import main
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
+
+# Appended to a command that trains: a tiny from-scratch run instead of an ImageNet ResNet-50 for hours.
+TRAIN_BUDGET = (
+    "--set train.epochs=1 --set data.image_size=32 --set model.backbone=resnet10t --set model.pretrained=false "
+    "--set data.batch_size=8 --set data.num_workers=0 --set train.warmup_epochs=0 "
+    "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false"
+)
+SERVED = r'"status": "ok", "vectors": \d+, "model": true\}\nsearch: 200, 10 results'
+RECALL = r"(?m)^Recall@1: \d\.\d{4}\n(Recall@\d+: \d\.\d{4}\n)*MAP@R: \d\.\d{4}$"
+TYPED_METADATA = "issue 27 item 1: typed metadata, in progress on branch filters"
+# Where the shop CSV's rows live; the other CSVs of the world name the same images from their own folder.
+SHOP = "data/shop"
+
+
+@dataclass(frozen=True)
+class Run:
+    """How a documented command runs here.
+
+    Attributes:
+        expect: a regular expression its output (stdout and stderr) must match.
+        replace: documented text -> the text run here (absolute placeholder paths, elisions).
+        train: whether `TRAIN_BUDGET` is appended.
+        fresh: world paths removed first, because the command writes them.
+        xfail: why the command is expected to fail until another branch lands (strict: a pass flips it).
+    """
+
+    expect: str
+    replace: dict[str, str] = field(default_factory=dict)
+    train: bool = False
+    fresh: tuple[str, ...] = ()
+    xfail: str | None = None
+
+
+@dataclass(frozen=True)
+class Skip:
+    """Why a documented command cannot run here, and what covers it instead."""
+
+    reason: str
+
+
+_DEMO = (
+    "the digits demo trains for minutes; tests/cli/test_cli.py::test_the_digits_demos_beat_the_pixel_baseline runs it"
+)
+_REMOTE_QDRANT = "needs a remote Qdrant server; tests/vectordb runs export and search in Qdrant's embedded local mode"
+_GPUS = "needs several GPUs or machines; tests/train/test_distributed.py runs torchrun training on 2 CPU processes"
+_EMBED_PROCESSES = (
+    "8 torchrun processes; tests/cli/test_embed_parts.py runs embed on 2 CPU processes, and the one-process "
+    "form of the same layout (`retrieval embed ... --out emb/`) runs here"
+)
+_SWEEP = (
+    "trains 12 runs (4 values x 3 seeds); tests/cli/test_experiment_cli.py runs a 2-run sweep, tests/sweep the grid "
+    "and the report"
+)
+
+COMMANDS: dict[str, Run | Skip] = {
+    # README.md
+    "retrieval train": Skip(_DEMO),
+    (
+        "retrieval train --config configs/csv_anchor.yaml --set data.path=/data/shop/dataset.csv --output-dir runs/shop"
+    ): Run(RECALL, {"/data/shop/dataset.csv": f"{SHOP}/dataset.csv"}, train=True, fresh=("runs/shop",)),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --json runs/shop/test.json": Run(RECALL),
+    (
+        "retrieval index build --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv --split test"
+        " --out runs/shop/index"
+    ): Run(r"(?m)^vectors: 45 of 45 images$", fresh=("runs/shop/index",)),
+    "retrieval index query --index runs/shop/index --image shoe.png -k 5": Run(r"rank"),
+    "retrieval index add --index runs/shop/index --images new_arrivals/": Run(r"^added 2 vectors \(ids 45\.\.46\)"),
+    "retrieval index eval --index runs/shop/index": Run(r"recall@10"),
+    "retrieval serve --index runs/shop/index": Run(SERVED),
+    (
+        "retrieval index query --index runs/shop/index --image shoe.png --where \"label in ('3', '5') and price < 50\""
+    ): Run(r"rank", xfail=TYPED_METADATA),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --verification --save-threshold 1e-3": Run(r"AUC"),
+    "retrieval index query --index runs/shop/index --image shoe.png --min-score stored": Run(r"rank +score +id"),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --rerank qe": Run(r"qe:k="),
+    "retrieval index query --index runs/shop/index --image shoe.png --rerank qe:k=10,alpha=0": Run(r"rank"),
+    "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),
+    "retrieval index export --index runs/shop/index --to qdrant://db.internal:6333/shop": Skip(_REMOTE_QDRANT),
+    "retrieval serve --backend qdrant://db.internal:6333/shop": Skip(_REMOTE_QDRANT),
+    "retrieval export --checkpoint runs/shop/checkpoints/best.pt --format onnx --out runs/shop/onnx": Run(
+        r"(?m)^parity onnxruntime vs PyTorch: ", fresh=("runs/shop/onnx",)
+    ),
+    "retrieval index build --model runs/shop/onnx --csv data/shop.csv --split test --out runs/shop/index-onnx": Run(
+        r"(?m)^vectors: 45 of 45 images$", fresh=("runs/shop/index-onnx",)
+    ),
+    "torchrun --nproc_per_node 8 -m retrieval embed --checkpoint best.pt --csv catalogue.csv --out embeddings/": Skip(
+        _EMBED_PROCESSES
+    ),
+    "retrieval index build --embeddings embeddings/ --out catalogue-index --max-memory 4G --target-recall 0.95": Run(
+        r"(?m)^vectors: 77 from 1 embedding input", fresh=("catalogue-index",)
+    ),
+    "retrieval serve --index catalogue-index --checkpoint best.pt": Run(SERVED),
+    # CONTRIBUTING.md holds only the set-up and check commands.
+    # docs/benchmarks.md
+    (
+        "python tools/make_glyph_dataset.py --out glyphs64 --size 64 --train-classes 284 --val-classes 80"
+        ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'
+    ): Run(r"wrote glyphs64/dataset.csv"),
+    (
+        "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench64 --epochs 8 --threads 1"
+        " --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_nca proxy_anchor circle triplet"
+        " --toolkit anchor proxy_nca proxy_anchor triplet --variant circle=circle:loss.m=0.4,loss.gamma=80"
+        " --pair toolkit-anchor peer-proxy_nca --pair toolkit-proxy_nca peer-proxy_nca"
+        " --pair toolkit-proxy_anchor peer-proxy_anchor --pair circle peer-circle"
+        " --pair toolkit-triplet peer-triplet"
+    ): Skip(
+        "trains 27 runs (9 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows and runs "
+        "the peer script on tiny data"
+    ),
+    "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
+        RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
+    ),
+    "retrieval train --config configs/cars196_anchor.yaml --set data.root=/data/cars196": Run(
+        RECALL, {"/data/cars196": "data/cars196"}, train=True
+    ),
+    "retrieval train --config configs/sop_anchor.yaml --set data.root=/data/Stanford_Online_Products": Run(
+        RECALL, {"/data/Stanford_Online_Products": "data/Stanford_Online_Products"}, train=True
+    ),
+    "retrieval train --config configs/inshop_anchor.yaml --set data.root=/data/inshop": Run(
+        RECALL, {"/data/inshop": "data/inshop"}, train=True
+    ),
+    # docs/configuration.md
+    "retrieval train --config configs/csv_anchor.yaml --set data.path=/data/shop/dataset.csv": Run(
+        RECALL, {"/data/shop/dataset.csv": f"{SHOP}/dataset.csv"}, train=True
+    ),
+    # docs/datasets.md
+    "python tools/make_fashion_mnist.py --out data/fashion_mnist": Skip(
+        "needs the dataset-fashion-mnist Debian package; tests/tools/test_make_fashion_mnist.py converts IDX files"
+    ),
+    "python tools/make_glyph_dataset.py --out data/glyphs": Run(r"wrote data/glyphs/dataset.csv"),
+    (
+        "retrieval data longtail --csv data/fashion_mnist/dataset.csv --out data/fashion_mnist/lt100.csv"
+        " --imbalance 100 --seed 0"
+    ): Run(r"^wrote data/fashion_mnist/lt100\.csv: "),
+    # docs/distributed.md
+    "torchrun --nproc_per_node 4 -m retrieval train --config configs/cub200_anchor.yaml": Skip(_GPUS),
+    (
+        "torchrun --nnodes 2 --node_rank 0 --nproc_per_node 8 --rdzv_backend c10d --rdzv_id cub-run"
+        " --rdzv_endpoint node0.example.org:29500 -m retrieval train --config configs/cub200_anchor.yaml"
+        " --output-dir /shared/runs/cub"
+    ): Skip(_GPUS),
+    (
+        "torchrun --nproc_per_node 8 -m retrieval embed --checkpoint run/checkpoints/best.pt"
+        " --csv catalogue.csv --out /shared/emb/ --part-rows 100000 --batch-size 256 --num-workers 8"
+    ): Skip(_EMBED_PROCESSES),
+    "retrieval embed --checkpoint run/checkpoints/best.pt --csv catalogue.csv --out emb/": Run(
+        r"^embeddings: emb/ \(77 x 128 in 1 part"
+    ),
+    # docs/export.md
+    "retrieval index query --index runs/shop/index-onnx --image shoe.png": Run(r"rank"),
+    "retrieval serve --index runs/shop/index-onnx": Run(SERVED),
+    # docs/scale.md (also shows the README's torchrun embed, index build --embeddings and serve lines)
+    "retrieval index build --embeddings embeddings/ --out catalogue-index --on-disk --target-recall 0.95": Run(
+        r"(?m)^vectors: 77 from 1 embedding input", fresh=("catalogue-index",)
+    ),
+    "retrieval index train --embeddings embeddings/ --out trained": Run(r"^trained: trained ", fresh=("trained",)),
+    "retrieval index build --embeddings embeddings/ --trained trained --shard K/M --out shard-K": Run(
+        r"^index: shard-0 ", {"K/M": "0/2", "shard-K": "shard-0"}, fresh=("shard-0",)
+    ),
+    "retrieval index merge shard-0 shard-1 ... --out catalogue-index": Run(
+        r"(?m)^vectors: 77 from 2 shards", {" ... ": " "}, fresh=("catalogue-index",)
+    ),
+    # docs/search.md
+    "retrieval index remove --index runs/shop/index --ids 17 42": Run(r"^removed 2 vectors; the index holds 43"),
+    'retrieval index query --index runs/shop/index --image shoe.png --where "label in (3, 5) and price < 50"': Run(
+        r"rank", xfail=TYPED_METADATA
+    ),
+    "retrieval index query --index runs/shop/index --image shoe.png --where filter.json": Run(
+        r"rank", xfail=TYPED_METADATA
+    ),
+    "retrieval index query --index runs/shop/index --images queries/ --min-score stored": Run(
+        r"query: queries/test_5_0\.png\nrank"
+    ),
+    (
+        "retrieval serve --index runs/shop/index [--host 127.0.0.1] [--port 8000] [--device auto]"
+        " [--search-threads 1] [--checkpoint CKPT] [--image-root DIR] [--openapi] [--reload-interval 1]"
+        " [--max-upload-mb 16] [--max-pixels 40000000] [--decode-memory 1G] [--decode-wait 1] [--body-timeout 30]"
+    ): Run(SERVED, {"[": "", "]": "", "CKPT": "runs/shop/checkpoints/best.pt", "DIR": SHOP}),
+    (
+        "retrieval index export --index runs/shop/index"
+        " --to qdrant://db.internal:6333/shop [--batch-size 256] [--recreate]"
+    ): Skip(_REMOTE_QDRANT),
+    "retrieval serve --backend qdrant://db.internal:6333/shop [--checkpoint CKPT]": Skip(_REMOTE_QDRANT),
+    # docs/sweep_anchor_gamma_glyphs.md
+    (
+        "retrieval sweep --config configs/csv_glyph.yaml --set data.path=/work/devdata/glyphs32/dataset.csv"
+        " --set data.image_size=32 --set train.epochs=8 --set train.threads=1 --set data.num_workers=1"
+        " --set train.device=cpu --set train.select_on=map@r --grid loss.gamma=4,8,16,32 --seeds 0,1,2"
+        " --output-dir runs/glyph-gamma"
+    ): Skip(_SWEEP),
+    # docs/training.md
+    "retrieval train --config ... --set 'train.loggers=[tensorboard, mlflow]'": Run(
+        RECALL, {"...": f"configs/csv_anchor.yaml --set data.path={SHOP}/dataset.csv"}, train=True
+    ),
+    "retrieval embed --checkpoint run/checkpoints/best.pt --csv data.csv --split test --out emb.parquet": Run(
+        r"^embeddings: emb\.parquet \(45 x 128\)"
+    ),
+    (
+        "retrieval sweep --config configs/csv_glyph.yaml --set data.path=glyphs32/dataset.csv"
+        " --grid loss.gamma=4,8,16,32 --seeds 0,1,2 [--jobs 2] --output-dir runs/glyph-gamma"
+    ): Skip(_SWEEP),
+    "retrieval compare runs/glyph-gamma/<cell A>/seed-0 runs/glyph-gamma/<cell B>/seed-0": Run(
+        r"(?m)^A - B, paired on the same 45 queries", {"<cell A>": "a", "<cell B>": "b"}
+    ),
+}
+
+
+def documented_commands() -> dict[str, list[str]]:
+    """Each command of the docs' fenced bash blocks -> the files that show it, continuations joined."""
+    found: dict[str, list[str]] = {}
+    for doc in DOCS:
+        for block in re.findall(r"^```bash\n(.*?)^```", doc.read_text(), re.S | re.M):
+            for line in block.replace("\\\n", " ").splitlines():
+                command = " ".join(_drop_comment(line).split())
+                if command.startswith(PROGRAMS):
+                    found.setdefault(command, []).append(doc.relative_to(ROOT).as_posix())
+    return found
+
+
+def _drop_comment(line: str) -> str:
+    """The line up to a `#` that starts a word outside quotes (a shell comment)."""
+    quote = ""
+    for i, char in enumerate(line):
+        if quote:
+            quote = "" if char == quote else quote
+        elif char in "'\"":
+            quote = char
+        elif char == "#" and (i == 0 or line[i - 1].isspace()):
+            return line[:i]
+    return line
+
+
+def test_every_documented_command_is_in_the_table() -> None:
+    missing = sorted(set(documented_commands()) - set(COMMANDS))
+    assert not missing, "documented commands with neither a way to run nor a reason in COMMANDS:\n" + "\n".join(missing)
+
+
+def test_every_command_in_the_table_is_documented() -> None:
+    stale = sorted(set(COMMANDS) - set(documented_commands()))
+    assert not stale, "COMMANDS entries the docs no longer show (remove or update them):\n" + "\n".join(stale)
+
+
+def _write_image(path: Path, colour: np.ndarray, rng: np.random.Generator) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.clip(colour + rng.normal(0, 20, size=(32, 32, 3)), 0, 255).astype(np.uint8)).save(path)
+
+
+def _write_csv(path: Path, rows: list[dict[str, object]], prefix: str) -> None:
+    """The shop rows as a CSV in another folder: image paths stay relative to the CSV's own folder."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [",".join(rows[0])] + [
+        ",".join(str(prefix + str(v)) if k == "path" else str(v) for k, v in r.items()) for r in rows
+    ]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def _build_world(root: Path) -> None:
+    """Every file and folder the documented commands name, made by the commands the docs show before them."""
+    rng = np.random.default_rng(0)
+    rows: list[dict[str, object]] = []
+    # Integer labels, a numeric price and a string shop: the columns the filter examples use. The test split
+    # has more than 42 rows, so `index remove --ids 17 42` finds both ids.
+    for split, classes, count in (("train", (0, 1, 2, 6), 6), ("val", (7, 8), 4), ("test", (3, 4, 5), 15)):
+        for label in classes:
+            colour = rng.integers(0, 256, size=3)
+            for i in range(count):
+                name = f"images/{split}_{label}_{i}.png"
+                _write_image(root / SHOP / name, colour, rng)
+                rows.append({"path": name, "label": label, "split": split, "price": 10 + 7 * i, "shop": "ab"[i % 2]})
+    _write_csv(root / SHOP / "dataset.csv", rows, "")
+    _write_csv(root / "data/shop.csv", rows, "shop/")
+    _write_csv(root / "data.csv", rows, f"{SHOP}/")
+    _write_csv(root / "catalogue.csv", rows, f"{SHOP}/")
+    # Fashion-MNIST's shape for `data longtail --imbalance 100`: 100 training images a class (the shop's, again).
+    fashion = [row | {"label": n % 4} for n, row in enumerate(r for r in rows * 20 if r["split"] == "train")]
+    _write_csv(root / "data/fashion_mnist/dataset.csv", fashion + [r for r in rows if r["split"] == "test"], "../shop/")
+    shutil.copy(root / SHOP / "images/test_3_0.png", root / "shoe.png")
+    for folder, split in (("new_arrivals", "val"), ("queries", "test")):
+        for source in sorted((root / SHOP / "images").glob(f"{split}_*_0.png")):
+            (root / folder).mkdir(exist_ok=True)
+            shutil.copy(source, root / folder / source.name)
+    (root / "filter.json").write_text(json.dumps({"label": {"in": [3, 5]}, "price": {"lt": 50}, "shop": "a"}))
+    (root / "configs").symlink_to(ROOT / "configs")
+    write_cub(root / "data/CUB_200_2011")
+    write_cars(root / "data/cars196")
+    write_sop(root / "data/Stanford_Online_Products")
+    write_inshop(root / "data/inshop")
+
+    best = "runs/shop/checkpoints/best.pt"
+    steps = [
+        f"train --config configs/csv_anchor.yaml --set data.path={SHOP}/dataset.csv --output-dir runs/shop "
+        + TRAIN_BUDGET,
+        f"evaluate --checkpoint {best} --verification --save-threshold 1e-3",
+        f"index build --checkpoint {best} --csv data/shop.csv --split test --out runs/shop/index",
+        f"export --checkpoint {best} --format onnx --out runs/shop/onnx",
+        "index build --model runs/shop/onnx --csv data/shop.csv --split test --out runs/shop/index-onnx",
+        f"embed --checkpoint {best} --csv catalogue.csv --out embeddings/ --part-rows 40",  # two parts: two shards
+        "index build --embeddings embeddings/ --out catalogue-index",
+        "index train --embeddings embeddings/ --out trained",
+        "index build --embeddings embeddings/ --trained trained --shard 0/2 --out shard-0",
+        "index build --embeddings embeddings/ --trained trained --shard 1/2 --out shard-1",
+    ]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.chdir(root)
+        for step in steps:
+            assert main(shlex.split(step)) == 0, step
+    (root / "runs/shop/checkpoints/last.pt").unlink()  # nothing documented here reads it; copies stay small
+    # Relative links, so that they point into each test's copy of the world.
+    links = {"run/checkpoints/best.pt": best, "best.pt": best}
+    links |= {f"runs/glyph-gamma/{cell}/seed-0": "runs/shop" for cell in ("a", "b")}
+    for link, target in links.items():
+        (root / link).parent.mkdir(parents=True, exist_ok=True)
+        (root / link).symlink_to(os.path.relpath(root / target, (root / link).parent))
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("world")
+    _build_world(root)
+    return root
+
+
+def _params() -> Iterator[object]:
+    for command, entry in COMMANDS.items():
+        marks = [pytest.mark.xfail(strict=True, reason=entry.xfail)] if isinstance(entry, Run) and entry.xfail else []
+        yield pytest.param(command, entry, id=command[:90], marks=marks)
+
+
+@pytest.mark.parametrize(("command", "entry"), list(_params()))
+def test_documented_command_runs(
+    command: str,
+    entry: Run | Skip,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys,
+) -> None:
+    if isinstance(entry, Skip):
+        pytest.skip(entry.reason)
+    world = request.getfixturevalue("world")  # not for a skip: the world costs a training run
+    here = tmp_path / "world"
+    shutil.copytree(world, here, symlinks=True)
+    for path in entry.fresh:
+        shutil.rmtree(here / path, ignore_errors=True)
+    monkeypatch.chdir(here)
+    text = command
+    for documented, replacement in entry.replace.items():
+        assert documented in text, f"{documented!r} is not in the command any more"
+        text = text.replace(documented, replacement)
+    argv = shlex.split(text + (" " + TRAIN_BUDGET if entry.train else ""))
+    _serve_without_a_server(monkeypatch)
+    code = _run(argv)
+    out, err = capsys.readouterr()
+    assert code == 0, f"{text}\nexit code {code}\n{out}\n{err}"
+    assert re.search(entry.expect, out + err), f"{text}\nno match for {entry.expect!r} in\n{out}\n{err}"
+
+
+def _run(argv: list[str]) -> int:
+    """Exit code of one command line, run in this process."""
+    if argv[0] == "python":
+        tool = load_tool(Path(argv[1]).stem)
+        try:
+            return tool.main(argv[2:]) or 0
+        except SystemExit as exc:
+            return int(exc.code or 0)
+    assert argv[0] == "retrieval", argv
+    try:
+        return main(argv[1:])
+    except SystemExit as exc:  # argparse: an unknown option
+        return int(exc.code or 0)
+
+
+def _serve_without_a_server(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`uvicorn.run(app)`, instead of serving, asks the app's `/healthz` and searches with `shoe.png` through a test
+    client, and prints both answers."""
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    def answer(app: object, **_: object) -> None:
+        with TestClient(app) as client:
+            print(json.dumps(client.get("/healthz").json()))
+            found = client.post("/search", files={"image": ("shoe.png", Path("shoe.png").read_bytes(), "image/png")})
+            print(f"search: {found.status_code}, {len(found.json()['results'])} results")
+
+    monkeypatch.setattr(uvicorn, "run", answer)

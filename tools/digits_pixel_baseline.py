@@ -1,7 +1,8 @@
 """Recall@K of raw pixels on the digits demo or a dataset CSV's split: the floor a trained embedder must beat.
 
 Each image is flattened, mean-centred (over the split) and L2-normalized; retrieval is the same
-exact FAISS search `retrieval evaluate` uses, with the CSV's query/gallery flags when it has them.
+exact FAISS search `retrieval evaluate` uses, with the CSV's query/gallery flags when it has them,
+and its class-bootstrap intervals; `--per-query` saves the per-query values `retrieval compare` pairs.
 Digits are upsampled to 32x32 as in the demo; CSV images are read as `retrieval` reads them
 (`load_image`: RGB, or L with `--gray`) and resized to `--size` square, the whole image, no crop.
 
@@ -23,8 +24,9 @@ from PIL import Image
 from retrieval.data import load_digits_split
 from retrieval.data.csv_dataset import read_csv_split
 from retrieval.evaluate.evaluator import KS, format_metrics
+from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
 from retrieval.images import load_image
-from retrieval.metrics import retrieval_metrics
+from retrieval.metrics import per_query_scores
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -34,21 +36,26 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--split", choices=("val", "test"), default="test", help="the CSV's split to score")
     parser.add_argument("--size", type=int, default=64, help="CSV images are resized to this square side")
     parser.add_argument("--gray", action="store_true", help="read CSV images as grayscale (L) instead of RGB")
+    parser.add_argument("--per-query", type=Path, metavar="FILE.npz", help="write per-query values for `compare`")
     args = parser.parse_args(argv)
+    query_mask = gallery_mask = None
     if args.csv is None:
         images, labels = load_digits_split("test", image_size=32)
         pixels = images[:, 0].flatten(1)
         print(f"raw pixels, digits test split ({len(labels)} images):")
-        print(format_metrics(retrieval_metrics(_centred(pixels), labels, KS)))
-        return
-    split = read_csv_split(args.csv, args.split)
-    mode = "L" if args.gray else "RGB"
-    pixels = torch.from_numpy(
-        np.stack([_pixels(path, mode, args.size) for path in split.paths]).astype(np.float32) / 255
-    ).flatten(1)
-    print(f"raw pixels, {args.csv} {args.split} split ({len(split.paths)} images, {mode} {args.size} px):")
-    metrics = retrieval_metrics(_centred(pixels), split.labels, KS, split.query_mask, split.gallery_mask)
-    print(format_metrics(metrics))
+    else:
+        split = read_csv_split(args.csv, args.split)
+        mode = "L" if args.gray else "RGB"
+        stacked = np.stack([_pixels(path, mode, args.size) for path in split.paths]).astype(np.float32) / 255
+        pixels, labels = torch.from_numpy(stacked).flatten(1), split.labels
+        query_mask, gallery_mask = split.query_mask, split.gallery_mask
+        print(f"raw pixels, {args.csv} {args.split} split ({len(split.paths)} images, {mode} {args.size} px):")
+    scores = per_query_scores(_centred(pixels), labels, KS, query_mask, gallery_mask)
+    values = QueryValues.from_scores(scores)
+    if args.per_query:
+        save_query_values(args.per_query, values)
+    print(format_uncertainty(uncertainty_summary(values)))
+    print(format_metrics(scores.summary(KS)))
 
 
 def _centred(pixels: torch.Tensor) -> torch.Tensor:

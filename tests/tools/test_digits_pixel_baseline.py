@@ -9,6 +9,8 @@ import pytest
 from PIL import Image
 from tool_modules import load_tool
 
+from retrieval.evaluate.uncertainty import load_query_values
+
 pixels = load_tool("digits_pixel_baseline")
 
 RED, BLUE = (220, 30, 30), (30, 30, 220)
@@ -37,10 +39,14 @@ def test_a_csv_split_is_searched_query_against_gallery(tmp_path: Path, capsys: p
             ("gb.png", BLUE, "b", "val", 0, 1),
         ],
     )
-    pixels.main(["--csv", str(path), "--split", "val", "--size", "8"])
+    pixels.main(["--csv", str(path), "--split", "val", "--size", "8", "--per-query", str(tmp_path / "q.npz")])
     out = capsys.readouterr().out
     assert "val split (5 images, RGB 8 px)" in out
     assert "Recall@1: 0.6667" in out
+    assert "95% CI (class bootstrap, 1000 resamples of 2 classes): Recall@1 0.6667" in out
+    saved = load_query_values(tmp_path / "q.npz")  # the queries' rows in the split, as `retrieval compare` pairs them
+    assert saved.rows.tolist() == [0, 1, 2]
+    assert saved.values["recall@1"].tolist() == [1.0, 1.0, 0.0]
 
 
 def test_gray_reads_the_images_as_l(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

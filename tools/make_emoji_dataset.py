@@ -3,7 +3,7 @@
 Classes are single-code-point emoji that EVERY pinned artwork set draws (`STYLES`, four styles):
 
 - `noto`: Google's Noto Color Emoji (fonts-noto-color-emoji 2.042, its 109 px colour bitmaps);
-- `emojione`: EmojiOne 3.1's flat 64 px PNGs (ruby-gemojione 3.3.0, `assets/png/<CODE>.png`);
+- `emojione`: EmojiOne's flat 64 px PNGs as ruby-gemojione 3.3.0 ships them (`assets/png/<CODE>.png`);
 - `emojify`: the glossy, shaded 64 px PNGs of emojify.js (libjs-emojify 1.1.0), named by short name
   (`+1.png`, `8ball.png`) and mapped to code points through ruby-gemojione's `config/index.json`
   (its keys first, then short names, then aliases);

@@ -110,7 +110,8 @@ class CollectionIndex:
             raise UserError(f"query vectors must be finite (Q, {self.dim}) arrays, got shape {queries.shape}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
-        query_filter = to_qdrant_filter(filter, self._schema) if filter is not None else None
+        next_id = int(self.manifest["next_id"])
+        query_filter = to_qdrant_filter(filter, self._schema, next_id) if filter is not None else None
         return self._store.search(queries, int(k), query_filter)
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from retrieval.errors import UserError
 from retrieval.index.filters import Filter
@@ -78,6 +79,11 @@ class CollectionIndex:
     def ids(self) -> np.ndarray:
         """`(ntotal,)` ascending ids of the points."""
         return self._store.ids()
+
+    @property
+    def metadata_schema(self) -> pa.Schema:
+        """The exported metadata's Arrow schema (`id` and the other columns): what a filter may name."""
+        return self._schema
 
     @property
     def manifest(self) -> dict[str, Any]:

@@ -5,7 +5,8 @@ embeddings files and the vector database then hold the same types:
 
 - `int` (int64): every non-empty cell is an integer within int64 without leading zeros (`7`,
   `-12`; not `007`, whose zeros an integer would lose);
-- `float` (float64): otherwise, every non-empty cell is a finite decimal number (`2.5`, `1e3`);
+- `float` (float64): otherwise, every non-empty cell is a finite decimal number without leading
+  zeros either (`2.5`, `1e3`, `0.5`; not `nan`, `inf`, `1_000`);
 - `str`: otherwise (and a column with no non-empty cell).
 
 An empty cell is null in every type. `path` is always `str`. A declaration
@@ -29,7 +30,8 @@ ColumnType = Literal["int", "float", "str"]
 ARROW_TYPES: dict[str, pa.DataType] = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
 _TEXT_COLUMNS = ("path",)  # never numbers, whatever their cells look like
 _INTEGER = re.compile(r"[-+]?(?:0|[1-9]\d*)")
-_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # a declared float column's cells
+_INFERRED_FLOAT = re.compile(r"[-+]?(?:(?:0|[1-9]\d*)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")  # no leading zeros
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MAX_INTEGER_DIGITS = 20
 
@@ -65,7 +67,7 @@ def infer_column_type(cells: Sequence[str]) -> ColumnType:
         return "str"
     if all(_is_int64(cell) for cell in values):
         return "int"
-    if all(_FLOAT.fullmatch(cell) and _is_finite(cell) for cell in values):
+    if all(_INFERRED_FLOAT.fullmatch(cell) and _is_finite(cell) for cell in values):
         return "float"
     return "str"
 

@@ -105,7 +105,7 @@ def _typed_array(name: str, cells: Sequence[str], kind: str, source: str) -> pa.
         return pa.array([cell if cell != "" else None for cell in cells], pa.string())
     parse = int if kind == "int" else float
     fits = _fits_int64 if kind == "int" else (lambda cell: bool(_FLOAT.fullmatch(cell)) and _is_finite(cell))
-    values = []
+    values: list[int | float | None] = []
     for cell in cells:
         if cell == "":
             values.append(None)

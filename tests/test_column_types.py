@@ -45,7 +45,13 @@ def test_typed_table_types_each_column_and_makes_empty_cells_null() -> None:
         {"sku": "int"},
     )
     assert table.schema == pa.schema(
-        [("path", pa.string()), ("label", pa.int64()), ("price", pa.float64()), ("shop", pa.string()), ("sku", pa.int64())]
+        [
+            ("path", pa.string()),
+            ("label", pa.int64()),
+            ("price", pa.float64()),
+            ("shop", pa.string()),
+            ("sku", pa.int64()),
+        ]
     )
     assert table.to_pydict() == {
         "path": ["1", "2", "3"],  # paths are never numbers

@@ -257,7 +257,9 @@ def _build(args: argparse.Namespace) -> int:
     target_recall, default_target_recall = _tuning(args.target_recall)
     if args.embeddings:
         if args.column_types:
-            raise UserError("--column-types types the columns of --csv/--images; embedding files keep the types embed gave")
+            raise UserError(
+                "--column-types types the columns of --csv/--images; embedding files keep the types embed gave"
+            )
         if args.rerank:
             raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
         with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):

@@ -379,7 +379,9 @@ def _kind_of_type(arrow_type: pa.DataType) -> str | None:
 
 def _short(value: Any) -> str:
     """`repr(value)` cut to 40 characters: an error quotes a filter, it does not echo it."""
-    text = repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+    text = (
+        repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
+    )
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 

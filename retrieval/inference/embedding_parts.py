@@ -21,7 +21,7 @@ is. Readers here use numpy and pyarrow only (no torch), so index builds can stre
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 

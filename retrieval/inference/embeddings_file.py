@@ -27,9 +27,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
-
 import pyarrow as pa
 
 from retrieval.column_types import typed_table
@@ -38,7 +38,7 @@ from retrieval.runtime.files import atomic_write
 
 __all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
 
-Column = Sequence[str] | pa.Array | pa.ChunkedArray
+Column: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 
 EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
 

@@ -80,7 +80,9 @@ def image_files(directory: Path) -> list[Path]:
     return list_images(directory)
 
 
-def dataset_source(data: DataConfig, split: str = "all", column_types: dict[str, ColumnType] | None = None) -> ImageSource:
+def dataset_source(
+    data: DataConfig, split: str = "all", column_types: dict[str, ColumnType] | None = None
+) -> ImageSource:
     """The images of a configured dataset (`data.name` csv, folder or a benchmark) before validation holdouts.
 
     Columns: `path`, `label` (the dataset's own class id: CUB/Cars class number, SOP class_id,
@@ -126,7 +128,9 @@ def _split_source(
     return paths, columns
 
 
-def embed_source(encoder: Encoder, source: ImageSource, batch_size: int, num_workers: int) -> tuple[np.ndarray, pa.Table]:
+def embed_source(
+    encoder: Encoder, source: ImageSource, batch_size: int, num_workers: int
+) -> tuple[np.ndarray, pa.Table]:
     """`(M, D)` embeddings of the readable files of `source` and their metadata rows; the rest reported on stderr.
 
     Raises:

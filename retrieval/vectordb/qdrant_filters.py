@@ -16,6 +16,7 @@ range the ids that pass it among `0..next_id` (the ids the index has ever given 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 import pyarrow as pa
 
@@ -28,6 +29,8 @@ __all__ = ["payload_index_kinds", "to_qdrant_filter"]
 
 _RANGE_OPS = ("lt", "lte", "gt", "gte")
 _Clause = models.FieldCondition | models.Filter | models.HasIdCondition | models.IsEmptyCondition
+_Condition = models.Condition  # what the must / should / must_not lists of a Filter take
+_PointId = models.ExtendedPointId
 _NOTHING = models.HasIdCondition(has_id=[])  # no point has an id in the empty list
 
 
@@ -72,7 +75,7 @@ def _node(node: Node, schema: pa.Schema, next_id: int) -> _Clause:
     if isinstance(node, Not):
         return models.Filter(must_not=[_node(node.operand, schema, next_id)])
     if isinstance(node, Filter):
-        clauses = [_node(child, schema, next_id) for child in node.conditions]
+        clauses: list[_Condition] = [_node(child, schema, next_id) for child in node.conditions]
         return models.Filter(must=clauses) if node.combine == "and" else models.Filter(should=clauses)
     if node.column == ID_COLUMN:
         return _id_clause(node, next_id)
@@ -99,13 +102,18 @@ def _id_clause(condition: Condition, next_id: int) -> _Clause:
         }[op]
         low, high = min(max(low, 0), next_id), min(max(high, 0), next_id)
         if 2 * max(high - low, 0) <= next_id:
-            return models.HasIdCondition(has_id=list(range(low, high)))
-        return models.Filter(must_not=[models.HasIdCondition(has_id=[*range(0, low), *range(high, next_id)])])
+            return _has_id(range(low, high))
+        return models.Filter(must_not=[_has_id([*range(0, low), *range(high, next_id)])])
     values = value if op in ("in", "nin") else (value,)
     # Ids are integers >= 0: a fraction or a negative number names no point.
     named = sorted({int(v) for v in values if not isinstance(v, bool) and float(v).is_integer() and v >= 0})
-    has_id = models.HasIdCondition(has_id=named)
+    has_id = _has_id(named)
     return has_id if op in ("eq", "in") else models.Filter(must_not=[has_id])
+
+
+def _has_id(ids: Iterable[int]) -> models.HasIdCondition:
+    point_ids: list[_PointId] = list(ids)
+    return models.HasIdCondition(has_id=point_ids)
 
 
 def _clause(condition: Condition, column_type: pa.DataType) -> models.FieldCondition | models.Filter:

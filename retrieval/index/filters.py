@@ -248,7 +248,8 @@ def parse_filter(obj: Mapping[str, Any]) -> Filter:
     try:
         size = len(json.dumps(obj, separators=(",", ":")))
     except (TypeError, ValueError, RecursionError) as exc:
-        raise UserError(f"a filter must be plain JSON: {exc}") from exc
+        _json_node(obj, 1)  # names the value that cannot be written (an integer of thousands of digits), if it can
+        raise UserError(f"a filter must be plain JSON: {str(exc).splitlines()[0]}") from exc
     _check_size(size, "as compact JSON")
     return _as_filter(_json_node(obj, 1))
 
@@ -379,9 +380,11 @@ def _kind_of_type(arrow_type: pa.DataType) -> str | None:
 
 def _short(value: Any) -> str:
     """`repr(value)` cut to 40 characters: an error quotes a filter, it does not echo it."""
-    text = (
-        repr(value) if not isinstance(value, int) or abs(value) < 10**30 else f"an integer of {len(str(value))} digits"
-    )
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        # str() of an int past 4,300 digits raises: describe the size from its bits instead
+        digits = len(str(value)) if value.bit_length() < 10_000 else int(value.bit_length() * math.log10(2)) + 1
+        return f"an integer of {digits} digits"
+    text = repr(value)
     return text if len(text) <= 40 else f"{text[:37]}..."
 
 

@@ -154,7 +154,7 @@ def create_app(
             query: dict[str, Any] = {"type": "image"}
             results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
-            payload = read_json(body)
+            payload = await run_in_threadpool(read_json, body)  # up to the body limit: not on the event loop
             k = parse_k(payload.get("k", 10))
             where = await run_in_threadpool(parse_filter_field, payload.get("filter"))
             minimum = _min_score(payload.get("min_score"), live.current())

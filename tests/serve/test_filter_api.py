@@ -112,3 +112,29 @@ def test_a_bad_json_filter_field_of_an_upload_is_a_400(client, gallery) -> None:
     answer = client.post("/search", files={"image": ("q.png", data, "image/png")}, data={"filter": "{split:"})
     assert answer.status_code == 400 and answer.json()["error"].startswith("filter is not valid JSON")
     assert json.loads(client.get("/healthz").text)["status"] == "ok"
+
+
+def test_a_filter_is_parsed_off_the_event_loop(client, base_url, gallery, monkeypatch) -> None:
+    """While one request's filter is being parsed, the server answers others (a parse never holds the loop)."""
+    import threading
+    import time
+
+    import retrieval.serve.app as app_module
+
+    parsed = threading.Event()
+
+    def slow_parse(value: object) -> None:
+        time.sleep(2.0)
+        parsed.set()
+
+    monkeypatch.setattr(app_module, "parse_filter_field", slow_parse)
+    body = {"vector": gallery.embeddings[0].tolist(), "k": 3, "filter": "split = 'test'"}
+    with httpx.Client(base_url=base_url, timeout=30) as other:
+        searching = threading.Thread(target=lambda: other.post("/search", json=body))
+        searching.start()
+        time.sleep(0.3)
+        started = time.perf_counter()
+        assert client.get("/healthz").status_code == 200
+        waited = time.perf_counter() - started
+        searching.join()
+    assert parsed.is_set() and waited < 1.0, waited

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-__all__ = ["add_config_arguments", "add_embedding_arguments", "seed_list"]
+__all__ = ["add_column_types_argument", "add_config_arguments", "add_embedding_arguments", "seed_list"]
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +26,17 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batch-size", type=int, default=64, help="images per forward pass (default: 64)")
     parser.add_argument("--num-workers", type=int, default=min(4, os.cpu_count() or 1), help="image decoding processes")
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N (default: auto)")
+
+
+def add_column_types_argument(parser: argparse.ArgumentParser) -> None:
+    """`--column-types NAME=TYPE,...` of the commands that read image metadata (`retrieval.column_types`)."""
+    parser.add_argument(
+        "--column-types",
+        metavar="NAME=TYPE,...",
+        help="metadata column types (int, float, str) instead of inferring them, e.g. price=float,sku=str; "
+        "other columns: int64 if every non-empty cell is an integer, else float64 if every one is a number, "
+        "else str; empty cells are null",
+    )
 
 
 def seed_list(text: str) -> list[int]:

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
+from retrieval.column_types import parse_column_types
 from retrieval.config import DataConfig
 from retrieval.errors import UserError
 from retrieval.inference.embed_in_parts import embed_in_parts
@@ -73,6 +74,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--part-rows", type=int, metavar="N", help=f"images per part of --out DIR/ (default: {DEFAULT_PART_ROWS})"
     )
+    add_column_types_argument(parser)
     add_embedding_arguments(parser)
 
 
@@ -93,16 +95,18 @@ def run(args: argparse.Namespace) -> int:
             "or --set data.name=... --set data.root=... (a configured dataset)"
         )
     checkpoint = Checkpoint.load(args.checkpoint)
+    column_types = parse_column_types(args.column_types)
     if args.overrides:
-        source = dataset_source(_data_config(checkpoint, args.overrides), args.split)
+        source = dataset_source(_data_config(checkpoint, args.overrides), args.split, column_types)
     else:
-        source = read_source(args.csv, args.images, args.split)
+        source = read_source(args.csv, args.images, args.split, column_types)
     if directory is not None:
         return _embed_parts(args, checkpoint, source, directory)
     encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
-    ids, labels = rows.pop("path"), rows.pop("label")
-    write_embeddings(args.out, embeddings, ids, labels, rows)
+    ids, labels = rows["path"], rows["label"]
+    extra = {name: rows[name] for name in rows.column_names if name not in ("path", "label")}
+    write_embeddings(args.out, embeddings, ids, labels, extra)
     skipped = len(source.paths) - len(ids)
     print(
         f"embeddings: {args.out} ({len(ids)} x {embeddings.shape[1]})"

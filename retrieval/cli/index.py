@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.cli._common import add_column_types_argument, add_config_arguments, add_embedding_arguments
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, add_train_parser, run_merge, run_train
+from retrieval.column_types import parse_column_types
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder
@@ -183,6 +184,7 @@ def _add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) ->
     group.add_argument("--csv", type=Path, metavar="FILE", help="dataset CSV: path,label,split[,...] (see --split)")
     group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR; label = its subfolder")
     parser.add_argument("--split", default="all", choices=SPLITS, help=_SPLIT_HELP)
+    add_column_types_argument(parser)
 
 
 def _add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
@@ -254,6 +256,10 @@ def run(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     target_recall, default_target_recall = _tuning(args.target_recall)
     if args.embeddings:
+        if args.column_types:
+            raise UserError(
+                "--column-types types the columns of --csv/--images; embedding files keep the types embed gave"
+            )
         if args.rerank:
             raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
         with built_from_embeddings(args, target_recall, default_target_recall) as (index, inputs):
@@ -270,7 +276,7 @@ def _build(args: argparse.Namespace) -> int:
     max_memory = parse_memory(args.max_memory) if args.max_memory else None
     encoder = _build_encoder(args)
     augmentation = augmentation_at_build(args.rerank) if args.rerank else None
-    source = read_source(args.csv, args.images, args.split)
+    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     if augmentation is not None:
         embeddings = augmentation.database(embeddings)
@@ -369,7 +375,7 @@ def _query(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     model = read_manifest(args.index).get("model") or {}  # checked against the verified load under the lock
     encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
-    source = read_source(args.csv, args.images, args.split)
+    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
         if (index.manifest.get("model") or {}) != model:

@@ -13,7 +13,8 @@ Accepted paths, in any mix, read in the order given:
 
 Rows are numbered 0..N-1 across all files in that order: these numbers become the index ids.
 The files' `id` (the image path) becomes the metadata column `path`, `label` stays `label`, and
-extra columns keep their names. The manifest records each file (name, rows, size) and, when the
+extra columns keep their names (in `.npz`/`.npy` files, whose arrays have no nulls, an empty
+string or a NaN is read back as null). The manifest records each file (name, rows, size) and, when the
 files say so, the checkpoint sha256 that made them; querying or adding images later needs that
 model (`--checkpoint`).
 """
@@ -29,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
@@ -108,13 +110,25 @@ class _File:
         elif self.path.suffix == ".npy":
             array = np.load(self.path, mmap_mode="r")
             names = [name for name in (array.dtype.names or ()) if name != _VECTOR_COLUMN]
-            table = pa.table({name: np.asarray(array[name]) for name in names})
+            table = _with_nulls(pa.table({name: np.asarray(array[name]) for name in names}))
         else:
             with np.load(self.path) as loaded:
-                table = pa.table({name: loaded[name] for name in loaded.files if name != "embeddings"})
+                table = _with_nulls(pa.table({name: loaded[name] for name in loaded.files if name != "embeddings"}))
         if not table.column_names:
             return pa.table({"row": pa.nulls(self.rows, pa.int64())}).drop_columns(["row"])
         return table.rename_columns([_RENAMED.get(name, name) for name in table.column_names])
+
+
+def _with_nulls(table: pa.Table) -> pa.Table:
+    """A numpy file's columns with their nulls back: `embed` writes a null as `""` (strings) or NaN (numbers)."""
+    for position, name in enumerate(table.column_names):
+        column = table[name]
+        if pa.types.is_floating(column.type):
+            column = pc.if_else(pc.is_nan(column), pa.scalar(None, column.type), column)
+        elif pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            column = pc.if_else(pc.equal(column, ""), pa.scalar(None, column.type), column)
+        table = table.set_column(position, name, column)
+    return table
 
 
 @dataclass(frozen=True)

@@ -88,10 +88,17 @@ class Metadata:
         return self.table.take(pa.array(self.rows_of(ids))).to_pylist()
 
     def appended(self, other: Metadata) -> Metadata:
-        """This table followed by `other` (whose ids must all be larger); columns missing on one side are null."""
+        """This table followed by `other` (whose ids must all be larger); columns missing on one side are null.
+
+        A column of `other` typed otherwise than the same column here is cast to this table's type
+        (the index's types stay: an index whose labels are strings gets `"3"` for an added 3).
+
+        Raises:
+            UserError: a value of `other` that this table's column type cannot hold (2.5 in an int column).
+        """
         if len(other) and len(self) and other.ids[0] <= self._ids[-1]:
             raise ValueError("appended ids must be larger than every stored id")
-        table = pa.concat_tables([self.table, other.table], promote_options="permissive")
+        table = pa.concat_tables([self.table, _conformed(other.table, self.table.schema)], promote_options="permissive")
         return Metadata(table)
 
     def without(self, ids: np.ndarray) -> Metadata:
@@ -99,6 +106,23 @@ class Metadata:
         keep = np.ones(len(self), dtype=bool)
         keep[self.rows_of(ids)] = False
         return Metadata(self.table.filter(pa.array(keep)))
+
+
+def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """`table` with each column that `schema` also has cast to `schema`'s type (other columns as they are)."""
+    for position, name in enumerate(table.column_names):
+        if name not in schema.names or table.schema.field(name).type == schema.field(name).type:
+            continue
+        target = schema.field(name).type
+        try:
+            column = table[name].cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise UserError(
+                f"new metadata column {name!r} holds {table.schema.field(name).type} values the index stores as "
+                f"{target} ({str(exc).splitlines()[0]}); fix the values or declare the type with --column-types"
+            ) from exc
+        table = table.set_column(position, name, column)
+    return table
 
 
 def _ids_of(table: pa.Table) -> np.ndarray:

@@ -24,7 +24,6 @@ from tqdm import tqdm
 
 from retrieval.errors import UserError
 from retrieval.inference.embedding_parts import finish_parts, part_finished, start_parts, write_part
-from retrieval.inference.embeddings_file import labels_are_integers
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable
 from retrieval.runtime.distributed import DistributedContext
@@ -82,13 +81,12 @@ def embed_in_parts(
     _on_main(context, lambda: start_parts(directory, job))
     count = -(-len(source.paths) // part_rows)
     todo = [part for part in range(context.rank, count, context.world_size) if not part_finished(directory, part)]
-    integer_labels = labels_are_integers(source.columns["label"])
     kill_after = int(os.environ.get(KILL_AFTER_PARTS, "0"))
     total = sum(len(_part_rows(part, part_rows, len(source.paths))) for part in todo)
     with tqdm(total=total, desc="embed parts", unit="image", disable=None if context.is_main else True) as bar:
         for done, part in enumerate(todo, start=1):
             rows = _part_rows(part, part_rows, len(source.paths))
-            _embed_part(encoder, source, directory, part, rows, batch_size, num_workers, integer_labels, context)
+            _embed_part(encoder, source, directory, part, rows, batch_size, num_workers, context)
             bar.update(len(rows))
             if done == kill_after:
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -111,14 +109,13 @@ def _embed_part(
     rows: range,
     batch_size: int,
     num_workers: int,
-    integer_labels: bool,
     context: DistributedContext,
 ) -> None:
     """Embed the images of input `rows` and write them as part `part`; unreadable ones are reported and left out."""
     embedded = encoder.embed_files(source.paths[rows.start : rows.stop], batch_size, num_workers, context.is_main)
     report_unreadable(embedded.failures)
     columns = source.rows(embedded.positions + rows.start)
-    write_part(directory, part, rows.start, embedded.embeddings, columns, integer_labels, len(embedded.failures))
+    write_part(directory, part, rows.start, embedded.embeddings, columns, len(embedded.failures))
 
 
 def _on_main(context: DistributedContext, step: Callable[[], _T]) -> _T:

@@ -21,11 +21,12 @@ is. Readers here use numpy and pyarrow only (no torch), so index builds can stre
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from retrieval.errors import UserError
 from retrieval.inference.embeddings_file import read_embeddings, write_embeddings
@@ -94,8 +95,7 @@ def write_part(
     part: int,
     first_row: int,
     embeddings: np.ndarray,
-    columns: Mapping[str, Sequence[str]],
-    integer_labels: bool,
+    columns: pa.Table,
     skipped: int,
 ) -> None:
     """Write part `part`: its parquet (atomically), then its `.json` with the parquet's sha256.
@@ -105,13 +105,13 @@ def write_part(
         part: the part number.
         first_row: the input row the part starts at.
         embeddings: `(n, D)` embeddings of the part's readable images.
-        columns: `path`, `label` and extra metadata columns, n strings each.
-        integer_labels: store labels as int64 (decided over the whole source, the same in every part).
+        columns: `path`, `label` and extra metadata columns, n rows typed as the whole source is (so every
+            part has the same types).
         skipped: how many of the part's input rows could not be read.
     """
     path = part_path(directory, part)
-    extra = {name: values for name, values in columns.items() if name not in ("path", "label")}
-    write_embeddings(path, embeddings, columns["path"], columns["label"], extra, integer_labels)
+    extra = {name: columns[name] for name in columns.column_names if name not in ("path", "label")}
+    write_embeddings(path, embeddings, columns["path"], columns["label"], extra)
     manifest = {
         "part": part,
         "first_row": first_row,

@@ -4,9 +4,14 @@ Every format holds the same three things, row `i` of each describing image `i`:
 
 - `embeddings`: `(N, D)` float32 unit vectors (cosine similarity = inner product);
 - `ids`: `(N,)` the image paths (absolute);
-- `labels`: `(N,)` class ids: int64 when every label is an integer, else strings (`""` when unknown);
+- `labels`: `(N,)` class ids;
 
-plus any other metadata column of the source (e.g. `split`, `is_query`, `is_gallery`) as strings.
+plus any other metadata column of the source (e.g. `split`, `is_query`, `is_gallery`). Labels and
+extra columns keep the types the source was read with (`retrieval.column_types`: int64, float64
+or string, decided over the whole source; plain string cells given here are typed by the same
+rule). Parquet keeps nulls (empty cells); `.npz`/`.npy` arrays cannot, so there a null string is
+`""` and a null number NaN (an int64 column with nulls is stored as float64), and
+`retrieval index build --embeddings` reads both back as null.
 
 | suffix | layout | read with |
 |---|---|---|
@@ -22,13 +27,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import TypeAlias
 
 import numpy as np
+import pyarrow as pa
 
+from retrieval.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["EMBEDDING_SUFFIXES", "labels_are_integers", "read_embeddings", "write_embeddings"]
+__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
+
+Column: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 
 EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
 
@@ -36,16 +46,14 @@ EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
 def write_embeddings(
     path: str | Path,
     embeddings: np.ndarray,
-    ids: Sequence[str],
-    labels: Sequence[str],
-    extra: Mapping[str, Sequence[str]] | None = None,
-    integer_labels: bool | None = None,
+    ids: Column,
+    labels: Column,
+    extra: Mapping[str, Column] | None = None,
 ) -> None:
-    """Write `(N, D)` embeddings with their ids, labels and extra string columns to `path` (format by suffix).
+    """Write `(N, D)` embeddings with their ids, labels and extra columns to `path` (format by suffix).
 
-    `integer_labels` stores labels as int64 (True) or strings (False); None decides from `labels`
-    (int64 when every label is an integer). Files written in parts pass the whole source's choice,
-    so every part has the same label type.
+    Typed Arrow columns are written with their types (files written in parts pass the whole
+    source's, so every part has the same); text cells are typed by `retrieval.column_types`.
 
     Raises:
         UserError: the suffix is not one of `EMBEDDING_SUFFIXES`, or the parent folder cannot be written.
@@ -57,8 +65,8 @@ def write_embeddings(
         raise UserError(
             f"--out {path}: unknown format {path.suffix!r}; end the name with {', '.join(EMBEDDING_SUFFIXES)}"
         )
-    columns = {"ids": np.asarray(ids, dtype=str), "labels": _labels_array(labels, integer_labels)}
-    columns.update({name: np.asarray(values, dtype=str) for name, values in (extra or {}).items()})
+    columns = {"ids": _arrow(ids, "path"), "labels": _arrow(labels, "label")}
+    columns.update({name: _arrow(values, name) for name, values in (extra or {}).items()})
     embeddings = np.ascontiguousarray(embeddings, dtype=np.float32)
     if any(len(values) != len(embeddings) for values in columns.values()):
         raise ValueError(f"{len(embeddings)} embeddings but columns of {[len(v) for v in columns.values()]} rows")
@@ -94,47 +102,51 @@ _PLURAL = {"id": "ids", "label": "labels"}
 _SINGULAR = {plural: singular for singular, plural in _PLURAL.items()}
 
 
-def labels_are_integers(labels: Sequence[str]) -> bool:
-    """Whether labels are stored as int64: there is at least one and every one is an integer."""
-    text = [str(label) for label in labels]
-    return bool(text) and all(label.lstrip("-").isdigit() for label in text)
+def _arrow(values: Column, name: str) -> pa.Array:
+    """A column as one Arrow array: typed arrays as they are, text cells typed by `retrieval.column_types`."""
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    if isinstance(values, pa.Array):
+        return values
+    return typed_table({name: [str(value) for value in values]})[name].combine_chunks()
 
 
-def _labels_array(labels: Sequence[str], integer_labels: bool | None) -> np.ndarray:
-    text = [str(label) for label in labels]
-    as_integers = labels_are_integers(text) if integer_labels is None else integer_labels
-    if as_integers:
-        return np.asarray([int(label) for label in text], dtype=np.int64)
-    return np.asarray(text, dtype=str)
+def _numpy(values: pa.Array) -> np.ndarray:
+    """An Arrow column as a numpy array without nulls: `""` for a null string, NaN for a null number."""
+    if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
+        return np.asarray(values.fill_null("").to_pylist(), dtype=str)
+    if values.null_count and (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
+        return values.cast(pa.float64()).to_numpy(zero_copy_only=False)
+    return values.to_numpy(zero_copy_only=False)
 
 
-def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
+def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+    arrays = {name: _numpy(values) for name, values in columns.items()}
     with path.open("wb") as handle:  # a file object: np.savez would append .npz to a name
-        np.savez(handle, allow_pickle=False, embeddings=embeddings, **columns)
+        np.savez(handle, allow_pickle=False, embeddings=embeddings, **arrays)
 
 
-def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
-    fields = [(_SINGULAR.get(name, name), values.dtype) for name, values in columns.items()]
+def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+    arrays = {name: _numpy(values) for name, values in columns.items()}
+    fields = [(_SINGULAR.get(name, name), values.dtype) for name, values in arrays.items()]
     table = np.empty(len(embeddings), dtype=[*fields, ("embedding", np.float32, (embeddings.shape[1],))])
-    for (field, _), values in zip(fields, columns.values(), strict=True):
+    for (field, _), values in zip(fields, arrays.values(), strict=True):
         table[field] = values
     table["embedding"] = embeddings
     with path.open("wb") as handle:
         np.save(handle, table, allow_pickle=False)
 
 
-def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, np.ndarray]) -> None:
-    import pyarrow as pa
+def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
     import pyarrow.parquet as pq
 
-    # From the numpy arrays: an empty column keeps its type (int64 or string), not pyarrow's null.
-    arrays = {_SINGULAR.get(name, name): pa.array(values) for name, values in columns.items()}
+    arrays = {_SINGULAR.get(name, name): values for name, values in columns.items()}
     flat = pa.array(embeddings.reshape(-1), type=pa.float32())
     arrays["embedding"] = pa.FixedSizeListArray.from_arrays(flat, embeddings.shape[1])
     pq.write_table(pa.table(arrays), path)
 
 
-_WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, np.ndarray]], None]] = {
+_WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, pa.Array]], None]] = {
     ".npz": _write_npz,
     ".npy": _write_npy,
     ".parquet": _write_parquet,

@@ -1,7 +1,9 @@
 """The images that `index` and `embed` read: rows of a dataset CSV, every image under a folder, or a dataset's splits.
 
 A CSV is read by `retrieval.data.csv_dataset.read_csv_rows`, the reader training uses, so a value
-it does not know (a split, an is_gallery flag) is the same one-line error in every command.
+it does not know (a split, an is_gallery flag) is the same one-line error in every command. Its
+cells become typed metadata here, once for the whole source (`retrieval.column_types`: numbers
+are numbers, empty cells null, `--column-types` declares a column's type).
 `embed_source` embeds the images with an `Encoder` (a checkpoint's or an export's), reporting unreadable
 files on stderr.
 """
@@ -13,7 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 
+from retrieval.column_types import ColumnType, typed_table
 from retrieval.config import DataConfig
 from retrieval.data import CsvSplit, list_images, read_splits
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
@@ -38,22 +42,30 @@ _MAX_SHOWN_FAILURES = 20
 
 @dataclass(frozen=True)
 class ImageSource:
-    """Image files to embed and one metadata row each (`path` absolute, `label`, any extra CSV columns)."""
+    """Image files to embed and one metadata row each (`path` absolute, `label`, any extra CSV columns), typed."""
 
     paths: list[Path]
-    columns: dict[str, list[str]]  # column name -> one string per path
+    metadata: pa.Table  # one row per path; column types decided over every row
 
-    def rows(self, positions: np.ndarray) -> dict[str, list[str]]:
-        """The metadata columns of the files at `positions` (those that could be embedded)."""
-        return {name: [values[i] for i in positions] for name, values in self.columns.items()}
+    def rows(self, positions: np.ndarray) -> pa.Table:
+        """The metadata rows of the files at `positions` (those that could be embedded), with the source's types."""
+        return self.metadata.take(pa.array(np.asarray(positions, dtype=np.int64)))
 
 
-def read_source(csv_path: Path | None, images_dir: Path | None, split: str = "all") -> ImageSource:
-    """Images of `--csv FILE` (rows of `split`) or of `--images DIR` (labels: first-level subfolder names)."""
+def read_source(
+    csv_path: Path | None,
+    images_dir: Path | None,
+    split: str = "all",
+    column_types: dict[str, ColumnType] | None = None,
+) -> ImageSource:
+    """Images of `--csv FILE` (rows of `split`) or of `--images DIR` (labels: first-level subfolder names).
+
+    `column_types`: declared metadata types (`--column-types`); other columns are inferred.
+    """
     if csv_path is not None:
-        source, where = _read_csv(csv_path, split), f"{csv_path} (split={split})"
+        source, where = _read_csv(csv_path, split, column_types or {}), f"{csv_path} (split={split})"
     elif images_dir is not None:
-        source, where = _read_folder(images_dir), str(images_dir)
+        source, where = _read_folder(images_dir, column_types or {}), str(images_dir)
     else:
         raise UserError("no images given; pass --csv FILE or --images DIR")
     if not source.paths:
@@ -68,7 +80,9 @@ def image_files(directory: Path) -> list[Path]:
     return list_images(directory)
 
 
-def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
+def dataset_source(
+    data: DataConfig, split: str = "all", column_types: dict[str, ColumnType] | None = None
+) -> ImageSource:
     """The images of a configured dataset (`data.name` csv, folder or a benchmark) before validation holdouts.
 
     Columns: `path`, `label` (the dataset's own class id: CUB/Cars class number, SOP class_id,
@@ -86,11 +100,14 @@ def dataset_source(data: DataConfig, split: str = "all") -> ImageSource:
         )
     has_flags = splits["test"].query_mask is not None
     parts = [_split_source(splits[name], name, split == "gallery", has_flags) for name in chosen]
-    columns = {key: [value for part in parts for value in part.columns[key]] for key in parts[0].columns}
-    return ImageSource([path for part in parts for path in part.paths], columns)
+    columns = {key: [value for _, part in parts for value in part[key]] for key in parts[0][1]}
+    paths = [path for part_paths, _ in parts for path in part_paths]
+    return ImageSource(paths, typed_table(columns, column_types, f"data.name {data.name}"))
 
 
-def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool) -> ImageSource:
+def _split_source(
+    part: CsvSplit, name: str, gallery_only: bool, has_flags: bool
+) -> tuple[list[Path], dict[str, list[str]]]:
     """One split's rows: `gallery_only` keeps its gallery images; `has_flags` adds is_query / is_gallery."""
     everything = np.ones(len(part.paths), dtype=bool)
     query = part.query_mask if part.query_mask is not None else everything
@@ -108,12 +125,12 @@ def _split_source(part: CsvSplit, name: str, gallery_only: bool, has_flags: bool
         columns.update(
             {"is_query": [str(int(query[i])) for i in rows], "is_gallery": [str(int(gallery[i])) for i in rows]}
         )
-    return ImageSource(paths, columns)
+    return paths, columns
 
 
 def embed_source(
     encoder: Encoder, source: ImageSource, batch_size: int, num_workers: int
-) -> tuple[np.ndarray, dict[str, list[str]]]:
+) -> tuple[np.ndarray, pa.Table]:
     """`(M, D)` embeddings of the readable files of `source` and their metadata rows; the rest reported on stderr.
 
     Raises:
@@ -137,13 +154,14 @@ def report_unreadable(failures: list[tuple[str, str]]) -> None:
         print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
 
 
-def _read_folder(directory: Path) -> ImageSource:
+def _read_folder(directory: Path, column_types: dict[str, ColumnType]) -> ImageSource:
     paths = image_files(directory)
     labels = [p.relative_to(directory).parts[0] if len(p.relative_to(directory).parts) > 1 else "" for p in paths]
-    return ImageSource([p.resolve() for p in paths], {"path": [str(p.resolve()) for p in paths], "label": labels})
+    columns = {"path": [str(p.resolve()) for p in paths], "label": labels}
+    return ImageSource([p.resolve() for p in paths], typed_table(columns, column_types, str(directory)))
 
 
-def _read_csv(csv_path: Path, split: str) -> ImageSource:
+def _read_csv(csv_path: Path, split: str, column_types: dict[str, ColumnType]) -> ImageSource:
     """The rows of `split` in a CSV read by the one strict reader (only `path` is required)."""
     if split not in SPLITS:
         raise UserError(f"unknown --split {split!r}; use one of: {', '.join(SPLITS)}")
@@ -154,7 +172,7 @@ def _read_csv(csv_path: Path, split: str) -> ImageSource:
     paths = [(csv_path.parent / row["path"]).resolve() for row in rows]
     metadata = {"path": [str(p) for p in paths], "label": [row.get("label", "") for row in rows]}
     metadata.update({name: [row[name] for row in rows] for name in columns if name not in metadata})
-    return ImageSource(paths, metadata)
+    return ImageSource(paths, typed_table(metadata, column_types, str(csv_path)))
 
 
 def _in_split(row: dict[str, str], split: str) -> bool:

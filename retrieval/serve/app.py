@@ -148,14 +148,15 @@ def create_app(
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
-            data, k, where, min_score = await read_upload(request, body)
+            data, k, raw_filter, min_score = await read_upload(request, body)
+            where = await run_in_threadpool(parse_filter_field, raw_filter)
             minimum = _min_score(min_score, live.current())
             query: dict[str, Any] = {"type": "image"}
             results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
-            payload = read_json(body)
+            payload = await run_in_threadpool(read_json, body)  # up to the body limit: not on the event loop
             k = parse_k(payload.get("k", 10))
-            where = parse_filter_field(payload.get("filter"))
+            where = await run_in_threadpool(parse_filter_field, payload.get("filter"))
             minimum = _min_score(payload.get("min_score"), live.current())
             if "vector" in payload:
                 query = {"type": "vector"}

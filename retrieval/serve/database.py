@@ -34,5 +34,5 @@ def database_views(
     collection = CollectionIndex.open(parse_database_uri(uri))
     model = collection.record.model
     encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model_identity(model) else None
-    info = {**public_info(collection.manifest), "backend": "qdrant"}
+    info = {**public_info(collection.manifest, collection.metadata_schema), "backend": "qdrant"}
     return FixedView(IndexView(collection, encoder, info))

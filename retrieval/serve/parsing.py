@@ -65,8 +65,11 @@ async def read_body(request: Request, limit: int, timeout: float) -> bytes:
         chunks.append(chunk)
 
 
-async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter | None, Any]:
-    """The `image` file, optional `k` and `filter` fields and raw `min_score` field of a multipart body already read."""
+async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Any, Any]:
+    """The `image` file, optional `k`, and the raw `filter` and `min_score` fields of a multipart body already read.
+
+    The filter is left for `parse_filter_field`, which the app runs off the event loop.
+    """
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
@@ -78,7 +81,7 @@ async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Filter
             raise RequestError(400, "multipart upload needs an 'image' file field")
         k = form.get("k", "10")
         where = form.get("filter")
-        return await upload.read(), parse_k(_form_int(k)), parse_filter_field(_form_json(where)), form.get("min_score")
+        return await upload.read(), parse_k(_form_int(k)), _form_json(where), form.get("min_score")
     finally:
         await form.close()
 
@@ -129,6 +132,8 @@ def parse_id(item_id: Any) -> int:
 def parse_filter_field(value: Any) -> Filter | None:
     """A `filter`: a JSON object (`{"label": {"in": [3, 5]}}`), a where-expression string, or absent (None).
 
+    Parsing is linear in the filter's length, which `MAX_FILTER_CHARS` bounds (a longer one is a
+    400); the app still runs it in a worker thread, so a long filter never holds other requests.
     Whether its columns exist and hold its values' types is the index's question, asked when searching.
     """
     if value is None or value == "":

@@ -10,6 +10,8 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
+import pyarrow as pa
+
 __all__ = ["PublicPaths", "public_info"]
 
 # Manifest fields a client may see; anything else (checkpoint path, versions, removed ids, file checksums) stays in.
@@ -60,9 +62,12 @@ class PublicPaths:
         return relative.replace(os.sep, "/")
 
 
-def public_info(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The manifest fields a client needs (shape, kind, measured quality, model identity), nothing private."""
+def public_info(manifest: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+    """The manifest fields a client needs (shape, kind, measured quality, model identity), nothing private,
+    and the metadata `columns` a filter may name, with their types (`int`, `float`, `str`, `bool`, or Arrow's name).
+    """
     info = {key: manifest[key] for key in _PUBLIC_FIELDS if key in manifest}
+    info["columns"] = [{"name": field.name, "type": _type_name(field.type)} for field in schema]
     measured = manifest.get("measured")
     if isinstance(measured, dict):
         info["measured"] = measured
@@ -74,3 +79,18 @@ def public_info(manifest: dict[str, Any]) -> dict[str, Any]:
             public_model["model_config"] = {k: v for k, v in config.items() if k not in _PRIVATE_MODEL_CONFIG}
         info["model"] = public_model
     return info
+
+
+def _type_name(arrow_type: pa.DataType) -> str:
+    """The filter language's name of a column type: what the page's placeholder and a client need."""
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    if pa.types.is_integer(arrow_type):
+        return "int"
+    if pa.types.is_floating(arrow_type):
+        return "float"
+    if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
+        return "str"
+    if pa.types.is_boolean(arrow_type):
+        return "bool"
+    return str(arrow_type)

@@ -63,7 +63,7 @@ def load_view(
         encoder: Encoder | None = previous.encoder
     else:
         encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
-    return IndexView(index, encoder, public_info(index.manifest))
+    return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
 
 
 class Searcher:

@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from retrieval.errors import UserError
 from retrieval.index.filters import Filter
@@ -80,6 +81,11 @@ class CollectionIndex:
         return self._store.ids()
 
     @property
+    def metadata_schema(self) -> pa.Schema:
+        """The exported metadata's Arrow schema (`id` and the other columns): what a filter may name."""
+        return self._schema
+
+    @property
     def manifest(self) -> dict[str, Any]:
         """The exported index's manifest (without its file list and removed ids)."""
         return self.record.manifest
@@ -110,7 +116,8 @@ class CollectionIndex:
             raise UserError(f"query vectors must be finite (Q, {self.dim}) arrays, got shape {queries.shape}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
-        query_filter = to_qdrant_filter(filter, self._schema) if filter is not None else None
+        next_id = int(self.manifest["next_id"])
+        query_filter = to_qdrant_filter(filter, self._schema, next_id) if filter is not None else None
         return self._store.search(queries, int(k), query_filter)
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:

@@ -9,8 +9,10 @@ failures become one-line `UserError`s that name the database.
 from __future__ import annotations
 
 import os
+import sqlite3
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,6 +28,7 @@ API_KEY_VARIABLE = "QDRANT_API_KEY"
 _SCROLL_PAGE = 10_000  # ids per scroll request: ids only, so a page is small
 _RETRIEVE_CHUNK = 1_000  # points per retrieve request
 _TIMEOUT_S = 60
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class QdrantStore:
@@ -53,6 +56,12 @@ class QdrantStore:
                 raise UserError(
                     f"the local Qdrant database {location.path} is open in another process (local mode allows one "
                     "at a time); stop that process, or use a Qdrant server for shared access"
+                ) from exc
+            except (sqlite3.DatabaseError, ValueError) as exc:  # a damaged storage.sqlite or meta.json
+                raise UserError(
+                    f"the local Qdrant database {location.path} is damaged: {_damaged_file(location.path, exc)} "
+                    f"cannot be read ({str(exc).splitlines()[0] if str(exc) else type(exc).__name__}); "
+                    "export the index again into a new folder (retrieval index export --to ...)"
                 ) from exc
         else:
             api_key = os.environ.get(API_KEY_VARIABLE) or None
@@ -217,6 +226,19 @@ class QdrantStore:
         except (ApiException, OSError, ValueError) as exc:  # local mode raises ValueError
             reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
             raise UserError(f"Qdrant request for {self.location} failed: {reason}") from exc
+
+
+def _damaged_file(folder: Path, error: Exception) -> Path:
+    """The file of a local database the client failed to read: a collection's storage.sqlite without SQLite's
+    header, else (a bad page in a well-formed file) the first such file, or meta.json for a JSON error."""
+    if not isinstance(error, sqlite3.DatabaseError):
+        return folder / "meta.json"
+    storages = sorted(folder.glob("collection/*/storage.sqlite"))
+    for storage in storages:
+        with storage.open("rb") as handle:
+            if handle.read(len(_SQLITE_HEADER)) != _SQLITE_HEADER:
+                return storage
+    return storages[0] if storages else folder
 
 
 def _check_found(wanted: Sequence[int], found: dict[int, Any]) -> None:

@@ -69,7 +69,7 @@ def test_a_configured_dataset_embeds_its_gallery_with_the_protocol_columns(tmp_p
     saved = read_embeddings(out)
     gallery = [path.resolve() for path, flag in zip(expected.paths["test"], expected.gallery, strict=True) if flag]
     assert saved["ids"].tolist() == [str(path) for path in gallery]
-    assert set(saved["is_gallery"].tolist()) == {"1"} and set(saved["split"].tolist()) == {"test"}
+    assert set(saved["is_gallery"].tolist()) == {1} and set(saved["split"].tolist()) == {"test"}  # typed: int flags
     assert saved["labels"].tolist() == [path.parts[-2] for path in gallery]  # the In-Shop item ids
     np.testing.assert_allclose(saved["embeddings"], _reference(encoder, gallery), atol=1e-5)
 

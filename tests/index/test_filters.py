@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,16 @@ import pyarrow as pa
 import pytest
 
 from retrieval.errors import UserError
-from retrieval.index.filters import Condition, Filter, load_filter, parse_filter, parse_where
+from retrieval.index.filters import (
+    MAX_DEPTH,
+    MAX_FILTER_CHARS,
+    Condition,
+    Filter,
+    Not,
+    load_filter,
+    parse_filter,
+    parse_where,
+)
 
 ROWS: list[dict[str, Any]] = [
     {"id": 0, "label": 3, "price": 10.0, "shop": "a", "ok": True},
@@ -89,8 +99,11 @@ def test_masks_work_on_chunked_and_dictionary_columns() -> None:
 @pytest.mark.parametrize(
     ("where", "message"),
     [
-        ("label in (3,5) or price < 50", r"character 16: expected 'and', found 'or'; only 'and'"),
-        ("label != 3", r"character 7: unexpected '!='"),
+        ("label in (3,5) xor price < 50", r"character 16: expected 'and', 'or' or the end of the expression"),
+        ("label !~ 3", r"character 7: unexpected '!~'"),
+        ("(label = 3", r"character 11: expected '\)', found the end"),
+        ("label is 3", r"character 10: expected 'null', found '3'"),
+        ("label not 3", r"character 11: expected 'in', found '3'"),
         ("label in 3", r"character 10: expected '\(', found '3'"),
         ("label <", r"character 8: expected a value .*found the end of the expression"),
         ("3 = label", r"character 1: expected a column name, found '3'"),
@@ -111,7 +124,7 @@ def test_syntax_errors_name_the_token_and_where_it_is(where: str, message: str) 
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        ({"label": {"like": 3}}, r"unknown operator 'like'; use one of eq, in, lt, lte, gt, gte"),
+        ({"label": {"like": 3}}, r"unknown operator 'like'; use one of eq, ne, in, nin, lt, lte, gt, gte, is_null"),
         ({"label": [3, 5]}, r"a list needs an operator"),
         ({"label": {"in": 3}}, r"'in' takes a list"),
         ({"label": {"in": []}}, r"non-empty list"),
@@ -156,3 +169,91 @@ def test_load_filter_reads_a_json_file_or_an_expression(tmp_path: Path) -> None:
     path.write_text("{label: 3}")
     with pytest.raises(UserError, match=r"is not valid JSON"):
         load_filter(str(path))
+
+
+BOOLEAN_SAME = [
+    ("label = 3 or price < 5", {"or": [{"label": 3}, {"price": {"lt": 5}}]}),
+    ("shop = 'a' and (label = 3 or label = 5)", {"shop": "a", "or": [{"label": 3}, {"label": 5}]}),
+    ("not label = 3", {"not": {"label": 3}}),
+    ("label != 3 and shop <> 'a'", {"label": {"ne": 3}, "shop": {"ne": "a"}}),
+    ("label not in (3, 4)", {"label": {"nin": [3, 4]}}),
+    ("price is null or ok is not null", {"or": [{"price": {"is_null": True}}, {"ok": {"is_null": False}}]}),
+    ("((label = 3))", {"and": [{"label": 3}]}),
+]
+
+
+@pytest.mark.parametrize(("where", "obj"), BOOLEAN_SAME)
+def test_or_not_ne_and_null_tests_have_equal_where_and_json_forms(where: str, obj: dict[str, Any]) -> None:
+    assert parse_where(where) == parse_filter(obj)
+
+
+def test_not_binds_tighter_than_and_and_and_tighter_than_or() -> None:
+    assert parse_where("not a = 1 and b = 2 or c = 3") == Filter(
+        (Filter((Not(Condition("a", "eq", 1)), Condition("b", "eq", 2))), Condition("c", "eq", 3)), "or"
+    )
+
+
+def _ne(row: dict[str, Any], column: str, value: Any) -> bool:
+    return row[column] is not None and row[column] != value
+
+
+@pytest.mark.parametrize(
+    ("where", "expected"),
+    [
+        ("label = 3 or price < 5", lambda r: r["label"] == 3 or _lt(r, "price", 5)),
+        ("label != 3", lambda r: _ne(r, "label", 3)),
+        ("label not in (3, 4)", lambda r: r["label"] is not None and r["label"] not in (3, 4)),
+        ("not label = 3", lambda r: not r["label"] == 3),
+        ("not (price < 50)", lambda r: not _lt(r, "price", 50)),
+        ("label is null", lambda r: r["label"] is None),
+        ("ok is not null and not ok = true", lambda r: r["ok"] is False),
+        ("shop = 'b' or (label in (5) and price is null)", lambda r: r["shop"] == "b" or r["id"] == 5),
+    ],
+)
+def test_or_not_ne_and_null_tests_match_a_python_oracle(where: str, expected: Any) -> None:
+    np.testing.assert_array_equal(parse_where(where).mask(TABLE), _oracle(expected))
+
+
+def test_integers_past_int64_are_user_errors_in_both_forms() -> None:
+    with pytest.raises(UserError, match=r"character 6: an integer within the 64-bit range, found 26 digits"):
+        parse_where("id = 99999999999999999999999999")
+    with pytest.raises(UserError, match=r"character 6: an integer within the 64-bit range, found 5000 digits"):
+        parse_where("id = " + "9" * 5000)  # past Python's own int-from-text limit
+    with pytest.raises(UserError, match=r"1180591620717411303424 is outside the 64-bit integer range"):
+        parse_filter({"id": 2**70})
+    with pytest.raises(UserError, match=r"outside the 64-bit integer range"):
+        parse_filter({"id": {"in": [1, -(2**63) - 1]}})
+    with pytest.raises(UserError, match=r"an integer of 5001 digits is outside the 64-bit integer range"):
+        parse_filter({"id": 10**5000})  # too long even for str()
+    assert parse_where(f"id = {2**63 - 1}") == parse_filter({"id": 2**63 - 1})
+
+
+def test_filters_past_the_size_limit_are_refused_in_one_line() -> None:
+    chain = " and ".join(f"label = {i}" for i in range(MAX_FILTER_CHARS // 10))
+    with pytest.raises(UserError, match=r"filter is [\d,]+ characters, over the limit of 65,536 \(64 KiB\)"):
+        parse_where(chain)
+    with pytest.raises(UserError, match=r"characters as compact JSON, over the limit of 65,536"):
+        parse_filter({"label": {"in": list(range(20_000))}})
+
+
+def test_nesting_past_the_depth_limit_is_refused() -> None:
+    deep = "(" * (MAX_DEPTH + 1) + "a = 1" + ")" * (MAX_DEPTH + 1)
+    with pytest.raises(UserError, match=r"nested at most 32 deep"):
+        parse_where(deep)
+    assert parse_where("(" * MAX_DEPTH + "a = 1" + ")" * MAX_DEPTH) == parse_where("a = 1")
+    obj: dict[str, Any] = {"a": 1}
+    for _ in range(MAX_DEPTH):
+        obj = {"not": obj}
+    with pytest.raises(UserError, match=r"nested more than 32 deep"):
+        parse_filter(obj)
+
+
+def test_parsing_is_linear_in_the_length() -> None:
+    """A maximal and-chain parses in well under a second (the quadratic tokenizer took seconds at this size)."""
+    count = (MAX_FILTER_CHARS + 5) // 10
+    chain = " and ".join(["a = 1"] * count)
+    assert MAX_FILTER_CHARS - 10 < len(chain) <= MAX_FILTER_CHARS
+    started = time.perf_counter()
+    parsed = parse_where(chain)
+    assert time.perf_counter() - started < 1.0
+    assert len(parsed.conditions) == count

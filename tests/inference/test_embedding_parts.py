@@ -7,8 +7,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
+from retrieval.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.inference.embedding_parts import (
     SUCCESS_FILE,
@@ -30,12 +32,14 @@ JOB = {
 }
 
 
-def _rows(first: int, count: int) -> dict[str, list[str]]:
-    return {
+def _rows(first: int, count: int) -> pa.Table:
+    """Rows typed as the whole source is (labels int64 in every part, the empty one too)."""
+    columns = {
         "path": [f"/images/{i}.png" for i in range(first, first + count)],
         "label": [str(i % 2) for i in range(first, first + count)],
         "split": ["test"] * count,
     }
+    return typed_table(columns, {"label": "int", "split": "str"})
 
 
 @pytest.fixture
@@ -46,7 +50,7 @@ def parts(tmp_path):
     written[2] = rng.normal(size=(1, 4)).astype(np.float32)
     start_parts(tmp_path, JOB)
     for part, embeddings in written.items():
-        write_part(tmp_path, part, 3 * part, embeddings, _rows(3 * part, len(embeddings)), True, 3 - len(embeddings))
+        write_part(tmp_path, part, 3 * part, embeddings, _rows(3 * part, len(embeddings)), 3 - len(embeddings))
     return tmp_path, written
 
 
@@ -109,7 +113,7 @@ def test_a_missing_part_or_another_job_is_refused(parts):
 def test_no_readable_image_at_all_writes_no_success(tmp_path):
     job = {**JOB, "input_rows": 3}
     start_parts(tmp_path, job)
-    write_part(tmp_path, 0, 0, np.zeros((0, 4), np.float32), _rows(0, 0), False, 3)
+    write_part(tmp_path, 0, 0, np.zeros((0, 4), np.float32), _rows(0, 0), 3)
     with pytest.raises(UserError, match="none of the 3 images could be read"):
         finish_parts(tmp_path, job)
 

@@ -58,7 +58,11 @@ def test_an_upload_takes_the_filter_as_a_form_field(where, client, gallery, spli
     ("where", "message"),
     [
         ({"colour": "red"}, "filter column 'colour' is not in the metadata; columns: id, path, label, split"),
-        ("split = 'a' or split = 'b'", "bad filter expression at character 13: expected 'and', found 'or'"),
+        ("split = 'a' xor split = 'b'", "bad filter expression at character 13: expected 'and', 'or' or the end"),
+        ("id = 99999999999999999999999999", "an integer within the 64-bit range, found 26 digits"),
+        ({"id": 2**70}, "1180591620717411303424 is outside the 64-bit integer range"),
+        ({"id": {"in": [1, 10**400]}}, "an integer of 401 digits is outside the 64-bit integer range"),
+        (" and ".join(["split = 'test'"] * 4000), "filter is 75,995 characters, over the limit of 65,536 (64 KiB)"),
         ({"split": {"like": "t%"}}, "unknown operator 'like'"),
         ({"split": 3}, "the column holds strings, the filter compares it with a number (3)"),
         ([1, 2], "filter must be a JSON object or a where-expression string, got [1, 2]"),
@@ -75,8 +79,62 @@ def test_the_page_has_a_filter_box_that_its_searches_send(client) -> None:
     assert 'form.append("filter"' in client.get("/static/app.js").text
 
 
+def test_info_lists_the_columns_and_types_the_page_builds_its_filter_placeholder_from(client) -> None:
+    columns = client.get("/info").json()["columns"]
+    assert columns == [
+        {"name": "id", "type": "int"},
+        {"name": "path", "type": "str"},
+        {"name": "label", "type": "str"},  # class101, 100, ...: not every label is an integer
+        {"name": "split", "type": "str"},
+    ]
+    script = client.get("/static/app.js").text
+    assert "describeColumns(manifest.columns" in script and "item.metadata" in script
+    assert "label in ('3', '5')" not in client.get("/").text  # the digits demo's columns are not every index's
+
+
+def test_or_not_and_null_tests_pass_the_right_items(client, gallery, splits) -> None:
+    query = gallery.embeddings[0]
+    where = "not split = 'train' and (split = 'test' or path is null) and split is not null"
+    answer = client.post("/search", json={"vector": query.tolist(), "k": 5, "filter": where})
+    assert answer.status_code == 200, answer.text
+    assert [r["id"] for r in answer.json()["results"]] == exact_among(gallery, splits == "test", query, 5)
+
+
+@pytest.mark.parametrize("where", ["id = 99999999999999999999999999", '{"id": 1180591620717411303424}'])
+def test_an_upload_with_an_integer_past_int64_is_a_400(where, client, gallery) -> None:
+    data = gallery.paths[0].read_bytes()
+    answer = client.post("/search", files={"image": ("q.png", data, "image/png")}, data={"filter": where})
+    assert answer.status_code == 400 and "64-bit" in answer.json()["error"], answer.text
+
+
 def test_a_bad_json_filter_field_of_an_upload_is_a_400(client, gallery) -> None:
     data = gallery.paths[0].read_bytes()
     answer = client.post("/search", files={"image": ("q.png", data, "image/png")}, data={"filter": "{split:"})
     assert answer.status_code == 400 and answer.json()["error"].startswith("filter is not valid JSON")
     assert json.loads(client.get("/healthz").text)["status"] == "ok"
+
+
+def test_a_filter_is_parsed_off_the_event_loop(client, base_url, gallery, monkeypatch) -> None:
+    """While one request's filter is being parsed, the server answers others (a parse never holds the loop)."""
+    import threading
+    import time
+
+    import retrieval.serve.app as app_module
+
+    parsed = threading.Event()
+
+    def slow_parse(value: object) -> None:
+        time.sleep(2.0)
+        parsed.set()
+
+    monkeypatch.setattr(app_module, "parse_filter_field", slow_parse)
+    body = {"vector": gallery.embeddings[0].tolist(), "k": 3, "filter": "split = 'test'"}
+    with httpx.Client(base_url=base_url, timeout=30) as other:
+        searching = threading.Thread(target=lambda: other.post("/search", json=body))
+        searching.start()
+        time.sleep(0.3)
+        started = time.perf_counter()
+        assert client.get("/healthz").status_code == 200
+        waited = time.perf_counter() - started
+        searching.join()
+    assert parsed.is_set() and waited < 1.0, waited

@@ -37,6 +37,8 @@ def test_upload_shows_thumbnails_and_clicking_one_searches_with_it(base_url, gal
             page.on("pageerror", lambda error: errors.append(str(error)))
             page.goto(base_url)
             page.wait_for_function("document.getElementById('info').textContent.includes('vectors')")
+            # the filter's placeholder comes from this index's columns, not the digits demo's
+            assert page.locator("#filter").get_attribute("placeholder") == "e.g. label = 'x' and split = 'x'"
 
             page.set_input_files("#file", str(gallery.paths[6]))
             page.wait_for_function("document.querySelectorAll('.result').length === 10")
@@ -46,6 +48,7 @@ def test_upload_shows_thumbnails_and_clicking_one_searches_with_it(base_url, gal
             cards = page.locator(".result")
             assert cards.first.get_attribute("data-id") == str(gallery.ids[6])  # the image itself comes first
             assert "1.0000" in cards.first.inner_text()
+            assert "split: " in cards.first.inner_text()  # the metadata columns besides label
             assert _thumbnails_loaded(page)
 
             clicked = cards.nth(2).get_attribute("data-id")

@@ -80,6 +80,15 @@ FILTERS = [
     "price = 50",  # a float column against an integer
     "ok in (true, false)",  # every non-null
     "label > 100",  # nothing
+    "id < 10",  # the point id, not a payload field
+    "id in (1, 2, 3, 500) or id = 2.5",
+    "id >= 20 and id != 50 and id not in (60, 61) and not id is null",
+    "id > 97.5 or id <= -1",
+    "label = 3 or (shop = 'a' and not price < 50)",
+    "label != 3 and shop <> 'b'",  # nulls pass neither
+    "label not in (1, 2, 3)",
+    "price is null or ok is null",
+    "label is not null and not (ok = true)",  # not passes the nulls of ok
 ]
 
 
@@ -161,6 +170,23 @@ def test_another_index_is_refused_unless_recreate(tmp_path, build_index, local_u
     assert "holds another index" in capsys.readouterr().err
     assert main(["index", "export", "--index", str(tmp_path / "two"), "--to", uri, "--recreate"]) == 0
     assert "30 vectors (30 written" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage", ["storage", "meta"])
+def test_a_damaged_local_folder_is_one_line_naming_the_file(tmp_path, build_index, local_uri, capsys, damage):
+    build_index(tmp_path / "index", n=10)
+    uri = local_uri(tmp_path / "db")
+    assert main(["index", "export", "--index", str(tmp_path / "index"), "--to", uri]) == 0
+    damaged = tmp_path / "db" / "collection" / "gallery" / "storage.sqlite"
+    if damage == "storage":
+        damaged.write_bytes(b"garbage, not a database\n")
+    else:
+        damaged = tmp_path / "db" / "meta.json"
+        damaged.write_text(damaged.read_text()[:20])
+    capsys.readouterr()
+    assert main(["serve", "--backend", uri, "--port", "0"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"is damaged: {damaged} cannot be read" in line and "export the index again" in line
 
 
 def test_a_collection_not_written_by_export_is_refused(tmp_path, local_uri, build_index):

@@ -3,6 +3,24 @@
 
 const $ = (id) => document.getElementById(id);
 const drop = $("drop"), file = $("file"), preview = $("preview"), results = $("results");
+const SHOWN_APART = ["id", "path", "label"];  // a card shows these on their own; its other columns as fields
+// One example condition per column type, for the filter box's placeholder.
+const EXAMPLES = { int: (c) => `${c} in (1, 2)`, float: (c) => `${c} < 10.5`, str: (c) => `${c} = 'x'`,
+  bool: (c) => `${c} = true` };
+
+function quoted(name) {
+  return /^[A-Za-z_][\w.]*$/.test(name) ? name : `\`${name}\``;
+}
+
+// The filter box's placeholder and tooltip from the index's own columns (`/info` columns).
+function describeColumns(columns) {
+  const usable = columns.filter((c) => c.name !== "path" && EXAMPLES[c.type]);
+  const preferred = usable.filter((c) => c.name !== "id").concat(usable.filter((c) => c.name === "id"));
+  const examples = preferred.slice(0, 2).map((c) => EXAMPLES[c.type](quoted(c.name)));
+  if (examples.length) $("filter").placeholder = `e.g. ${examples.join(" and ")}`;
+  $("filter").title = `columns: ${columns.map((c) => `${c.name} (${c.type})`).join(", ")}; ` +
+    "operators: = != < <= > >= in, not in, is null, and, or, not, ( )";
+}
 
 function showError(message) {
   $("error").textContent = message;
@@ -69,7 +87,12 @@ function render(items) {
     const label = document.createElement("div");
     label.className = "label";
     label.textContent = `${item.label ?? ""} · id ${item.id}`;
-    meta.append(score, label);
+    const fields = document.createElement("div");
+    fields.className = "fields";
+    const shown = Object.entries(item.metadata || {}).filter(([name]) => !SHOWN_APART.includes(name));
+    fields.textContent = shown.map(([name, value]) => `${name}: ${value ?? "–"}`).join(" · ");
+    card.title += shown.length ? `\n${fields.textContent}` : "";
+    meta.append(score, label, fields);
     card.append(thumb, meta);
     card.addEventListener("click", () => searchId(item.id));
     return card;
@@ -91,6 +114,7 @@ fetch("/info").then((r) => r.json()).then((manifest) => {
   const backbone = (model.model_config || {}).backbone || "no model";
   const count = manifest.count ?? "?";
   $("info").textContent = `${count} vectors · ${manifest.kind || ""} ${manifest.factory || ""} · ${backbone}`;
+  describeColumns(manifest.columns || []);
   const stored = manifest.match_threshold;
   if (stored) {  // the threshold the model's validation pairs chose: the page applies it until changed
     $("min-score").value = stored.score.toFixed(4);

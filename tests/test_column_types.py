@@ -1,0 +1,100 @@
+"""Metadata column types: inferred per column from text cells, or declared; empty cells are null."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from retrieval.column_types import infer_column_type, parse_column_types, typed_table
+from retrieval.errors import UserError
+from retrieval.index.metadata import Metadata
+
+
+@pytest.mark.parametrize(
+    ("cells", "kind"),
+    [
+        (["3", "-5", "+7", "", "0"], "int"),
+        (["9223372036854775807", "-9223372036854775808"], "int"),
+        (["9223372036854775808"], "float"),  # past int64: a number still, not an integer
+        (["2.5", "3", "1e3", ".5", ""], "float"),
+        (["007", "12"], "str"),  # leading zeros are part of the value (SKUs, zip codes)
+        (["0.07", "0"], "float"),
+        (["nan", "1"], "str"),
+        (["inf"], "str"),
+        (["1e999"], "str"),  # not finite
+        (["3", "cat"], "str"),
+        (["", ""], "str"),
+        ([], "str"),
+        (["1_000"], "str"),
+    ],
+)
+def test_inference_follows_the_documented_rule(cells: list[str], kind: str) -> None:
+    assert infer_column_type(cells) == kind
+
+
+def test_typed_table_types_each_column_and_makes_empty_cells_null() -> None:
+    table = typed_table(
+        {
+            "path": ["1", "2", "3"],
+            "label": ["3", "5", ""],
+            "price": ["10", "", "2.5"],
+            "shop": ["a", "", "b"],
+            "sku": ["0012", "13", "14"],
+        },
+        {"sku": "int"},
+    )
+    assert table.schema == pa.schema(
+        [
+            ("path", pa.string()),
+            ("label", pa.int64()),
+            ("price", pa.float64()),
+            ("shop", pa.string()),
+            ("sku", pa.int64()),
+        ]
+    )
+    assert table.to_pydict() == {
+        "path": ["1", "2", "3"],  # paths are never numbers
+        "label": [3, 5, None],
+        "price": [10.0, None, 2.5],
+        "shop": ["a", None, "b"],
+        "sku": [12, 13, 14],  # declared int: leading zeros allowed
+    }
+    assert typed_table({"zip": ["02139", "10001"]}, {"zip": "str"})["zip"].to_pylist() == ["02139", "10001"]
+    assert typed_table({"n": ["1", "2"]}, {"n": "float"})["n"].type == pa.float64()
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ("price", r"entry 'price' must be NAME=TYPE with TYPE one of int, float, str"),
+        ("price=money", r"entry 'price=money' must be NAME=TYPE"),
+        ("price=int,price=str", r"names 'price' twice"),
+        ("path=int", r"'path' holds file paths and is always str"),
+    ],
+)
+def test_bad_declarations_are_user_errors(declared: str, message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_column_types(declared)
+
+
+def test_declarations_parse_and_cells_that_do_not_fit_are_named() -> None:
+    assert parse_column_types(" price=float, sku=str ,") == {"price": "float", "sku": "str"}
+    assert parse_column_types(None) == {}
+    with pytest.raises(UserError, match=r"column 'price' of a.csv is declared int, but holds '2.5'"):
+        typed_table({"price": ["1", "2.5"]}, {"price": "int"}, "a.csv")
+    with pytest.raises(UserError, match=r"--column-types names 'prize', not a column of a.csv; its columns: price"):
+        typed_table({"price": ["1"]}, {"prize": "int"}, "a.csv")
+
+
+def test_rows_added_to_an_index_take_the_index_types() -> None:
+    """An index built before typing stores labels as strings: added rows keep that, so old filters still work."""
+    old = Metadata.from_rows(np.arange(2), pa.table({"label": ["3", "4"], "price": pa.array([1.5, 2.0])}))
+    added = Metadata.from_rows(np.arange(2, 4), typed_table({"label": ["5", ""], "price": ["7", "8"]}))
+    merged = old.appended(added)
+    assert merged.table.schema.field("label").type == pa.string()
+    assert merged.table["label"].to_pylist() == ["3", "4", "5", None]
+    assert merged.table["price"].to_pylist() == [1.5, 2.0, 7.0, 8.0]
+    bad = Metadata.from_rows(np.arange(4, 5), typed_table({"price": ["cheap"]}))
+    with pytest.raises(UserError, match=r"new metadata column 'price' holds string values the index stores as double"):
+        old.appended(bad)

@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,18 +30,16 @@ from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_
 from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, add_train_parser, run_merge, run_train
 from retrieval.config import load_config
 from retrieval.errors import UserError
-from retrieval.export.onnx_encoder import OnnxEncoder
-from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
-from retrieval.index.filters import load_filter
+from retrieval.index.choice import DEFAULT_TARGET_RECALL, parse_memory
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
-from retrieval.inference.backbone import backbone_config
-from retrieval.inference.encoder import ImageEncoder, encoder_for_index
-from retrieval.inference.interface import Encoder
-from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
-from retrieval.rerank import IndexGallery, augmentation_at_build, rerank_at_query
+from retrieval.inference.splits import SPLITS
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
+
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
 
@@ -252,6 +250,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.sources import embed_source, read_source
+    from retrieval.rerank import augmentation_at_build
+
     target_recall, default_target_recall = _tuning(args.target_recall)
     if args.embeddings:
         if args.rerank:
@@ -321,6 +323,10 @@ def _tuning_line(manifest: dict[str, Any]) -> str:
 
 def _build_encoder(args: argparse.Namespace) -> Encoder:
     """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
+    from retrieval.export.onnx_encoder import OnnxEncoder
+    from retrieval.inference.backbone import backbone_config
+    from retrieval.inference.encoder import ImageEncoder
+
     if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
         raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
     if args.model is not None:
@@ -332,6 +338,12 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
 
 
 def _query(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.index.filters import load_filter
+    from retrieval.inference.encoder import encoder_for_index
+    from retrieval.inference.sources import image_files
+    from retrieval.rerank import IndexGallery, rerank_at_query
+
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
     where = load_filter(args.where) if args.where is not None else None
@@ -367,6 +379,11 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.encoder import encoder_for_index
+    from retrieval.inference.sources import embed_source, read_source
+    from retrieval.rerank import IndexGallery, augmentation_at_build
+
     model = read_manifest(args.index).get("model") or {}  # checked against the verified load under the lock
     encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
     source = read_source(args.csv, args.images, args.split)
@@ -385,6 +402,8 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     outside = [value for value in args.ids if not 0 <= value <= _MAX_ID]
     if outside:
         raise UserError(f"id {outside[0]} is out of range: ids are integers from 0 to {_MAX_ID}, from query results")
@@ -396,6 +415,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
         before = index.manifest["files"][INDEX_FILE]["size"]
         dropped = index.compact()
@@ -423,6 +444,8 @@ def _writing(directory: Path) -> Iterator[None]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     if args.k < 1:
         raise UserError(f"-k must be >= 1, got {args.k}")
     index = SearchIndex.load(args.index)

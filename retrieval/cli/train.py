@@ -10,16 +10,15 @@ import argparse
 import dataclasses
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.config import Config, load_config
 from retrieval.errors import UserError
-from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd, format_metrics
-from retrieval.evaluate.uncertainty import format_uncertainty
-from retrieval.runtime.distributed import DistributedContext, process_group
-from retrieval.runtime.environment import configure_process
-from retrieval.train.trainer import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from retrieval.runtime.distributed import DistributedContext
+    from retrieval.train.trainer import TrainResult
 
 __all__ = ["add_parser", "run"]
 
@@ -43,6 +42,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.runtime.distributed import process_group
+    from retrieval.runtime.environment import configure_process
+    from retrieval.train.trainer import Trainer
+
     if args.seeds and args.resume:
         raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
     if args.resume:
@@ -73,6 +76,11 @@ def _resume(args: argparse.Namespace) -> int:
 
     The selected weights so far come from the `best.pt` beside the `last.pt` resumed from.
     """
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.runtime.distributed import process_group
+    from retrieval.runtime.environment import configure_process
+    from retrieval.train.trainer import Trainer
+
     path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
     checkpoint = Checkpoint.load(path)
     if not checkpoint.resumable:
@@ -94,6 +102,9 @@ def _resume(args: argparse.Namespace) -> int:
 
 def _print_result(config: Config, run_dir: Path, result: TrainResult, context: DistributedContext) -> None:
     """The closing lines, printed once (by rank 0 under torchrun)."""
+    from retrieval.evaluate.evaluator import format_metrics
+    from retrieval.evaluate.uncertainty import format_uncertainty
+
     if not context.is_main:
         return
     print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
@@ -104,6 +115,8 @@ def _print_result(config: Config, run_dir: Path, result: TrainResult, context: D
 
 def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
     """Mean ± sample standard deviation over seeds of each closing metric."""
+    from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd
+
     values = {key: format_mean_sd([r.test[key] for r in results]) for key in [*(f"recall@{k}" for k in KS), "map@r"]}
     header = f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"
     return header + "\n" + closing_lines(values, results[0].label)

@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from retrieval import __version__
 from retrieval.errors import UserError
-from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.filtered import LabelSpace, search_passing
 from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -48,9 +48,7 @@ from retrieval.index.tuning import (
     tune_search_parameters,
 )
 
-__all__ = ["DEFAULT_TARGET_RECALL", "SearchIndex"]
-
-DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
+__all__ = ["SearchIndex"]
 
 _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 _LOAD_ATTEMPTS = 5  # loads of a directory that saves keep swapping under the reader, before its error stands

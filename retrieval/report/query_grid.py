@@ -18,11 +18,11 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from retrieval.data import EvalSplit
+from retrieval.report.grid_modes import GRID_MODES
 from retrieval.report.plots import save_figure
 
-__all__ = ["GRID_MODES", "RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
+__all__ = ["RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
 
-GRID_MODES = ("worst", "random")
 TOP = 5  # results shown per query
 _DEPTH = 1024  # how deep the first same-class result is looked for; deeper ranks count as this depth
 

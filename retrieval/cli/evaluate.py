@@ -323,7 +323,8 @@ def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, mod
 
     title = "worst-ranked queries" if args.grid_queries == "worst" else "random queries"
     args.grid.parent.mkdir(parents=True, exist_ok=True)
-    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, f"{title}: top-5 results (green: same class)")
+    caption = f"{title}: top-5 results (green: same class)"
+    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, caption, test.class_names)
 
 
 def _group_line(metrics: dict[str, Any]) -> str:

@@ -47,6 +47,9 @@ DATABASE_AUGMENTATION = "database_augmentation"  # manifest field: the dba spec 
 
 _KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
 _MAX_ID = 2**63 - 1  # ids are int64
+# Fewer queries than this measure recall too coarsely for its 4 decimals, and time a batch too small
+# for its queries/s to be more than the cost of one call: such figures are not printed.
+_MIN_QUERIES = 100
 _WRITE_HINTS = {
     errno.ENOSPC: "free space on its file system and retry",
     errno.EDQUOT: "free space within your disk quota and retry",
@@ -299,9 +302,12 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
     """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
-    # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
+    # Measured while building, on held-out vectors; a build too small to hold out enough of them is measured
+    # as index eval measures it: every stored vector (up to 1,000) searched for among the others.
     shard = "trained" in index.manifest  # a shard (index build --trained) is measured once merged
-    measured = index.manifest.get("measured") or (None if shard else index.evaluate(k=10))
+    measured = index.manifest.get("measured")
+    if not shard and (not measured or measured["queries"] < _MIN_QUERIES):
+        measured = index.evaluate(k=10)
     print(f"index: {args.out} ({index.kind}: {index.factory})")
     print(inputs)
     print(_format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
@@ -491,13 +497,19 @@ def _table(answer: dict[str, Any]) -> str:
 
 
 def _format_measurement(measured: dict[str, Any]) -> str:
-    """Recall, latency, throughput and size lines of a `SearchIndex` measurement."""
+    """Recall, latency, throughput and size lines of a `SearchIndex` measurement (speed from enough queries only)."""
+    size = (
+        f"bytes/vector: {measured['resident_bytes_per_vector']:.1f} in memory, "
+        f"{measured['disk_bytes_per_vector']:.1f} on disk"
+    )
+    if measured["recall_at_k"] is None or measured["queries"] < _MIN_QUERIES:
+        return f"{_recall_line(measured)}\nlatency, throughput: not measured (too few vectors)\n{size}"
     return "\n".join(
         [
             _recall_line(measured),
             f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
             f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
-            f"bytes/vector: {measured['bytes_per_vector']:.1f}",
+            size,
         ]
     )
 
@@ -505,11 +517,11 @@ def _format_measurement(measured: dict[str, Any]) -> str:
 def _recall_line(measured: dict[str, Any]) -> str:
     """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
     k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
-    if measured["recall_at_k"] is None:
+    if measured["recall_at_k"] is None or queries < _MIN_QUERIES:
         held = measured.get("ntotal", queries)
         return (
             f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
-            "among the others, so measuring needs at least 2)"
+            f"among the others, and measuring needs {_MIN_QUERIES} queries)"
         )
     line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
     if neighbors < k:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, seed_list
+from retrieval.cli._progress import showing_progress
 from retrieval.config import Config, load_config
 from retrieval.errors import UserError
 
@@ -42,14 +44,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train (or resume); the stage each run is in prints as it starts (`showing_progress`)."""
+    if args.seeds and args.resume:
+        raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
+    with showing_progress("train") as log:
+        log.info("loading PyTorch and timm ...")  # the first line, before the imports that take seconds
+        return _resume(args) if args.resume else _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
     from retrieval.runtime.distributed import process_group
     from retrieval.runtime.environment import configure_process
     from retrieval.train.trainer import Trainer
 
-    if args.seeds and args.resume:
-        raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
-    if args.resume:
-        return _resume(args)
     config = load_config(args.config, args.overrides)
     with process_group(config.train.device) as context:
         run_dir = args.output_dir or _default_run_dir(config, context)
@@ -92,11 +99,18 @@ def _resume(args: argparse.Namespace) -> int:
     best = Checkpoint.load(best_path) if best_path.is_file() else None
     config = checkpoint.config(args.config, args.overrides)
     run_dir = args.output_dir or path.resolve().parent.parent
+    trained, epochs = checkpoint.epoch + 1, config.train.epochs
+    complete = f"run already complete (epoch {trained} of {epochs})" if trained >= epochs else None
     with process_group(config.train.device) as context:
+        if complete and context.is_main:
+            logging.getLogger(__name__).info("%s: scoring its selected checkpoint again ...", complete)
         configure_process(config.train)
         trainer = Trainer.from_config(config, run_dir, resuming=True)
         trainer.resume(checkpoint, best)
-        _print_result(config, run_dir, trainer.fit(), context)
+        result = trainer.fit()
+        if complete and context.is_main:
+            print(f"{complete}; its result:")
+        _print_result(config, run_dir, result, context)
     return 0
 
 

@@ -6,14 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from retrieval.evaluate.uncertainty import (
-    INTERVAL_METRICS,
-    compare_runs,
-    format_uncertainty,
-    load_query_values,
-    uncertainty_summary,
-)
-from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES
 from retrieval.runtime.files import write_text
 
 __all__ = ["add_parser", "run"]
@@ -33,6 +25,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.evaluate.uncertainty import (
+        INTERVAL_METRICS,
+        compare_runs,
+        format_uncertainty,
+        load_query_values,
+        uncertainty_summary,
+    )
+    from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES
+
     a, b = load_query_values(args.run_a), load_query_values(args.run_b)
     differences = compare_runs(a, b, seed=args.seed)
     summaries = {"a": uncertainty_summary(a, args.seed), "b": uncertainty_summary(b, args.seed)}

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval.data.longtail import make_longtail_csv
 from retrieval.errors import UserError
 
 __all__ = ["add_parser", "run"]
@@ -27,6 +26,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.data.longtail import make_longtail_csv
+
     if args.csv.resolve() == args.out.resolve():
         raise UserError(f"--out {args.out} is the input CSV; write the long-tailed copy to another file")
     summary = make_longtail_csv(args.csv, args.out, args.imbalance, args.seed)

@@ -21,19 +21,17 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
-from retrieval.column_types import parse_column_types
 from retrieval.config import DataConfig
 from retrieval.errors import UserError
-from retrieval.inference.embed_in_parts import embed_in_parts
-from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES, write_embeddings
-from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.sources import SPLITS, ImageSource, dataset_source, embed_source, read_source
-from retrieval.runtime.device import resolve_device
-from retrieval.runtime.distributed import process_group
+from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
+from retrieval.inference.splits import SPLITS
+
+if TYPE_CHECKING:
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.inference.sources import ImageSource
 
 __all__ = ["DEFAULT_PART_ROWS", "add_parser", "run"]
 
@@ -79,6 +77,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.column_types import parse_column_types
+    from retrieval.inference.embeddings_file import write_embeddings
+    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.sources import dataset_source, embed_source, read_source
+
     directory = _parts_directory(args.out)
     if directory is None:
         _check_one_file(Path(args.out), args.part_rows)
@@ -136,6 +140,11 @@ def _check_one_file(out: Path, part_rows: int | None) -> None:
 
 def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:
     """Embed `source` into parts in `directory`, over every process torchrun started (or in this one alone)."""
+    from retrieval.inference.embed_in_parts import embed_in_parts
+    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.runtime.device import resolve_device
+    from retrieval.runtime.distributed import process_group
+
     part_rows = args.part_rows or DEFAULT_PART_ROWS
     with process_group(args.device) as context:
         device = context.process_device(resolve_device(args.device))

@@ -16,38 +16,21 @@ import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments
 from retrieval.config import Config, load_config
-from retrieval.data import EvalSplit, RetrievalData, build_data
 from retrieval.errors import UserError
-from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
-from retrieval.evaluate.proxy_classifier import ProxyClassifier, calibrate, closed_set_rows, load_proxy_classifier
-from retrieval.evaluate.reranking import choose_rerank
-from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
-from retrieval.evaluate.verification import (
-    check_threshold_request,
-    evaluate_verification,
-    fmr_text,
-    threshold_record,
-    verification_lines,
-)
-from retrieval.inference.backbone import backbone_checkpoint, backbone_config
-from retrieval.inference.embedding import Precision
-from retrieval.metrics import GROUP_NAMES, frequency_groups
-from retrieval.metrics.calibration import temperature_softmax
-from retrieval.metrics.classification import calibration_summary, classification_report
-from retrieval.metrics.verification import FMR_TARGETS
-from retrieval.models import Embedder
-from retrieval.report.classification_plots import plot_classification
-from retrieval.report.query_grid import GRID_MODES, display_image, draw_query_grid, rank_queries, select_queries
-from retrieval.rerank import parse_rerank
-from retrieval.runtime.device import place_model, resolve_device
+from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
+
+if TYPE_CHECKING:
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.data import EvalSplit, RetrievalData
+    from retrieval.evaluate.proxy_classifier import ProxyClassifier
+    from retrieval.models import Embedder
 
 __all__ = ["add_parser", "run"]
 
@@ -114,6 +97,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.data import build_data
+    from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
+    from retrieval.evaluate.reranking import choose_rerank
+    from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
+    from retrieval.evaluate.verification import check_threshold_request
+    from retrieval.inference.embedding import Precision
+    from retrieval.metrics import GROUP_NAMES, frequency_groups
+    from retrieval.runtime.device import place_model, resolve_device
+
     checkpoint, config = _model_and_config(args)
     device = resolve_device(config.train.device)
     precision = Precision.for_run(config.train, device)
@@ -193,6 +185,9 @@ def _verification(
     extras: dict[str, Any],
 ) -> list[str]:
     """Verification into `extras`, the threshold of `--save-threshold` into the checkpoint; the lines to print."""
+    from retrieval.evaluate.verification import evaluate_verification, fmr_text, threshold_record, verification_lines
+    from retrieval.metrics.verification import FMR_TARGETS
+
     fmrs = sorted({*FMR_TARGETS, *([args.save_threshold] if args.save_threshold is not None else [])}, reverse=True)
     report = extras["verification"] = evaluate_verification(embeddings, data, config.train.select_on_test, embed, fmrs)
     lines = verification_lines(report)
@@ -208,6 +203,9 @@ def _verification(
 
 def _model_and_config(args: argparse.Namespace) -> tuple[Checkpoint, Config]:
     """The `--checkpoint` with its run's config, or the `--backbone` on the config of `--config` / `--set`."""
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.inference.backbone import backbone_checkpoint, backbone_config
+
     if args.backbone is not None and args.save_threshold is not None:
         raise UserError("--save-threshold writes into a checkpoint; a --backbone has none: evaluate a trained run")
     if args.backbone is None:
@@ -221,6 +219,8 @@ def _model_and_config(args: argparse.Namespace) -> tuple[Checkpoint, Config]:
 
 def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData) -> ProxyClassifier | None:
     """The proxy classifier when its classes are this data's training classes, else None."""
+    from retrieval.evaluate.proxy_classifier import load_proxy_classifier
+
     classifier = load_proxy_classifier(checkpoint, config)
     if classifier is None or len(classifier.proxies) != data.num_classes:
         return None
@@ -229,6 +229,9 @@ def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData)
 
 def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
     """Refuse --classification / --calibrate on data or checkpoints they cannot apply to, and a bad --rerank."""
+    from retrieval.evaluate.proxy_classifier import closed_set_rows
+    from retrieval.rerank import parse_rerank
+
     if args.rerank:
         parse_rerank(args.rerank)
     for flag, asked in (("--classification", args.classification), ("--calibrate", args.calibrate)):
@@ -259,6 +262,8 @@ def _calibration(
     classifier: ProxyClassifier,
 ) -> dict[str, Any]:
     """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
+    from retrieval.evaluate.proxy_classifier import calibrate
+
     val_rows, _ = _closed_set(val, "--calibrate (validation split)")
     if args.calibration_share < 1:
         count = max(1, round(args.calibration_share * len(val_rows)))
@@ -275,6 +280,8 @@ def _calibration(
 
 def _closed_set(split: EvalSplit, what: str) -> tuple[np.ndarray, np.ndarray]:
     """The rows of `split` whose class trained, and those classes (`closed_set_rows` refuses a split without any)."""
+    from retrieval.evaluate.proxy_classifier import closed_set_rows
+
     rows = closed_set_rows(split, what)
     return rows, np.asarray(split.train_class)[rows]
 
@@ -286,6 +293,10 @@ def _classification(
     classifier: ProxyClassifier,
     calibrated: dict[str, Any] | None,
 ) -> dict[str, Any]:
+    from retrieval.metrics.calibration import temperature_softmax
+    from retrieval.metrics.classification import calibration_summary, classification_report
+    from retrieval.report.classification_plots import plot_classification
+
     rows, targets = _closed_set(test, "--classification")
     probabilities = temperature_softmax(classifier.logits(embeddings[rows]))
     report = {"logit_scale": classifier.scale, **classification_report(probabilities, targets)}
@@ -301,6 +312,8 @@ def _classification(
 
 
 def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, model: Embedder) -> None:
+    from retrieval.report.query_grid import display_image, draw_query_grid, rank_queries, select_queries
+
     ranked = rank_queries(embeddings, test)
     chosen = select_queries(ranked, args.grid_rows, args.grid_queries)
     config = model.data_config()
@@ -310,11 +323,14 @@ def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, mod
 
     title = "worst-ranked queries" if args.grid_queries == "worst" else "random queries"
     args.grid.parent.mkdir(parents=True, exist_ok=True)
-    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, f"{title}: top-5 results (green: same class)")
+    caption = f"{title}: top-5 results (green: same class)"
+    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, caption, test.class_names)
 
 
 def _group_line(metrics: dict[str, Any]) -> str:
     """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`."""
+    from retrieval.metrics import GROUP_NAMES
+
     present = [name for name in GROUP_NAMES if f"{name}/recall@1" in metrics]
     line = f"by training frequency ({' / '.join(present)}): Recall@1 "
     line += " / ".join(f"{metrics[f'{name}/recall@1']:.4f}" for name in present)

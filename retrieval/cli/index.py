@@ -21,7 +21,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,18 +31,16 @@ from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, ad
 from retrieval.column_types import parse_column_types
 from retrieval.config import load_config
 from retrieval.errors import UserError
-from retrieval.export.onnx_encoder import OnnxEncoder
-from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex, parse_memory
-from retrieval.index.filters import load_filter
+from retrieval.index.choice import DEFAULT_TARGET_RECALL, parse_memory
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import INDEX_FILE, read_manifest
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
-from retrieval.inference.backbone import backbone_config
-from retrieval.inference.encoder import ImageEncoder, encoder_for_index
-from retrieval.inference.interface import Encoder
-from retrieval.inference.sources import SPLITS, embed_source, image_files, read_source
-from retrieval.rerank import IndexGallery, augmentation_at_build, rerank_at_query
+from retrieval.inference.splits import SPLITS
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
+
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
 
@@ -50,6 +48,9 @@ DATABASE_AUGMENTATION = "database_augmentation"  # manifest field: the dba spec 
 
 _KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
 _MAX_ID = 2**63 - 1  # ids are int64
+# Fewer queries than this measure recall too coarsely for its 4 decimals, and time a batch too small
+# for its queries/s to be more than the cost of one call: such figures are not printed.
+_MIN_QUERIES = 100
 _WRITE_HINTS = {
     errno.ENOSPC: "free space on its file system and retry",
     errno.EDQUOT: "free space within your disk quota and retry",
@@ -254,6 +255,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.sources import embed_source, read_source
+    from retrieval.rerank import augmentation_at_build
+
     target_recall, default_target_recall = _tuning(args.target_recall)
     if args.embeddings:
         if args.column_types:
@@ -303,9 +308,12 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
     """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
     with _writing(args.out), writer_lock(args.out, args.lock_timeout):
         index.save(args.out)
-    # Measured while building, on held-out vectors; a build too small to hold any out is measured leave-one-out.
+    # Measured while building, on held-out vectors; a build too small to hold out enough of them is measured
+    # as index eval measures it: every stored vector (up to 1,000) searched for among the others.
     shard = "trained" in index.manifest  # a shard (index build --trained) is measured once merged
-    measured = index.manifest.get("measured") or (None if shard else index.evaluate(k=10))
+    measured = index.manifest.get("measured")
+    if not shard and (not measured or measured["queries"] < _MIN_QUERIES):
+        measured = index.evaluate(k=10)
     print(f"index: {args.out} ({index.kind}: {index.factory})")
     print(inputs)
     print(_format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
@@ -327,6 +335,10 @@ def _tuning_line(manifest: dict[str, Any]) -> str:
 
 def _build_encoder(args: argparse.Namespace) -> Encoder:
     """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
+    from retrieval.export.onnx_encoder import OnnxEncoder
+    from retrieval.inference.backbone import backbone_config
+    from retrieval.inference.encoder import ImageEncoder
+
     if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
         raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
     if args.model is not None:
@@ -338,6 +350,12 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
 
 
 def _query(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.index.filters import load_filter
+    from retrieval.inference.encoder import encoder_for_index
+    from retrieval.inference.sources import image_files
+    from retrieval.rerank import IndexGallery, rerank_at_query
+
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
     where = load_filter(args.where) if args.where is not None else None
@@ -373,6 +391,11 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+    from retrieval.inference.encoder import encoder_for_index
+    from retrieval.inference.sources import embed_source, read_source
+    from retrieval.rerank import IndexGallery, augmentation_at_build
+
     model = read_manifest(args.index).get("model") or {}  # checked against the verified load under the lock
     encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
     source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
@@ -391,6 +414,8 @@ def _add(args: argparse.Namespace) -> int:
 
 
 def _remove(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     outside = [value for value in args.ids if not 0 <= value <= _MAX_ID]
     if outside:
         raise UserError(f"id {outside[0]} is out of range: ids are integers from 0 to {_MAX_ID}, from query results")
@@ -402,6 +427,8 @@ def _remove(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     with _writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
         before = index.manifest["files"][INDEX_FILE]["size"]
         dropped = index.compact()
@@ -429,6 +456,8 @@ def _writing(directory: Path) -> Iterator[None]:
 
 
 def _eval(args: argparse.Namespace) -> int:
+    from retrieval.index import SearchIndex
+
     if args.k < 1:
         raise UserError(f"-k must be >= 1, got {args.k}")
     index = SearchIndex.load(args.index)
@@ -474,13 +503,19 @@ def _table(answer: dict[str, Any]) -> str:
 
 
 def _format_measurement(measured: dict[str, Any]) -> str:
-    """Recall, latency, throughput and size lines of a `SearchIndex` measurement."""
+    """Recall, latency, throughput and size lines of a `SearchIndex` measurement (speed from enough queries only)."""
+    size = (
+        f"bytes/vector: {measured['resident_bytes_per_vector']:.1f} in memory, "
+        f"{measured['disk_bytes_per_vector']:.1f} on disk"
+    )
+    if measured["recall_at_k"] is None or measured["queries"] < _MIN_QUERIES:
+        return f"{_recall_line(measured)}\nlatency, throughput: not measured (too few vectors)\n{size}"
     return "\n".join(
         [
             _recall_line(measured),
             f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
             f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
-            f"bytes/vector: {measured['bytes_per_vector']:.1f}",
+            size,
         ]
     )
 
@@ -488,11 +523,11 @@ def _format_measurement(measured: dict[str, Any]) -> str:
 def _recall_line(measured: dict[str, Any]) -> str:
     """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
     k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
-    if measured["recall_at_k"] is None:
+    if measured["recall_at_k"] is None or queries < _MIN_QUERIES:
         held = measured.get("ntotal", queries)
         return (
             f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
-            "among the others, so measuring needs at least 2)"
+            f"among the others, and measuring needs {_MIN_QUERIES} queries)"
         )
     line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
     if neighbors < k:

@@ -14,12 +14,14 @@ import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from retrieval.cli.index_shards import shard_inputs
 from retrieval.errors import UserError
-from retrieval.index import SearchIndex, parse_memory
-from retrieval.index.embedding_files import open_embedding_files
 from retrieval.index.storage import working_directory
+
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
 
 __all__ = ["add_embeddings_arguments", "built_from_embeddings"]
 
@@ -59,6 +61,9 @@ def built_from_embeddings(
         UserError: images or a checkpoint were given too, the files are unreadable (see `open_embedding_files`),
             or `--trained`/`--shard` do not fit them (see `shard_inputs`).
     """
+    from retrieval.index import SearchIndex, parse_memory
+    from retrieval.index.embedding_files import open_embedding_files
+
     flags = (
         ("--checkpoint", args.checkpoint),
         ("--model", args.model),

@@ -13,13 +13,15 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval.errors import UserError
-from retrieval.index.embedding_files import EmbeddingFiles, open_embedding_files
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.shards import TrainedIndex, merge_shards, read_trained, train_index
 from retrieval.index.storage import working_directory
+
+if TYPE_CHECKING:
+    from retrieval.index.embedding_files import EmbeddingFiles
+    from retrieval.index.shards import TrainedIndex
 
 __all__ = [
     "ShardInputs",
@@ -83,6 +85,9 @@ def add_shard_arguments(build: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     """`index train`: sample, train, write TRAINED."""
+    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index.shards import train_index
+
     files = open_embedding_files(args.embeddings)
     trained = train_index(files, args.out, nlist=args.nlist)
     print(f"trained: {args.out} ({trained.manifest['factory']}, on {trained.manifest['trained_on']['rows']:,} rows)")
@@ -92,6 +97,8 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     """`index merge`: the shards' lists merged in a working directory beside `--out`, then saved atomically."""
+    from retrieval.index.shards import merge_shards
+
     work = working_directory(args.out)
     try:
         index = merge_shards(list(args.shards), work)
@@ -125,6 +132,8 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
         UserError: a malformed `--shard`, `--shard` without `--trained`, another kind than the trained one,
             or another dimension.
     """
+    from retrieval.index.shards import read_trained
+
     shard = None if args.shard is None else _shard(args.shard)
     if args.trained is None:
         if shard is not None:

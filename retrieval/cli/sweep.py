@@ -9,7 +9,6 @@ from pathlib import Path
 from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.config import load_config
 from retrieval.errors import UserError
-from retrieval.sweep import parse_grid, plan_cells, run_cells, summarize, write_reports
 
 __all__ = ["add_parser", "run"]
 
@@ -38,6 +37,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.sweep import parse_grid, plan_cells, run_cells, summarize, write_reports
+
     if args.jobs < 1:
         raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     grid = parse_grid(args.grid)

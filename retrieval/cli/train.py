@@ -8,18 +8,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from retrieval.checkpoint import Checkpoint
 from retrieval.cli._common import add_config_arguments, seed_list
+from retrieval.cli._progress import showing_progress
 from retrieval.config import Config, load_config
 from retrieval.errors import UserError
-from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd, format_metrics
-from retrieval.evaluate.uncertainty import format_uncertainty
-from retrieval.runtime.distributed import DistributedContext, process_group
-from retrieval.runtime.environment import configure_process
-from retrieval.train.trainer import Trainer, TrainResult
+
+if TYPE_CHECKING:
+    from retrieval.runtime.distributed import DistributedContext
+    from retrieval.train.trainer import TrainResult
 
 __all__ = ["add_parser", "run"]
 
@@ -43,10 +44,19 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train (or resume); the stage each run is in prints as it starts (`showing_progress`)."""
     if args.seeds and args.resume:
         raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
-    if args.resume:
-        return _resume(args)
+    with showing_progress("train") as log:
+        log.info("loading PyTorch and timm ...")  # the first line, before the imports that take seconds
+        return _resume(args) if args.resume else _train(args)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from retrieval.runtime.distributed import process_group
+    from retrieval.runtime.environment import configure_process
+    from retrieval.train.trainer import Trainer
+
     config = load_config(args.config, args.overrides)
     with process_group(config.train.device) as context:
         run_dir = args.output_dir or _default_run_dir(config, context)
@@ -73,6 +83,11 @@ def _resume(args: argparse.Namespace) -> int:
 
     The selected weights so far come from the `best.pt` beside the `last.pt` resumed from.
     """
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.runtime.distributed import process_group
+    from retrieval.runtime.environment import configure_process
+    from retrieval.train.trainer import Trainer
+
     path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
     checkpoint = Checkpoint.load(path)
     if not checkpoint.resumable:
@@ -84,16 +99,26 @@ def _resume(args: argparse.Namespace) -> int:
     best = Checkpoint.load(best_path) if best_path.is_file() else None
     config = checkpoint.config(args.config, args.overrides)
     run_dir = args.output_dir or path.resolve().parent.parent
+    trained, epochs = checkpoint.epoch + 1, config.train.epochs
+    complete = f"run already complete (epoch {trained} of {epochs})" if trained >= epochs else None
     with process_group(config.train.device) as context:
+        if complete and context.is_main:
+            logging.getLogger(__name__).info("%s: scoring its selected checkpoint again ...", complete)
         configure_process(config.train)
         trainer = Trainer.from_config(config, run_dir, resuming=True)
         trainer.resume(checkpoint, best)
-        _print_result(config, run_dir, trainer.fit(), context)
+        result = trainer.fit()
+        if complete and context.is_main:
+            print(f"{complete}; its result:")
+        _print_result(config, run_dir, result, context)
     return 0
 
 
 def _print_result(config: Config, run_dir: Path, result: TrainResult, context: DistributedContext) -> None:
     """The closing lines, printed once (by rank 0 under torchrun)."""
+    from retrieval.evaluate.evaluator import format_metrics
+    from retrieval.evaluate.uncertainty import format_uncertainty
+
     if not context.is_main:
         return
     print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
@@ -104,6 +129,8 @@ def _print_result(config: Config, run_dir: Path, result: TrainResult, context: D
 
 def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
     """Mean ± sample standard deviation over seeds of each closing metric."""
+    from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd
+
     values = {key: format_mean_sd([r.test[key] for r in results]) for key in [*(f"recall@{k}" for k in KS), "map@r"]}
     header = f"over {len(seeds)} seeds ({', '.join(map(str, seeds))}), mean ± sd of the test metrics:"
     return header + "\n" + closing_lines(values, results[0].label)

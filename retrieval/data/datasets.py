@@ -33,6 +33,7 @@ class EvalSplit:
     query_mask: np.ndarray | None = None  # (N,) bool; None: every image is a query
     gallery_mask: np.ndarray | None = None  # (N,) bool; None: every image is in the gallery
     train_class: np.ndarray | None = None  # (N,) training class (proxy) of each item, -1: class never trained
+    class_names: list[str] | None = None  # the dataset's name of each class id in `labels`; None: the ids
 
 
 @dataclass
@@ -117,6 +118,7 @@ def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_n
         split.query_mask,
         split.gallery_mask,
         train_class,
+        split.class_names,
     )
 
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from retrieval.errors import UserError
 
 __all__ = [
+    "DEFAULT_TARGET_RECALL",
     "FLAT_MAX_VECTORS",
     "TRAINING_VECTORS_PER_CENTROID",
     "IndexKind",
@@ -33,6 +34,7 @@ __all__ = [
     "plan_index",
 ]
 
+DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
 FLAT_MAX_VECTORS = 20_000  # exact search over 20k 128-d vectors takes well under a millisecond
 TRAINING_VECTORS_PER_CENTROID = 39  # below this FAISS's k-means warns that its centroids are unreliable
 _ID_BYTES = 8  # an int64 id per vector, in the IDMap2 table or the inverted list

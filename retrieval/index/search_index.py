@@ -23,7 +23,7 @@ from tqdm.auto import tqdm
 
 from retrieval import __version__
 from retrieval.errors import UserError
-from retrieval.index.choice import IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.filtered import LabelSpace, search_passing
 from retrieval.index.filters import Filter
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -48,9 +48,7 @@ from retrieval.index.tuning import (
     tune_search_parameters,
 )
 
-__all__ = ["DEFAULT_TARGET_RECALL", "SearchIndex"]
-
-DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
+__all__ = ["SearchIndex"]
 
 _ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 _LOAD_ATTEMPTS = 5  # loads of a directory that saves keep swapping under the reader, before its error stands
@@ -517,13 +515,13 @@ class SearchIndex:
 
         Returns:
             `recall_at_k`, `k`, `neighbors`, `queries`, `p50_ms`, `p99_ms` (one query, one
-            thread), `batch_qps`, `batch_threads`, `bytes_per_vector` (serialized index over
-            ntotal), `ntotal`, `kind`. Recall counts each query's exact top `neighbors`, which is
-            k unless the index holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors
-            give 9 neighbours a query, all of them found is 1.0. With no candidate at all (one
-            vector, leave-one-out) there is nothing to measure: `recall_at_k` is None. Every kind
-            keeps the full vectors (ivfpq for re-ranking), so the exact reference is the same as
-            at build time.
+            thread), `batch_qps`, `batch_threads`, `resident_bytes_per_vector` (in memory once
+            loaded) and `disk_bytes_per_vector` (its files; see `_bytes_per_vector`), `ntotal`,
+            `kind`. Recall counts each query's exact top `neighbors`, which is k unless the index
+            holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors give 9 neighbours a
+            query, all of them found is 1.0. With no candidate at all (one vector, leave-one-out)
+            there is nothing to measure: `recall_at_k` is None. Every kind keeps the full vectors
+            (ivfpq for re-ranking), so the exact reference is the same as at build time.
         """
         ids, vectors = self._stored()
         if len(ids) == 0:
@@ -546,7 +544,7 @@ class SearchIndex:
             measured = measure(self.search, query_vectors, true_ids, k)
         return {
             **measured.as_dict(),
-            "bytes_per_vector": round(_index_bytes(self._index) / max(self.ntotal, 1), 1),
+            **_bytes_per_vector(self._index),
             "ntotal": self.ntotal,
             "kind": self.kind,
         }
@@ -873,14 +871,25 @@ def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
     return np.where(first == own[:, None], -1, first)
 
 
-def _index_bytes(index: faiss.Index) -> int:
-    """The size of the index's FAISS files, counted as FAISS writes them in 1 MiB blocks (never a copy in memory).
+def _bytes_per_vector(index: faiss.Index) -> dict[str, float]:
+    """`resident_bytes_per_vector` and `disk_bytes_per_vector` of `index`, over its vectors.
 
-    Mapped re-ranking vectors (`refine.faiss`) are counted, not read.
+    Resident: what a loaded index holds in memory to search, its `index.faiss`; on-disk inverted
+    lists (`lists.ivfdata`) and ivfpq's mapped re-ranking vectors (`refine.faiss`) stay in their
+    files, memory-mapped, and only the parts a search touches are read. Disk: all its FAISS files.
     """
     split = without_refine(index)
-    if split is not None:
-        return _index_bytes(split[0]) + refine_file_bytes(split[1])
+    resident = _serialized_bytes(index if split is None else split[0])
+    disk = resident + (0 if split is None else refine_file_bytes(split[1]))
+    lists = lists_file(index)
+    if lists is not None:
+        disk += lists.stat().st_size
+    count = max(int(index.ntotal), 1)
+    return {"resident_bytes_per_vector": round(resident / count, 1), "disk_bytes_per_vector": round(disk / count, 1)}
+
+
+def _serialized_bytes(index: faiss.Index) -> int:
+    """The size of `index` as FAISS writes it, counted in FAISS's 1 MiB blocks (never a copy in memory)."""
     size = 0
 
     def count(block: bytes) -> int:
@@ -898,7 +907,7 @@ def _measured(measured: Measurement | None, index: faiss.Index, held_out: np.nda
     source = "given tuning queries" if given is not None else f"{len(held_out)} build vectors held out while measuring"
     return {
         **measured.as_dict(),
-        "bytes_per_vector": round(_index_bytes(index) / max(int(index.ntotal), 1), 1),
+        **_bytes_per_vector(index),
         "queries_from": source,
         "reference": "exact inner-product search over the original vectors",
     }

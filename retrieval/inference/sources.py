@@ -23,9 +23,9 @@ from retrieval.data import CsvSplit, list_images, read_splits
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
 from retrieval.errors import UserError
 from retrieval.inference.interface import Encoder
+from retrieval.inference.splits import SPLITS
 
 __all__ = [
-    "SPLITS",
     "ImageSource",
     "dataset_source",
     "embed_source",
@@ -34,9 +34,6 @@ __all__ = [
     "report_unreadable",
 ]
 
-# `--split` values: which CSV rows are indexed. `gallery`: test rows with is_gallery=1 (all test rows
-# when the CSV has no is_gallery column): the images a benchmark's queries search.
-SPLITS = ("all", "train", "val", "test", "gallery")
 _MAX_SHOWN_FAILURES = 20
 
 

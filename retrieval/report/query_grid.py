@@ -6,7 +6,7 @@ same-class result comes latest), or a random sample with `--grid-queries random`
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -18,12 +18,13 @@ from matplotlib.figure import Figure
 from torch import Tensor
 
 from retrieval.data import EvalSplit
+from retrieval.report.grid_modes import GRID_MODES
 from retrieval.report.plots import save_figure
 
-__all__ = ["GRID_MODES", "RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
+__all__ = ["RankedQueries", "display_image", "draw_query_grid", "rank_queries", "select_queries"]
 
-GRID_MODES = ("worst", "random")
 TOP = 5  # results shown per query
+_NAME_CHARS = 22  # longest class name a caption shows whole at the grid's column width
 _DEPTH = 1024  # how deep the first same-class result is looked for; deeper ranks count as this depth
 
 
@@ -95,8 +96,12 @@ def draw_query_grid(
     image_of: Callable[[int], np.ndarray],
     path: Path,
     title: str,
+    class_names: Sequence[str] | None = None,
 ) -> Path:
     """One row per chosen query: the query, then its top-5 results framed green (same class) or red.
+
+    Captions name each image's class and give each result's score (cosine) to 4 decimals, as
+    `index query` prints them: near-ties that decide a rank stay visible.
 
     Args:
         ranked: the ranked queries.
@@ -105,6 +110,8 @@ def draw_query_grid(
         image_of: dataset row -> `(H, W[, 3])` image in [0, 1].
         path: the PNG to write.
         title: figure title (says how the queries were chosen).
+        class_names: the dataset's own name of each class id (`class_names[id]`: the CSV label, folder
+            or benchmark class); None: the ids themselves.
     """
     fig = Figure(figsize=(1.8 * (TOP + 1), 1.9 * len(chosen)))
     axes = fig.subplots(len(chosen), TOP + 1, squeeze=False)
@@ -114,17 +121,24 @@ def draw_query_grid(
             axes_row[0],
             image_of(query),
             "black",
-            f"query ({labels[query]})\nfirst hit #{ranked.first_hit[position] + 1}",
+            f"query: {_class_name(labels[query], class_names)}\nfirst hit #{ranked.first_hit[position] + 1}",
         )
         for column, (row, similarity) in enumerate(
             zip(ranked.neighbors[position], ranked.similarities[position], strict=True)
         ):
             colour = "tab:green" if labels[row] == labels[query] else "tab:red"
-            _show(axes_row[column + 1], image_of(row), colour, f"{labels[row]}  {similarity:.2f}")
+            caption = f"{_class_name(labels[row], class_names)}\n{similarity:.4f}"
+            _show(axes_row[column + 1], image_of(row), colour, caption)
         for ax in axes_row[1 + len(ranked.neighbors[position]) :]:
             ax.axis("off")
     fig.suptitle(title)
     return save_figure(fig, path, dpi=90)
+
+
+def _class_name(label: int, class_names: Sequence[str] | None) -> str:
+    """The caption's name of class id `label`, shortened with an ellipsis past `_NAME_CHARS`."""
+    name = str(label) if class_names is None else str(class_names[int(label)])
+    return name if len(name) <= _NAME_CHARS else name[: _NAME_CHARS - 1] + "…"
 
 
 def _show(ax: Axes, image: np.ndarray, colour: str, caption: str) -> None:

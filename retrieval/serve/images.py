@@ -10,6 +10,7 @@ service sees an image exactly as training, evaluation and `index build` do.
 from __future__ import annotations
 
 import io
+import re
 
 from PIL import Image, UnidentifiedImageError
 
@@ -39,16 +40,27 @@ def open_image(data: bytes, max_pixels: int) -> Image.Image:
     """
     try:
         image = Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS)
-    except Image.DecompressionBombError as exc:
-        raise ImageTooLarge(f"image too large: {exc}") from exc
+    except Image.DecompressionBombError as exc:  # past Pillow's own limit, checked before ours could be
+        declared = re.search(r"\((\d+) pixels\)", str(exc))
+        size = f"{int(declared[1]):,} pixels" if declared else "more pixels than Pillow opens"
+        raise ImageTooLarge(_too_large(size, max_pixels)) from exc
     except UnidentifiedImageError as exc:
         allowed = ", ".join(ALLOWED_FORMATS)
         raise UserError(f"not an image this server reads ({allowed})") from exc
     except IMAGE_ERRORS as exc:
         raise UserError(f"cannot read the image header ({image_error_reason(exc)}); send a plain image") from exc
     if image.width * image.height > max_pixels:
-        raise ImageTooLarge(f"image too large: {image.width}x{image.height} pixels, the limit is {max_pixels}")
+        size = f"{image.width}x{image.height} pixels ({image.width * image.height:,})"
+        raise ImageTooLarge(_too_large(size, max_pixels))
     return image
+
+
+def _too_large(size: str, max_pixels: int) -> str:
+    """The refusal of an image of `size`: the server's limit, and how its operator raises it."""
+    return (
+        f"image too large: {size}; this server takes up to {max_pixels:,} pixels (retrieval serve --max-pixels "
+        f"{max_pixels}): send a smaller image, or restart the server with a larger --max-pixels"
+    )
 
 
 def load_pixels(image: Image.Image, draft_size: int | None = None) -> None:

@@ -81,7 +81,9 @@ def build_training(config: Config, resuming: bool = False) -> TrainingParts:
         resuming: the weights will come from a checkpoint, so no pretrained weights are loaded.
     """
     with torch_seeded(config.train.seed):
+        _log.info("building the model (%s) ...", config.model.backbone)
         model = build_embedder(config.model, config.train, resuming)
+        _log.info("reading the data (%s) ...", config.data.name)
         data = build_data(config.data, model.data_config(), config.augment, config.model.in_chans)
         counts = class_counts(data.train_labels, data.num_classes)
         loss = build_loss(config.loss.name, config.loss.params, data.num_classes, model.embedding_dim, counts)

@@ -19,6 +19,7 @@ step, evaluators) come built in `TrainingParts` (`retrieval.train.builders`), it
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,6 +39,7 @@ from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps
 from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
+from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.loaders import epoch_samplers
 from retrieval.train.run_files import RunFiles
 from retrieval.train.settings import TrainSettings
@@ -45,6 +47,8 @@ from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
 __all__ = ["TrainResult", "Trainer"]
+
+_log = logging.getLogger(__name__)
 
 # Steps between two read-backs of the loss (the non-finite check and the progress bar): each one
 # waits for the GPU, so they are rare; an epoch's end always checks.
@@ -207,9 +211,19 @@ class Trainer:
             self.files.start(environment, self.settings.run_config, records)
         loggers = self.settings.loggers if context.is_main else ()
         with tracked(open_tracker(loggers, self.settings.run_dir), self.settings.run_config) as tracker:
+            if self.start_epoch < self.settings.epochs:
+                _log.info(
+                    "training epochs %d-%d of %d on %s, %d batches each ...",
+                    self.start_epoch + 1,
+                    self.settings.epochs,
+                    self.settings.epochs,
+                    self.parts.device,
+                    len(self.parts.loader),
+                )
             self._train_epochs(records, tracker)
             if context.is_main:
                 plot_run(self.settings.run_dir)
+            _log.info("scoring the selected checkpoint on the test split ...")
             result = self._final_result()
             if context.is_main:
                 self.files.write_result(dataclasses.asdict(result))
@@ -305,10 +319,16 @@ class Trainer:
             leave=False,
             disable=None if parts.context.is_main else True,
         )
+        # Where tqdm draws no bar (standard error not a terminal: nohup, CI), a line every so often instead.
+        heartbeat = None
+        if progress.disable and parts.context.is_main:
+            heartbeat = Heartbeat(f"epoch {epoch + 1}/{self.settings.epochs}", batches, HEARTBEAT_SECONDS)
         for index, (images, labels) in enumerate(progress):
             step, micro = plan[index]
             self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics, micro)
             images_seen += len(images)
+            if heartbeat is not None:
+                heartbeat.beat(index + 1, tracker.mean)
             if (index + 1) % CHECK_EVERY == 0 or index + 1 == batches:
                 self._check_finite(tracker, epoch)
                 progress.set_postfix(loss=f"{tracker.mean():.4f}")

@@ -16,6 +16,7 @@ import pytest
 from index_faults import file_size_limit, lock_released_after
 from PIL import Image
 
+from retrieval.cli import index as index_cli
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.locking import writer_lock
@@ -62,8 +63,8 @@ def test_build_skips_the_unreadable_image_and_prints_a_summary(built):
     assert "skipped 1 unreadable image(s):" in err and "test_100_1.png" in err
     assert "vectors: 27 of 28 images (1 unreadable, skipped)" in out and f"index: {index} (flat: " in out
     for line in (
-        "recall@10 vs exact: ",
-        "latency p50 / p99: ",
+        "recall@10 vs exact: not measured: too few vectors (the index holds 27;",
+        "latency, throughput: not measured (too few vectors)",
         "bytes/vector: ",
         "search parameters: none (exact search)",
     ):
@@ -389,7 +390,7 @@ def _csv_of(csv_dataset: Path, paths: list[str]) -> Path:
     return listed
 
 
-def test_eval_of_an_index_smaller_than_k_says_what_it_counts(tmp_path, tiny_checkpoint, csv_dataset, capsys):
+def test_eval_of_a_tiny_index_prints_no_figure_from_too_few_queries(tmp_path, tiny_checkpoint, csv_dataset, capsys):
     with csv_dataset.open(newline="") as handle:
         paths = [row["path"] for row in csv.DictReader(handle)][:10]
     index = tmp_path / "index"
@@ -398,7 +399,35 @@ def test_eval_of_an_index_smaller_than_k_says_what_it_counts(tmp_path, tiny_chec
     capsys.readouterr()
     assert main(["index", "eval", "--index", str(index), "-k", "10"]) == 0
     out = capsys.readouterr().out
-    assert "recall@10 vs exact: 1.0000 (10 queries); each query has only 9 other vectors to find" in out
+    assert "recall@10 vs exact: not measured: too few vectors (the index holds 10;" in out
+    assert "latency, throughput: not measured (too few vectors)" in out and "queries/s" not in out
+
+
+def test_a_measurement_of_an_index_smaller_than_k_says_what_it_counts() -> None:
+    measured = {
+        "recall_at_k": 1.0,
+        "k": 200,
+        "neighbors": 149,
+        "queries": 150,
+        "p50_ms": 0.02,
+        "p99_ms": 0.1,
+        "batch_qps": 5000.0,
+        "batch_threads": 2,
+        "resident_bytes_per_vector": 520.0,
+        "disk_bytes_per_vector": 520.0,
+    }
+    lines = index_cli._format_measurement(measured).splitlines()
+    assert lines[0] == (
+        "recall@200 vs exact: 1.0000 (150 queries); each query has only 149 other vectors to find, "
+        "so recall counts those 149"
+    )
+    assert lines[1:] == [
+        "latency p50 / p99: 0.020 / 0.100 ms (one query, one thread)",
+        "batch throughput: 5,000 queries/s (2 threads)",
+        "bytes/vector: 520.0 in memory, 520.0 on disk",
+    ]
+    lines = index_cli._format_measurement({**measured, "queries": 99}).splitlines()
+    assert lines[0].startswith("recall@200 vs exact: not measured: too few vectors") and "queries/s" not in lines[1]
 
 
 def test_build_of_one_readable_image_says_recall_cannot_be_measured(tmp_path, tiny_checkpoint, csv_dataset, capsys):

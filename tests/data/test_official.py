@@ -94,6 +94,7 @@ def test_class_folders_under_train_val_test_are_the_splits(tmp_path):
     assert len(splits["train"].paths) == sum(map(len, train.values()))
     data = build_data(_config("folder", tmp_path).data, STATS, _config("folder", tmp_path).augment)
     assert data.val is not None and len(data.val.dataset) == 4
+    assert data.test.class_names == ["x", "y"] and data.val.class_names == ["v", "w"]  # the query grid's captions
 
 
 def test_every_root_dataset_has_a_fake_layout_here():

@@ -200,6 +200,28 @@ def test_the_cli_builds_an_on_disk_index_and_removes_its_working_files(data, tmp
     assert "use --type ivf" in capsys.readouterr().err
 
 
+def test_eval_of_an_on_disk_index_gives_resident_and_on_disk_bytes_and_no_faiss_prints(data, tmp_path, capfd) -> None:
+    vectors, _ = data
+    gallery, index = tmp_path / "gallery.npy", tmp_path / "index"
+    np.save(gallery, vectors)
+    assert main(["index", "build", "--embeddings", str(gallery), "--on-disk", "--out", str(index)]) == 0
+    capfd.readouterr()
+    assert main(["index", "eval", "--index", str(index)]) == 0
+    out, err = capfd.readouterr()  # file descriptors 1 and 2: what FAISS prints from C++ too
+    lines = out.splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "index",
+        "recall@10 vs exact",
+        "latency p50 / p99",
+        "batch throughput",
+        "bytes/vector",
+    ]
+    resident, disk = (float(part.split()[0]) for part in lines[-1].removeprefix("bytes/vector: ").split(", "))
+    assert lines[-1] == f"bytes/vector: {resident:.1f} in memory, {disk:.1f} on disk"
+    assert disk >= 4 * vectors.shape[1] + 8 > 4 * resident  # the lists (vectors and ids) stay in lists.ivfdata
+    assert err == ""
+
+
 def test_an_index_from_embedding_files_asks_for_the_checkpoint_to_embed_images(tmp_path) -> None:
     with pytest.raises(UserError, match="pass the checkpoint that made the embeddings with --checkpoint"):
         encoder_for_index({"checkpoint_sha256": "ab" * 32})

@@ -7,6 +7,7 @@ import pytest
 from PIL import Image
 
 from retrieval.data import EvalSplit
+from retrieval.report import query_grid
 from retrieval.report.query_grid import draw_query_grid, rank_queries, select_queries
 
 
@@ -48,3 +49,21 @@ def test_worst_queries_come_first_and_random_is_seeded(tmp_path):
     draw_query_grid(ranked, worst, split.labels, lambda row: np.full((8, 8), row / 40.0), path, "worst")
     with Image.open(path) as image:
         assert image.size[0] > image.size[1] / 2 and image.size[1] > 6 * 100  # six rows of six images
+
+
+def test_captions_name_classes_by_the_datasets_labels_and_give_scores_to_four_decimals(tmp_path, monkeypatch):
+    embeddings, split = _split(seed=2)
+    ranked = rank_queries(embeddings, split)
+    captions: list[str] = []
+    monkeypatch.setattr(query_grid, "_show", lambda ax, image, colour, caption: captions.append(caption))
+    names = ["cat", "dog", "a very long class name from a CSV label", "owl", "fox"]
+    chosen = select_queries(ranked, 2, "worst")
+    draw_query_grid(ranked, chosen, split.labels, lambda row: np.zeros((8, 8)), tmp_path / "g.png", "t", names)
+    query_row, top_row = ranked.rows[chosen[0]], ranked.neighbors[chosen[0]][0]
+
+    def shown(label: int) -> str:
+        return names[label] if len(names[label]) <= 22 else names[label][:21] + "…"
+
+    assert captions[0] == f"query: {shown(split.labels[query_row])}\nfirst hit #{ranked.first_hit[chosen[0]] + 1}"
+    assert captions[1] == f"{shown(split.labels[top_row])}\n{ranked.similarities[chosen[0]][0]:.4f}"
+    assert "a very long class nam…" in "\n".join(captions)

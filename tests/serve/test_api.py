@@ -17,6 +17,7 @@ from PIL import Image
 
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.serve import create_app
+from retrieval.serve.images import ImageTooLarge, open_image
 
 
 @pytest.fixture(scope="module")
@@ -228,3 +229,15 @@ def test_embedding_runs_off_the_event_loop(app, client, gallery):
         lock.release()
     upload.join(30)
     assert results["r"].status_code == 200
+
+
+@pytest.mark.parametrize("image", ["bomb", "huge_header"])
+def test_an_image_past_the_pixel_limit_is_refused_naming_max_pixels_not_pillows_limit(bomb_png, image):
+    data = {"bomb": bomb_png, "huge_header": _huge_header_png()}[image]
+    with pytest.raises(ImageTooLarge) as refused:
+        open_image(data, max_pixels=4_000_000)
+    message = str(refused.value)
+    size = "3000x3000 pixels (9,000,000)" if image == "bomb" else "10,000,000,000 pixels"
+    assert message.startswith(f"image too large: {size}; this server takes up to 4,000,000 pixels")
+    assert "retrieval serve --max-pixels 4000000" in message and "larger --max-pixels" in message
+    assert "178956970" not in message and "decompression bomb" not in message  # Pillow's own limit and words

@@ -1,0 +1,70 @@
+"""`Heartbeat`: a plain progress line inside a long epoch, where no progress bar shows.
+
+tqdm draws its bar only on a terminal; under nohup, a batch scheduler or CI (standard error not a
+terminal) an epoch of a large dataset is silent for hours. A line every `HEARTBEAT_SECONDS` keeps
+such a log alive at a bounded volume whatever a step costs (steps range from milliseconds on the
+digits demo to seconds on a large backbone, so a count of steps would either flood or starve it);
+epochs shorter than the interval print nothing but their summary line.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+
+__all__ = ["HEARTBEAT_SECONDS", "Heartbeat", "duration_text"]
+
+HEARTBEAT_SECONDS = 30.0
+
+_log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    """Logs (INFO) `epoch 3/60: batch 120/560 (21%), loss 0.8123, 1m05s so far, about 3m58s left` every `interval` s.
+
+    Args:
+        description: what is counted, e.g. `epoch 3/60`.
+        total: batches in the epoch.
+        interval: seconds between lines; the first comes one interval after the start.
+        clock: seconds, monotonic (a fake one in tests).
+    """
+
+    def __init__(
+        self,
+        description: str,
+        total: int,
+        interval: float = HEARTBEAT_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.description, self.total, self.interval, self.clock = description, total, interval, clock
+        self.started = self.last = clock()
+
+    def beat(self, done: int, loss: Callable[[], float]) -> None:
+        """After `done` batches: log a line if `interval` has passed since the last; `loss` is read only then."""
+        now = self.clock()
+        if now - self.last < self.interval:
+            return
+        self.last = now
+        elapsed = now - self.started
+        left = elapsed * (self.total - done) / max(done, 1)
+        _log.info(
+            "%s: batch %d/%d (%d%%), loss %.4f, %s so far, about %s left",
+            self.description,
+            done,
+            self.total,
+            100 * done // max(self.total, 1),
+            loss(),
+            duration_text(elapsed),
+            duration_text(left),
+        )
+
+
+def duration_text(seconds: float) -> str:
+    """`42s`, `3m05s`, `2h07m`."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    if whole < 3600:
+        return f"{whole // 60}m{whole % 60:02d}s"
+    return f"{whole // 3600}h{whole % 3600 // 60:02d}m"

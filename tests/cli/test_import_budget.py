@@ -1,0 +1,86 @@
+"""`--help` and `--version` answer at once: parsing the command line imports none of the heavy libraries.
+
+Each command imports its library (torch, timm, FAISS, the web stack) when it runs, not when the parser
+is built. Every check runs `python -X importtime -m retrieval ...` in a fresh interpreter, so modules
+other tests imported cannot hide an import.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+HEAVY = (
+    "torch",
+    "timm",
+    "torchvision",
+    "faiss",
+    "fastapi",
+    "uvicorn",
+    "onnxruntime",
+    "sklearn",
+    "matplotlib",
+    "pyarrow",
+)
+COMMANDS = ("train", "evaluate", "embed", "export", "sweep", "compare", "data", "index", "serve")
+INDEX_ACTIONS = ("build", "query", "add", "remove", "compact", "eval", "export", "train", "merge")
+# A bound that cannot flake on a loaded machine: the heavy imports alone take several seconds of CPU.
+CPU_SECONDS = 2.0
+
+
+def _imported(args: list[str]) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+    """The top-level packages `python -X importtime -m retrieval ARGS` imported, and the finished process."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "retrieval", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    names = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+    return names, done
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--version"], ["--help"]]
+    + [[command, "--help"] for command in COMMANDS]
+    + [["index", action, "--help"] for action in INDEX_ACTIONS],
+    ids=" ".join,
+)
+def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
+    names, done = _imported(args)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip()  # it did answer
+    assert sorted(names & set(HEAVY)) == []
+
+
+def test_help_takes_little_cpu() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    script = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run([sys.executable, '-m', 'retrieval', '--help'], check=True, capture_output=True)\n"
+        "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+        "print(usage.ru_utime + usage.ru_stime)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert float(done.stdout) < CPU_SECONDS
+
+
+def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
+    names, done = _imported(["index", "build", "--type", "nonsense", "--out", "x"])
+    assert done.returncode == 2
+    assert "invalid choice: 'nonsense'" in done.stderr
+    assert sorted(names & set(HEAVY)) == []

@@ -28,7 +28,6 @@ import numpy as np
 from retrieval.cli._common import add_column_types_argument, add_config_arguments, add_embedding_arguments
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_merge_parser, add_shard_arguments, add_train_parser, run_merge, run_train
-from retrieval.column_types import parse_column_types
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, parse_memory
@@ -255,6 +254,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    from retrieval.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.inference.sources import embed_source, read_source
     from retrieval.rerank import augmentation_at_build
@@ -393,6 +393,7 @@ def _query(args: argparse.Namespace) -> int:
 def _add(args: argparse.Namespace) -> int:
     from retrieval.index import SearchIndex
     from retrieval.inference.encoder import encoder_for_index
+    from retrieval.column_types import parse_column_types
     from retrieval.inference.sources import embed_source, read_source
     from retrieval.rerank import IndexGallery, augmentation_at_build
 

@@ -21,8 +21,6 @@ __all__ = ["Embedder", "create_backbone"]
 class _TimmModel(Protocol):
     """The contract every timm model honours beyond `nn.Module`, which `timm.create_model` is annotated to return."""
 
-    num_features: int  # width of the pooled features, before any classifier
-
     def forward_features(self, x: Tensor) -> Tensor: ...
 
     def forward_head(self, x: Tensor, pre_logits: bool = False) -> Tensor: ...
@@ -132,7 +130,7 @@ class Embedder(nn.Module):
         return int(pooled.shape[1])
 
     def pool_features(self, features: Tensor) -> Tensor:
-        """The backbone's `forward_features` output -> `(B, num_features)`, before the Linear head."""
+        """The backbone's `forward_features` output -> `(B, F)` pooled features (`_pooled_width`), before the head."""
         if self.pool is None:
             return _timm(self.backbone).forward_head(features, pre_logits=True)
         if features.ndim != 4:

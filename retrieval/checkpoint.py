@@ -51,6 +51,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "CHECKPOINT_VERSION",
     "PAYLOAD_CHECKSUM",
+    "TRAINED_KEYS",
     "Checkpoint",
     "payload_checksum",
     "state_checksum",
@@ -61,6 +62,9 @@ CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
 PAYLOAD_CHECKSUM = "payload_checksum"  # the manifest field over the whole file; absent in older version 2 files
 
 StateDict = dict[str, Any]
+# Sections a trained checkpoint fixes, with the keys of each that still apply to it: the weights were
+# trained with this architecture and loss, so `--set` may change only evaluation-time options.
+TRAINED_KEYS: dict[str, tuple[str, ...]] = {"model": ("model.flip_average",), "loss": ()}
 
 
 @dataclass
@@ -107,18 +111,36 @@ class Checkpoint:
         """The same checkpoint without what only a resume needs (optimizer, EMA, loss scaler): `best.pt`."""
         return dataclasses.replace(self, optimizer=None, ema=None, grad_scaler=None)
 
-    def embedder(self) -> Embedder:
-        """The trained `Embedder` (eval mode, CPU); nothing is downloaded or read from `model.weights`."""
+    def embedder(self, flip_average: bool | None = None) -> Embedder:
+        """The trained `Embedder` (eval mode, CPU); nothing is downloaded or read from `model.weights`.
+
+        `flip_average` replaces the model's test-time flip averaging (`--set model.flip_average`); None keeps it.
+        """
         config = dataclasses.replace(self.model_config, pretrained=False, weights=None)
+        if flip_average is not None:
+            config = dataclasses.replace(config, flip_average=flip_average)
         model = Embedder(**dataclasses.asdict(config))
         model.load_state_dict(self.model)
         return model.eval()
 
     def config(self, config_file: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
-        """The run's config with `--set` `overrides`, or `config_file` (plus overrides) when one is given."""
-        if config_file is not None:
-            return load_config(config_file, overrides)
-        return config_from_dict(apply_overrides(_plain_copy(self.run_config), overrides))
+        """The config to use this checkpoint with: the run's, or `config_file`'s, with `--set` `overrides`.
+
+        The model and the loss are the checkpoint's whatever `config_file` says: the weights and
+        proxies were trained as they are. `overrides` of data, augment and train keys apply; of the
+        model, only `model.flip_average` (an evaluation-time option) does.
+
+        Raises:
+            UserError: an override of a model or loss key (`TRAINED_KEYS`), naming it and saying what to do.
+        """
+        for override in overrides:
+            _refuse_trained_key(override)
+        if config_file is None:
+            return config_from_dict(apply_overrides(_plain_copy(self.run_config), overrides))
+        chosen, trained = load_config(config_file, overrides), config_from_dict(_plain_copy(self.run_config))
+        flip_average = chosen.model.flip_average if _sets(overrides, "model.flip_average") else None
+        model = trained.model if flip_average is None else dataclasses.replace(trained.model, flip_average=flip_average)
+        return dataclasses.replace(chosen, model=model, loss=trained.loss)
 
     def save(self, path: str | Path) -> None:
         """Write the checkpoint with its manifest to `path` atomically (temporary file + rename)."""
@@ -269,6 +291,23 @@ def _model_config(values: dict[str, Any]) -> ModelConfig:
     if unknown:
         raise ValueError(f"unknown model_config keys {unknown}; a newer toolkit wrote it")
     return ModelConfig(**values)
+
+
+def _refuse_trained_key(override: str) -> None:
+    """Refuse an override of what the trained weights fix (see `TRAINED_KEYS`), naming the key."""
+    key = override.partition("=")[0].strip()
+    section = key.partition(".")[0]
+    if section in TRAINED_KEYS and key not in TRAINED_KEYS[section]:
+        settable = ", ".join(allowed for keys in TRAINED_KEYS.values() for allowed in keys)
+        raise UserError(
+            f"--set {key} cannot apply to a trained checkpoint: its model and loss are the ones it was trained "
+            f"with (of them, only {settable} can be set); train a run with it instead: retrieval train --set {key}=..."
+        )
+
+
+def _sets(overrides: Sequence[str], key: str) -> bool:
+    """Whether one of `overrides` sets `key` (`section.name`)."""
+    return any(override.partition("=")[0].strip() == key for override in overrides)
 
 
 def _plain_copy(value: Any) -> Any:

@@ -119,7 +119,8 @@ class ModelConfig(_Section):
     # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem (retrieval.models.pooling)
     pooling: Literal["avg", "max", "token", "avgmax", "gem"] = "avgmax"
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
-    weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use
+    weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use; every tensor must fit
+    weights_partial: bool = False  # load the tensors of model.weights that fit, the rest as initialized (one line)
     in_chans: int = field(default=3, metadata=_at_least(1, "1 = grayscale, 3 = RGB"))  # input channels
     # timm's dilated CNNs: 8 | 16 dilate the last stages (bigger maps, small images); null: as is
     output_stride: Literal[8, 16, 32] | None = field(default=None, metadata=_worded("null, 8, 16 or 32"))

@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     checkpoint, config = _model_and_config(args)
     device = resolve_device(config.train.device)
     precision = Precision.for_run(config.train, device)
-    model = checkpoint.embedder()
+    model = checkpoint.embedder(config.model.flip_average)  # `--set model.flip_average` applies
     place_model(model, device, precision.channels_last)  # moves the module in place
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
 

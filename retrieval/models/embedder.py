@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 import timm
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from retrieval.errors import UserError
+from retrieval.models.backbone_weights import load_backbone_weights
 from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
 
 __all__ = ["Embedder", "create_backbone"]
@@ -18,8 +20,6 @@ __all__ = ["Embedder", "create_backbone"]
 
 class _TimmModel(Protocol):
     """The contract every timm model honours beyond `nn.Module`, which `timm.create_model` is annotated to return."""
-
-    num_features: int  # width of the pooled features, before any classifier
 
     def forward_features(self, x: Tensor) -> Tensor: ...
 
@@ -38,17 +38,23 @@ class Embedder(nn.Module):
     poolings (`avg`, `max`, `token`) the backbone pools itself: `forward_head(pre_logits=True)`, so a
     ViT's `avg` leaves out its class token and `token` is the class token. Our poolings (`avgmax`,
     `gem`) need feature maps: the backbone is built without pooling and its `forward_features`
-    `(B, C, H, W)` (or NHWC) output is pooled here.
+    `(B, C, H, W)` (or NHWC) output is pooled here. Token backbones (ViTs: `(B, N, C)`) take timm's
+    poolings only: the model's own pooling knows its prefix tokens and head norm, which a generic
+    pooling of the token sequence would get wrong; a feature-map pooling is refused when the
+    model is built. The Linear head's input width is measured, not read from `num_features`
+    (`_pooled_width`).
 
     Args:
         backbone: a timm model name, e.g. `resnet50`, `resnet18`, `vit_small_patch16_224`.
         embedding_dim: size of the output embedding; None: no Linear head, the backbone's pooled
-            features (`num_features` of them) are the embedding, the baseline without training.
+            features are the embedding, the baseline without training.
         pooling: timm's `avg`, `max` or `token` (class token), or ours for feature maps: `avgmax`
             (the *sum* of average and max pooling; timm's `avgmax` is their mean) or `gem` (GeM, p = 3).
         pretrained: load timm's pretrained weights (downloads, or uses timm's cache).
         weights: path to a local `.safetensors` / `.pth` state dict of the backbone (offline use);
-            a classifier head in it is dropped. Implies pretrained weights.
+            a classifier head in it is dropped. Implies pretrained weights. Every tensor must fit.
+        weights_partial: load the tensors of `weights` that fit and leave the rest initialized
+            (one logged line says how many matched), instead of refusing the file.
         in_chans: number of input channels.
         output_stride: timm's `output_stride` for CNNs that support it (8 or 16 dilate the last
             stages instead of striding, so a 32 px image keeps a 2x2 or 4x4 map, not 1x1); None
@@ -65,6 +71,7 @@ class Embedder(nn.Module):
         pooling: str = "avgmax",
         pretrained: bool = False,
         weights: str | Path | None = None,
+        weights_partial: bool = False,
         in_chans: int = 3,
         output_stride: int | None = None,
         flip_average: bool = False,
@@ -80,16 +87,19 @@ class Embedder(nn.Module):
             backbone,
             pretrained=pretrained,
             weights=weights,
+            weights_partial=weights_partial,
             in_chans=in_chans,
             global_pool=global_pool,
             output_stride=output_stride,
         )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
-        width = _timm(self.backbone).num_features
-        self.head: nn.Module = nn.Identity() if embedding_dim is None else nn.Linear(width, embedding_dim)
-        self.embedding_dim = width if embedding_dim is None else embedding_dim
         self.flip_average = flip_average
+        self.head: nn.Module = nn.Identity()
+        width = self._pooled_width(in_chans)
+        if embedding_dim is not None:
+            self.head = nn.Linear(width, embedding_dim)
+        self.embedding_dim = width if embedding_dim is None else embedding_dim
 
     def forward(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` unit vectors (float32 even under autocast)."""
@@ -103,8 +113,24 @@ class Embedder(nn.Module):
         embeddings = self.head(self.pool_features(_timm(self.backbone).forward_features(images)))
         return F.normalize(embeddings.float(), dim=1)
 
+    def _pooled_width(self, in_chans: int) -> int:
+        """Width of `pool_features(forward_features(images))`: what the Linear head receives.
+
+        Measured by a forward on shape-only (meta) tensors, which costs no arithmetic and no memory:
+        timm's `num_features` is the width of `forward_features`, but with timm's pooling a model's
+        own head may change it after pooling (MobileNetV3's `conv_head`: `head_hidden_size`), and
+        only a forward shows a token backbone given one of our feature-map poolings (refused here,
+        at build time, not at the first step).
+        """
+        _, height, width = timm.data.resolve_model_data_config(self.backbone)["input_size"]
+        tensors = [*self.named_parameters(), *self.named_buffers()]
+        shapes = {name: torch.empty_like(tensor, device="meta") for name, tensor in tensors}
+        images = torch.empty(2, in_chans, height, width, device="meta")  # 2: BatchNorm in training mode needs > 1
+        pooled = torch.func.functional_call(self, shapes, (images,), strict=False)
+        return int(pooled.shape[1])
+
     def pool_features(self, features: Tensor) -> Tensor:
-        """The backbone's `forward_features` output -> `(B, num_features)`, before the Linear head."""
+        """The backbone's `forward_features` output -> `(B, F)` pooled features (`_pooled_width`), before the head."""
         if self.pool is None:
             return _timm(self.backbone).forward_head(features, pre_logits=True)
         if features.ndim != 4:
@@ -125,38 +151,34 @@ def create_backbone(
     name: str,
     pretrained: bool = False,
     weights: str | Path | None = None,
+    weights_partial: bool = False,
     in_chans: int = 3,
     global_pool: str = "",
     output_stride: int | None = None,
 ) -> nn.Module:
     """A timm model without classifier, pooling with `global_pool` ("" for none).
 
+    Models with absolute position embeddings (ViT, DeiT, EVA, ...) are built with timm's
+    `dynamic_img_size`: they keep their native position grid (so pretrained weights and checkpoints
+    fit whatever `data.image_size` is) and resample it to each input's grid, 2x2 patches at 32 px
+    included. `weights` are loaded strictly unless `weights_partial` (`load_backbone_weights`).
+
     Raises:
-        UserError: for unknown names, missing weights, or a pooling or output stride the model does not offer.
+        UserError: for unknown names, missing weights or weights that do not fit, or a pooling or
+            output stride the model does not offer.
     """
     if not timm.is_model(name):
         close = difflib.get_close_matches(name, timm.list_models(), n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
         raise UserError(f"unknown backbone {name!r} (model.backbone): {hint}")
-    overlay: dict[str, Any] = {}
-    if weights is not None:
-        path = Path(weights)
-        if not path.is_file():
-            raise UserError(f"model.weights file not found: {path}; give the path to a .safetensors or .pth state dict")
-        overlay = {"file": str(path)}
-        pretrained = True
+    path = None if weights is None else Path(weights)
+    if path is not None and not path.is_file():
+        raise UserError(f"model.weights file not found: {path}; give the path to a .safetensors or .pth state dict")
     # The model's own constructor arguments, which timm passes on untyped (`**kwargs: Any`).
     extra: dict[str, Any] = {} if output_stride is None else {"output_stride": output_stride}
+    from_hub = pretrained and path is None
     try:
-        return timm.create_model(
-            name,
-            pretrained=pretrained,
-            pretrained_cfg_overlay=overlay or None,
-            num_classes=0,
-            global_pool=global_pool,
-            in_chans=in_chans,
-            **extra,
-        )
+        model = _create(name, from_hub, in_chans, global_pool, extra)
     except TypeError as exc:  # a model whose constructor has no output_stride; other TypeErrors are bugs
         if "output_stride" not in str(exc):
             raise
@@ -168,10 +190,30 @@ def create_backbone(
             f"timm cannot build {name} with pooling {global_pool!r} ({exc}); choose another model.pooling"
         ) from exc
     except (OSError, RuntimeError) as exc:
-        if not pretrained:
+        if not from_hub:
             raise
-        source = f"from {weights}" if weights is not None else "(download failed; offline?)"
         raise UserError(
-            f"could not load pretrained weights for {name} {source}: {str(exc).splitlines()[0][:200]}; "
+            f"could not load pretrained weights for {name} (download failed; offline?): "
+            f"{str(exc).splitlines()[0][:200]}; "
             "set model.weights=PATH to a local .safetensors/.pth state dict, or model.pretrained=false"
         ) from exc
+    if path is not None:
+        load_backbone_weights(model, name, path, in_chans, weights_partial)
+    return model
+
+
+def _create(name: str, pretrained: bool, in_chans: int, global_pool: str, extra: dict[str, Any]) -> nn.Module:
+    """`timm.create_model` without classifier, with `dynamic_img_size` where the model's constructor takes it."""
+    arguments: dict[str, Any] = {
+        "pretrained": pretrained,
+        "num_classes": 0,
+        "global_pool": global_pool,
+        "in_chans": in_chans,
+        **extra,
+    }
+    try:
+        return timm.create_model(name, dynamic_img_size=True, **arguments)
+    except TypeError as exc:  # the constructor refuses an argument before building anything
+        if "dynamic_img_size" not in str(exc):
+            raise
+    return timm.create_model(name, **arguments)

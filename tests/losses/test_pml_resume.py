@@ -4,7 +4,6 @@ with a softmax weight end where an uninterrupted run ends (weights, loss paramet
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch

@@ -13,6 +13,7 @@ from torch import Tensor, nn
 from retrieval.config import TrainConfig, load_config
 from retrieval.errors import UserError
 from retrieval.losses import LOSSES, CrossBatchMemory, build_loss, registry_name
+from retrieval.sweep.grid import parse_grid, plan_cells
 from retrieval.train.builders import build_optimizer
 
 CLASSES, DIM = 5, 8
@@ -201,3 +202,18 @@ def test_a_bare_pml_class_name_and_dotted_kwargs_from_the_command_line() -> None
     mapping = load_config(None, ["loss.name=pml.SoftTripleLoss", "loss.kwargs={la: 10}", "loss.kwargs.margin=0.02"])
     assert mapping.loss.params == {"kwargs": {"la": 10, "margin": 0.02}, "miner": None}
     assert "circle" in LOSSES and load_config(None, ["loss.name=circle"]).loss.name == "circle"  # ours, not PML's
+
+
+def test_a_sweep_varies_one_pml_argument_and_the_first_class_names(tmp_path) -> None:
+    config = tmp_path / "ms.yaml"
+    config.write_text("loss: {name: pml.MultiSimilarityLoss, kwargs: {beta: 40}, miner: pml.MultiSimilarityMiner}\n")
+    cells = plan_cells(str(config), [], parse_grid(["loss.kwargs.alpha=1,2.5"]), None, tmp_path / "sweep")
+    loaded = [load_config(config, cell.overrides).loss.params for cell in cells]
+    assert [params["kwargs"] for params in loaded] == [{"beta": 40, "alpha": 1}, {"beta": 40, "alpha": 2.5}]
+    assert all(params["miner"] == "pml.MultiSimilarityMiner" for params in loaded)
+    names = plan_cells(None, [], parse_grid(["loss.name=multi_similarity,supcon,soft_triple"]), None, tmp_path / "s")
+    assert [load_config(None, cell.overrides).loss.name for cell in names] == [
+        "multi_similarity",
+        "supcon",
+        "soft_triple",
+    ]

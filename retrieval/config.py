@@ -210,7 +210,9 @@ class AugmentConfig(_Section):
 class LossConfig(_Section):
     section: ClassVar[str] = "loss"
 
-    name: str = "anchor"  # a loss of the registry, retrieval/losses/registry.py (LOSSES), e.g. anchor, proxy_nca
+    # a loss of the registry, retrieval/losses/registry.py (LOSSES), e.g. anchor, proxy_nca; or any
+    # pytorch-metric-learning loss as pml.<ClassName> (its arguments in loss.kwargs, a PML miner in loss.miner)
+    name: str = "anchor"
     params: dict[str, Any] = field(default_factory=dict)  # the loss constructor's own arguments
 
 
@@ -453,20 +455,34 @@ def _build_section(name: str, values: dict[str, Any]) -> Any:
 
 
 def _build_loss_section(values: dict[str, Any]) -> LossConfig:
-    from retrieval.losses.registry import loss_parameters  # imports torch; only needed here
+    """The loss section: `name` plus the loss's parameters, or for `pml.<ClassName>` a `kwargs` mapping and a `miner`.
+
+    `--set loss.kwargs.KEY=VALUE` sets one entry of the `kwargs` mapping (so `sweep --grid` can vary it).
+    """
+    from retrieval.losses.registry import (  # imports torch; only needed here
+        canonical_loss_name,
+        check_loss_parameters,
+        loss_parameters,
+    )
 
     if not isinstance(values, dict):
         raise UserError("config section 'loss' must be a mapping: name plus the loss's own parameters")
-    name = str(values.get("name", LossConfig.name))
+    name = canonical_loss_name(str(values.get("name", LossConfig.name)))
     defaults = loss_parameters(name)  # raises for an unknown name, listing the valid ones
     params = dict(defaults)
+    entries = {key: value for key, value in values.items() if key.startswith("kwargs.") and "kwargs" in defaults}
     for key, value in values.items():
-        if key == "name":
+        if key == "name" or key in entries:
             continue
         if key not in defaults:
             valid = ", ".join(sorted(defaults)) or "none"
             raise UserError(f"unknown config key loss.{key} for loss {name!r}; valid parameters: {valid}")
         params[key] = _coerce(f"loss.{key}", value, type(defaults[key]) if defaults[key] is not None else Any)
+    if entries:
+        kwargs = params["kwargs"] if isinstance(params["kwargs"], dict) else {}
+        typed = {key: _yaml_value(v) if isinstance(v, _OverrideString) else v for key, v in entries.items()}
+        params["kwargs"] = {**kwargs, **{key.removeprefix("kwargs."): value for key, value in typed.items()}}
+    check_loss_parameters(name, params)
     return LossConfig(name=name, params=params)
 
 

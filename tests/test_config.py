@@ -76,7 +76,8 @@ def test_overrides_are_typed_by_the_field_they_set():
         ({"model": {"pretrained": "maybe"}}, "model.pretrained must be bool"),
         (
             {"loss": {"name": "proxynca"}},
-            "unknown loss.name 'proxynca'; valid names: anchor, arcface, asymmetric_proxy, circle, cosface",
+            "unknown loss.name 'proxynca'; valid names: anchor, arcface, asymmetric_proxy, circle, contrastive, "
+            "cosface",
         ),
         (
             {"loss": {"name": "anchor", "scale": 3}},

@@ -127,7 +127,7 @@ class CrossBatchMemory(MetricLoss):
         super().__init__()
         if not loss.needs_pk_batches:
             raise ValueError(
-                f"memory_size applies to pair losses (circle, triplet), not {type(loss).__name__}: "
+                f"memory_size applies to pair losses (needs_pk_batches), not {type(loss).__name__}: "
                 "proxy losses already compare every sample with every class"
             )
         self.loss = loss

@@ -1,4 +1,9 @@
-"""The loss registry: config name -> class, and `build_loss` that checks parameters against it."""
+"""The loss registry: config name -> class, and `build_loss` that checks parameters against it.
+
+Besides the registered names, `pml.<ClassName>` builds any pytorch-metric-learning loss through
+`retrieval.losses.pml_adapter`, with its constructor's arguments in `loss.kwargs` and an optional
+PML miner in `loss.miner`.
+"""
 
 from __future__ import annotations
 
@@ -14,15 +19,37 @@ from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
 from retrieval.losses.base import MetricLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.class_weights import class_weights
+from retrieval.losses.contrastive import ContrastiveLoss
 from retrieval.losses.cosface import CosFaceLoss
 from retrieval.losses.focal_proxy import FocalProxyLoss
 from retrieval.losses.memory import CrossBatchMemory
+from retrieval.losses.multi_similarity import MultiSimilarityLoss
+from retrieval.losses.pml_adapter import (
+    PML_PREFIX,
+    PMLLoss,
+    PMLPairLoss,
+    build_pml_loss,
+    check_pml_parameters,
+    is_pml_name,
+    pml_adapter_class,
+    pml_loss_class,
+)
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
+from retrieval.losses.soft_triple import SoftTripleLoss
+from retrieval.losses.supcon import SupConLoss
 from retrieval.losses.triplet import TripletLoss
 
-__all__ = ["LOSSES", "PAIR_LOSSES", "build_loss", "loss_parameters", "registry_name"]
+__all__ = [
+    "LOSSES",
+    "PAIR_LOSSES",
+    "build_loss",
+    "canonical_loss_name",
+    "check_loss_parameters",
+    "loss_parameters",
+    "registry_name",
+]
 
 LOSSES: dict[str, type[MetricLoss]] = {
     "proxy_nca": ProxyNCALoss,
@@ -34,6 +61,10 @@ LOSSES: dict[str, type[MetricLoss]] = {
     "proxy_anchor": ProxyAnchorLoss,
     "circle": CircleLoss,
     "triplet": TripletLoss,
+    "multi_similarity": MultiSimilarityLoss,
+    "supcon": SupConLoss,
+    "contrastive": ContrastiveLoss,
+    "soft_triple": SoftTripleLoss,
 }
 
 # Losses over pairs inside the batch: they need P x K batches (data.sampler: pk). A view of the registry.
@@ -51,8 +82,26 @@ _CLASS_WEIGHT_PARAMETERS = {"class_weights": "none", "beta": 0.999}
 _MEMORY_PARAMETERS = {"memory_size": 0}
 
 
+# Parameters of a `pml.<ClassName>` loss: the PML constructor's arguments and an optional PML miner.
+_PML_PARAMETERS: dict[str, Any] = {"kwargs": {}, "miner": None}
+
+
+def canonical_loss_name(name: str) -> str:
+    """`name` as the config stores it: a bare PML class name (`SupConLoss`) becomes `pml.SupConLoss`."""
+    if name in LOSSES or is_pml_name(name):
+        return name
+    try:
+        pml_loss_class(PML_PREFIX + name)
+    except UserError:
+        return name  # not PML's either: `loss_parameters` says what exists
+    return PML_PREFIX + name
+
+
 def loss_parameters(name: str) -> dict[str, Any]:
     """The user-settable parameters of loss `name` with their defaults."""
+    if is_pml_name(name):
+        pair = pml_adapter_class(name).needs_pk_batches
+        return {**_PML_PARAMETERS, **(_MEMORY_PARAMETERS if pair else {})}
     cls = _loss_class(name)
     signature = inspect.signature(cls.__init__)
     named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
@@ -76,10 +125,11 @@ def build_loss(
     """Build loss `name`; `params` are its constructor arguments, checked by the config loader.
 
     Args:
-        name: a key of `LOSSES`.
+        name: a key of `LOSSES`, or `pml.<ClassName>` (see `retrieval.losses.pml_adapter`).
         params: constructor arguments from the config (`loss.<parameter>`); proxy-softmax losses
             also take `class_weights` (none | inverse | effective_number) and `beta`, pair losses
-            `memory_size` (> 0: wrapped in a `CrossBatchMemory` of that many embeddings).
+            `memory_size` (> 0: wrapped in a `CrossBatchMemory` of that many embeddings), `pml.` losses
+            `kwargs` (the PML constructor's arguments) and `miner` (null, `pml.<Miner>` or {name, kwargs}).
         num_classes: number of training classes, passed to losses that hold proxies.
         embedding_dim: embedding size, passed to losses that hold proxies and to a memory.
         class_counts: `(num_classes,)` training images per class, needed when `class_weights` is not none.
@@ -87,12 +137,18 @@ def build_loss(
     Raises:
         UserError: an unknown name, or parameters the loss refuses (`memory_size` on a proxy loss).
     """
+    memory_size = params.get("memory_size", 0)
+    if is_pml_name(name):
+        adapter = build_pml_loss(name, params.get("kwargs") or {}, params.get("miner"), num_classes, embedding_dim)
+        try:
+            return _with_memory(adapter, embedding_dim, memory_size) if memory_size else adapter
+        except ValueError as exc:
+            raise UserError(f"loss {name!r}: {exc}") from exc
     cls = _loss_class(name)
     wanted = inspect.signature(cls.__init__).parameters
     provided = {"num_classes": num_classes, "embedding_dim": embedding_dim}
     added = {**_CLASS_WEIGHT_PARAMETERS, **_MEMORY_PARAMETERS}
     own = {key: value for key, value in params.items() if key in wanted or key not in added}
-    memory_size = params.get("memory_size", 0)
     try:
         loss = cls(**own, **{key: value for key, value in provided.items() if key in wanted})
         if memory_size:
@@ -111,10 +167,12 @@ def build_loss(
 def registry_name(loss: MetricLoss) -> str:
     """The `loss.name` of `loss`'s class in `LOSSES` (its class name when it is not registered).
 
-    A `CrossBatchMemory` is named after the pair loss it wraps.
+    A `CrossBatchMemory` is named after the pair loss it wraps, a PML loss built by class name `pml.<ClassName>`.
     """
     if isinstance(loss, CrossBatchMemory):
         loss = loss.loss
+    if isinstance(loss, PMLLoss) and type(loss) in (PMLLoss, PMLPairLoss):
+        return loss.pml_name
     return next((name for name, cls in LOSSES.items() if type(loss) is cls), type(loss).__name__)
 
 
@@ -124,10 +182,31 @@ def _with_memory(loss: MetricLoss, embedding_dim: int, memory_size: int) -> Cros
         raise ValueError(f"memory_size applies to pair losses ({', '.join(sorted(PAIR_LOSSES))}), not to proxy losses")
     if memory_size < 0:
         raise ValueError(f"memory_size must be >= 0 (0: no memory), got {memory_size}")
+    if isinstance(loss, PMLLoss) and not loss.supports_memory:
+        raise ValueError(
+            f"pytorch-metric-learning's cross-batch memory does not take {loss.pml_name} (it compares the batch with "
+            "itself only); set loss.memory_size=0"
+        )
     return CrossBatchMemory(loss, embedding_dim, memory_size)
+
+
+def check_loss_parameters(name: str, params: dict[str, Any]) -> None:
+    """Check what the constructors check only when the loss is built: `kwargs` and `miner` of a `pml.` loss.
+
+    Raises:
+        UserError: an unknown PML class or argument, a missing required one, a value PML refuses, or a
+            cross-batch memory for a PML loss that PML's memory does not take.
+    """
+    if is_pml_name(name):
+        check_pml_parameters(name, params.get("kwargs"), params.get("miner"))
+        if params.get("memory_size"):
+            build_loss(name, params, num_classes=2, embedding_dim=4)
 
 
 def _loss_class(name: str) -> type[MetricLoss]:
     if name not in LOSSES:
-        raise UserError(f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}")
+        raise UserError(
+            f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}, or any pytorch-metric-learning "
+            "loss as pml.<ClassName> (e.g. pml.MultiSimilarityLoss)"
+        )
     return LOSSES[name]

@@ -1,4 +1,5 @@
-"""Every registered loss, with its default parameters, teaches an untrained network to retrieve.
+"""Every registered loss, and a listed set of `pml.<ClassName>` adapters, with default parameters, teaches an
+untrained network to retrieve.
 
 A small MLP embeds scikit-learn's digits whose 64 pixels hide among 448 noise features, so an
 untrained network retrieves little (Recall@1 about 0.12: the noise dominates its random
@@ -20,6 +21,19 @@ from retrieval.metrics import per_query_scores
 
 STEPS = 300
 EMBEDDING_DIM = 16
+# PML losses through the adapter at PML's own defaults: pair losses (with and without a miner) and losses
+# with class weights (proxies, a softmax weight).
+ADAPTERS = [
+    "pml.CircleLoss",
+    "pml.FastAPLoss",
+    "pml.LiftedStructureLoss",
+    "pml.MarginLoss",
+    "pml.NTXentLoss",
+    "pml.NormalizedSoftmaxLoss",
+    "pml.ProxyNCALoss",
+    "pml.SmoothAPLoss",
+    "pml.TripletMarginLoss",
+]
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +66,7 @@ def _batches(loss: MetricLoss, labels: Tensor) -> list[Tensor]:
     return batches
 
 
-@pytest.mark.parametrize("name", sorted(LOSSES))
+@pytest.mark.parametrize("name", [*sorted(LOSSES), *ADAPTERS])
 def test_the_loss_moves_recall_well_above_an_untrained_network(name: str, digits) -> None:
     train_inputs, train_labels, test_inputs, test_labels = digits
     torch.manual_seed(0)

@@ -1,0 +1,44 @@
+"""`retrieval train --resume` continues a PML loss exactly: a first-class entry with class centres and a `pml.` adapter
+with a softmax weight end where an uninterrupted run ends (weights, loss parameters, results)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from retrieval.cli.main import main
+from retrieval.train.trainer import Trainer
+
+TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=2"]
+
+
+def _interrupt_at(stop: int, original, trainer, epoch: int):
+    if epoch == stop:
+        raise KeyboardInterrupt
+    return original(trainer, epoch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", [["loss.name=soft_triple"], ["loss.name=pml.NormalizedSoftmaxLoss"]], ids=str)
+def test_a_resumed_pml_loss_ends_where_an_uninterrupted_run_ends(loss, tmp_path, monkeypatch, capsys) -> None:
+    args = [f"--set={override}" for override in [*TINY, *loss]]
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    assert main(["train", *args, "--output-dir", str(straight)]) == 0
+
+    original = Trainer._train_epoch
+    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
+    assert main(["train", *args, "--output-dir", str(interrupted)]) == 130
+    monkeypatch.undo()
+    assert main(["train", "--resume", str(interrupted)]) == 0
+    capsys.readouterr()
+
+    a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
+    b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)
+    assert a["epoch"] == b["epoch"] == 1 and a["loss"]  # the loss's own parameters are in the checkpoint
+    for part in ("model", "loss"):
+        for name, tensor in a[part].items():
+            torch.testing.assert_close(b[part][name], tensor, rtol=0, atol=0, msg=f"{part}.{name}")
+    assert json.loads((interrupted / "result.json").read_text()) == json.loads((straight / "result.json").read_text())
+    assert [json.loads(line)["epoch"] for line in (interrupted / "metrics.jsonl").read_text().splitlines()] == [1, 2]

@@ -22,10 +22,10 @@ from __future__ import annotations
 import copy
 import math
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -39,7 +39,17 @@ from retrieval.evaluate.evaluator import embed_dataset, score_split
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 
-__all__ = ["DEFAULT_CALIBRATION_IMAGES", "DEFAULT_TOLERANCE", "QUANTIZE_METHODS", "QuantizeRequest", "quantize_int8"]
+if TYPE_CHECKING:
+    from onnx import NodeProto
+
+__all__ = [
+    "DEFAULT_CALIBRATION_IMAGES",
+    "DEFAULT_TOLERANCE",
+    "QUANTIZE_METHODS",
+    "QuantizeRequest",
+    "quantize_int8",
+    "write_int8_model",
+]
 
 QUANTIZE_METHODS = ("int8",)
 DEFAULT_CALIBRATION_IMAGES = 256  # enough for stable min/max ranges; calibration time grows linearly with it
@@ -88,28 +98,14 @@ def quantize_int8(
         UserError: the run's data cannot be read (pass data.* keys in `request.overrides`), or
             Recall@1 or MAP@R drops by more than `request.tolerance`.
     """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
-    from onnxruntime.quantization.shape_inference import quant_pre_process
-
     model = checkpoint.embedder()
     config = checkpoint.config(overrides=request.overrides)
     data = build_data(config.data, model.data_config(), config.augment, checkpoint.model_config.in_chans)
     split_name, split = ("val", data.val) if data.val is not None else ("test", data.test)
     calibration = _calibration_set(data.train, split.dataset, request.calibration_images)
+    batches = (images.numpy() for images, _ in ImageLoader(calibration, batch_size=_BATCH_SIZE))
+    write_int8_model(float_path, int8_path, batches)
     float_encoder = OnnxEncoder(float_path, preprocess, device="cpu")
-    with tempfile.TemporaryDirectory(prefix="retrieval-quantize-") as scratch:
-        prepared = Path(scratch) / "prepared.onnx"
-        quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
-        quantize_static(
-            str(prepared),
-            str(int8_path),
-            _CalibrationReader(calibration, float_encoder.session.get_inputs()[0].name),
-            quant_format=QuantFormat.QDQ,
-            per_channel=True,
-            activation_type=QuantType.QInt8,
-            weight_type=QuantType.QInt8,
-            nodes_to_exclude=_head_nodes(prepared),
-        )
     int8_encoder = OnnxEncoder(int8_path, preprocess, device="cpu")
     float_embeddings = embed_dataset(_AsModule(float_encoder), split.dataset, _BATCH_SIZE, torch.device("cpu"))
     int8_embeddings = embed_dataset(_AsModule(int8_encoder), split.dataset, _BATCH_SIZE, torch.device("cpu"))
@@ -153,7 +149,7 @@ def _record(
     }
 
 
-def _calibration_set(train: Dataset, eval_dataset: Dataset, count: int) -> Dataset:
+def _calibration_set(train: Dataset, eval_dataset: Dataset, count: int) -> Subset[Any]:
     """`count` training images (all of them when fewer), sampled with a fixed seed, through the eval transform.
 
     The training dataset carries the augmenting train transform; a copy of it gets the eval
@@ -166,24 +162,49 @@ def _calibration_set(train: Dataset, eval_dataset: Dataset, count: int) -> Datas
     return Subset(dataset, chosen.tolist())
 
 
-class _CalibrationReader:
-    """onnxruntime's `CalibrationDataReader`: the calibration images as `{input: (B, C, S, S)}` batches."""
+def write_int8_model(float_path: Path, int8_path: Path, calibration: Iterable[np.ndarray]) -> None:
+    """Quantize the float ONNX embedder `float_path` to `int8_path` (the method in the module docstring).
 
-    def __init__(self, dataset: Dataset, input_name: str) -> None:
-        self._batches: Iterator[tuple[Tensor, Tensor]] = iter(ImageLoader(dataset, batch_size=_BATCH_SIZE))
+    Args:
+        float_path: an exported model taking `(B, C, S, S)` float32 images.
+        int8_path: where the int8 model goes.
+        calibration: `(B, C, S, S)` float32 batches of preprocessed images; their min/max set the activation ranges.
+    """
+    import onnx  # the optional [onnx] extra: imported here, so the exporter can say it is missing
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization.shape_inference import quant_pre_process
+
+    with tempfile.TemporaryDirectory(prefix="retrieval-quantize-") as scratch:
+        prepared = Path(scratch) / "prepared.onnx"
+        quant_pre_process(str(float_path), str(prepared), skip_symbolic_shape=True)
+        graph = onnx.load(str(prepared), load_external_data=False).graph
+        quantize_static(
+            str(prepared),
+            str(int8_path),
+            _CalibrationReader(iter(calibration), graph.input[0].name),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            nodes_to_exclude=_head_nodes(list(graph.node)),
+        )
+
+
+class _CalibrationReader:
+    """onnxruntime's `CalibrationDataReader`: the calibration batches as `{input: (B, C, S, S)}`."""
+
+    def __init__(self, batches: Iterator[np.ndarray], input_name: str) -> None:
+        self._batches = batches
         self._input = input_name
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         """The next batch, or None after the last."""
         batch = next(self._batches, None)
-        return None if batch is None else {self._input: batch[0].numpy()}
+        return None if batch is None else {self._input: np.ascontiguousarray(batch, dtype=np.float32)}
 
 
-def _head_nodes(path: Path) -> list[str]:
-    """The model's last Gemm/MatMul (the embedding head) and the nodes after it (the L2 normalization)."""
-    import onnx
-
-    nodes = list(onnx.load(str(path), load_external_data=False).graph.node)
+def _head_nodes(nodes: list[NodeProto]) -> list[str]:
+    """The names of the last Gemm/MatMul (the embedding head) and the nodes after it (the L2 normalization)."""
     last = max((i for i, node in enumerate(nodes) if node.op_type in ("Gemm", "MatMul")), default=len(nodes))
     return [node.name for node in nodes[last:]]
 

@@ -53,8 +53,8 @@ __all__ = [
 
 QUANTIZE_METHODS = ("int8",)
 DEFAULT_CALIBRATION_IMAGES = 256  # enough for stable min/max ranges; calibration time grows linearly with it
-# Absolute drop of Recall@1 and of MAP@R allowed: about the spread of Recall@1 between seeds of one
-# recipe on the benchmark datasets, so an accepted int8 model is as good as another float run.
+# Absolute drop of Recall@1 and of MAP@R allowed: a few standard deviations of Recall@1 between training
+# seeds of one recipe (docs/benchmarks.md), so an accepted int8 model differs no more than another seed would.
 DEFAULT_TOLERANCE = 0.01
 _METRICS = ("recall@1", "map@r")
 _SAMPLE_SEED = 0  # calibration images: the same sample on every export of a run

@@ -204,9 +204,22 @@ class _CalibrationReader:
 
 
 def _head_nodes(nodes: list[NodeProto]) -> list[str]:
-    """The names of the last Gemm/MatMul (the embedding head) and the nodes after it (the L2 normalization)."""
-    last = max((i for i, node in enumerate(nodes) if node.op_type in ("Gemm", "MatMul")), default=len(nodes))
-    return [node.name for node in nodes[last:]]
+    """The names of the head's nodes and of every node that depends on them (the L2 normalization).
+
+    The head is the last Gemm/MatMul's weight; with `model.flip_average` each of the two passes
+    has a Gemm of that weight, and both stay float.
+    """
+    matrices = [node for node in nodes if node.op_type in ("Gemm", "MatMul")]
+    if not matrices:
+        return []
+    weight = matrices[-1].input[1]
+    tainted: set[str] = set()
+    names = []
+    for node in nodes:  # ONNX graphs are topologically sorted
+        if (node.op_type in ("Gemm", "MatMul") and node.input[1] == weight) or tainted.intersection(node.input):
+            tainted.update(node.output)
+            names.append(node.name)
+    return names
 
 
 class _AsModule(nn.Module):

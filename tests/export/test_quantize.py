@@ -16,6 +16,8 @@ from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.export.bundle import MANIFEST_FILE, MODEL_FILE
 from retrieval.export.onnx_encoder import OnnxEncoder
+from retrieval.export.onnx_export import export_onnx
+from retrieval.export.quantize import write_int8_model
 
 
 def _on_digits(source: Path, path: Path, **data: object) -> Path:
@@ -87,6 +89,24 @@ def test_a_drop_past_the_tolerance_is_refused_and_writes_nothing(capsys, digits_
     line = _error(capsys, [*args, "--calibration-images", "8", "--tolerance", "-1"])
     assert "loses too much on the test split" in line and "tolerance -1" in line
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flip_average", [False, True])
+def test_the_head_and_the_normalization_stay_float(checkpoint_factory, tmp_path, flip_average):
+    checkpoint = Checkpoint.load(checkpoint_factory(tmp_path / "best.pt", flip_average=flip_average))
+    export_onnx(checkpoint.embedder().eval(), tmp_path / "float.onnx", in_chans=3, image_size=32)
+    noise = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
+    write_int8_model(tmp_path / "float.onnx", tmp_path / "int8.onnx", [noise])
+    nodes = onnx.load(str(tmp_path / "int8.onnx")).graph.node
+    heads = [node for node in nodes if node.op_type == "Gemm"]
+    assert len(heads) == (2 if flip_average else 1)
+    assert all(node.input[1] == "head.weight" for node in heads)  # the float weight, no DequantizeLinear
+    after_head = {output for node in heads for output in node.output}
+    for node in nodes:  # nothing downstream of the head is quantized
+        assert node.op_type != "QuantizeLinear" or not after_head.intersection(node.input)
+        if after_head.intersection(node.input):
+            after_head.update(node.output)
+    assert any(node.op_type == "QuantizeLinear" for node in nodes)
 
 
 @pytest.mark.parametrize(

@@ -1,18 +1,24 @@
 """Benchmark CPU latency of an exported embedder: onnxruntime vs PyTorch eager, same process, same threads.
 
+With `--quantize int8`, a third column times onnxruntime on the int8 model `retrieval export
+--quantize int8` writes (`quant_pre_process` + `quantize_static`, QDQ, per-channel weights, the
+head and L2 normalization in float), calibrated here on 32 random inputs: timing does not depend
+on the calibration, and the untrained model has no data whose retrieval quality to measure.
+
 For each `BACKBONE:SIZE` (default resnet18 at 64 px and resnet50 at 224 px, pretrained=False,
 128-d avgmax `Embedder`), exports the model with `retrieval.export.onnx_export.export_onnx` (what
 `retrieval export` writes), then times the forward pass of a single image and of a batch of 32 on
 random preprocessed inputs: PyTorch through `embed_batch` (eval mode, float32, no autograd) and
 onnxruntime through `OnnxEncoder.embed_inputs`. Both run with `--threads` intra-op threads
 (`torch.set_num_threads`, onnxruntime's `intra_op_num_threads`), in warm blocks (`_median_ms`);
-the table reports the median of `--repeats` calls, the ratio PyTorch / onnxruntime (above 1:
-onnxruntime is faster) and the largest embedding difference. On a machine busier than its cores,
+the table reports the median of `--repeats` calls, the ratio PyTorch / each onnxruntime model
+(above 1: onnxruntime is faster) and its largest embedding difference from PyTorch. On a machine busier than its cores,
 PyTorch's OpenMP pool waits for descheduled threads at every barrier: read `uptime` first.
 
 Preprocessing and image decoding are not timed: they are the same Pillow work on both paths.
 
 Usage: nice -n 5 python tools/bench_onnx.py [--models resnet18:64,resnet50:224] [--threads 2] [--repeats 20]
+           [--quantize int8]
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import torch
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.onnx_export import export_onnx
 from retrieval.export.preprocess import Preprocess
+from retrieval.export.quantize import write_int8_model
 from retrieval.inference.embedding import FLOAT32, embed_batch
 from retrieval.models import Embedder
 
@@ -64,29 +71,28 @@ def bench_model(backbone: str, size: int, args: argparse.Namespace, folder: Path
     export_onnx(model, path, in_chans=3, image_size=size)
     preprocess = Preprocess(size, "resize", "bicubic", "RGB", (0.5,) * 3, (0.5,) * 3)
     exported = OnnxEncoder(path, preprocess, device="cpu", threads=args.threads)
+    runtimes = {"onnxruntime": exported}
+    if args.quantize:
+        int8_path = folder / f"{backbone}_{size}.int8.onnx"
+        noise = np.random.default_rng(1).standard_normal((32, 3, size, size)).astype(np.float32)
+        write_int8_model(path, int8_path, [noise])
+        runtimes["int8 onnxruntime"] = OnnxEncoder(int8_path, preprocess, device="cpu", threads=args.threads)
     cpu = torch.device("cpu")
     rows = []
     for batch_size in BATCH_SIZES:
         inputs = np.random.default_rng(0).standard_normal((batch_size, 3, size, size)).astype(np.float32)
         tensor = torch.from_numpy(inputs)
         repeats = args.repeats if batch_size == 1 else max(args.repeats // 4, 3)
-        torch_ms, onnx_ms = _median_ms(
-            (partial(embed_batch, model, tensor, cpu, FLOAT32), partial(exported.embed_inputs, inputs)),
-            repeats,
-            args.warmup,
-        )
-        difference = np.abs(embed_batch(model, tensor, cpu, FLOAT32).numpy() - exported.embed_inputs(inputs)).max()
-        rows.append(
-            {
-                "model": backbone,
-                "input": f"{size} px",
-                "batch": str(batch_size),
-                "PyTorch ms": f"{torch_ms:.1f}",
-                "onnxruntime ms": f"{onnx_ms:.1f}",
-                "ratio": f"{torch_ms / onnx_ms:.2f}",
-                "max abs diff": f"{difference:.1e}",
-            }
-        )
+        reference = embed_batch(model, tensor, cpu, FLOAT32).numpy()
+        runs = [partial(embed_batch, model, tensor, cpu, FLOAT32)]
+        runs += [partial(encoder.embed_inputs, inputs) for encoder in runtimes.values()]
+        torch_ms, *onnx_ms = _median_ms(tuple(runs), repeats, args.warmup)
+        row = {"model": backbone, "input": f"{size} px", "batch": str(batch_size), "PyTorch ms": f"{torch_ms:.1f}"}
+        for (name, encoder), spent in zip(runtimes.items(), onnx_ms, strict=True):
+            difference = np.abs(reference - encoder.embed_inputs(inputs)).max()
+            row |= {f"{name} ms": f"{spent:.1f}", f"ratio {name}": f"{torch_ms / spent:.2f}"}
+            row[f"max abs diff {name}"] = f"{difference:.1e}"
+        rows.append(row)
         print(" | ".join(rows[-1].values()), flush=True)
     return rows
 
@@ -113,13 +119,14 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads of both runtimes (default: 2)")
     parser.add_argument("--repeats", type=int, default=20, help="timed calls of a single image (batch 32: a quarter)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed calls before timing (default: 3)")
+    parser.add_argument("--quantize", choices=("int8",), help="int8: also time the int8 model (a third column)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for backbone, size in args.models:
             rows += bench_model(backbone, size, args, Path(folder))
-    print(f"\nCPU latency, median, {args.threads} threads (ratio: PyTorch / onnxruntime)\n")
+    print(f"\nCPU latency, median, {args.threads} threads (ratio: PyTorch / that runtime)\n")
     print(_table(rows))
 
 

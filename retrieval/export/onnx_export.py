@@ -4,7 +4,9 @@ The directory holds `model.onnx` (the `Embedder` in eval mode, up to the L2-norm
 `model.flip_average` included, with a dynamic batch axis), `preprocess.json` (the run's eval
 transform as data, `Preprocess`) and `manifest.json` (format, source checkpoint and its sha256,
 opset, embedding dimension, backbone, the sha256 of the other two files, and the parity measured
-here). Each file is written atomically and the manifest last (`retrieval.export.bundle`).
+here). Everything is made and checked in a scratch directory, then each file is copied in
+atomically and the manifest last (`retrieval.export.bundle`), so a refused export writes nothing.
+With `--quantize int8`, model.onnx is onnxruntime's int8 model (`retrieval.export.quantize`).
 
 Exporter: `torch.onnx.export(..., dynamo=True)` (torch.export + onnxscript), the one PyTorch
 maintains: the TorchScript exporter is deprecated since torch 2.9 and the fallback to it was
@@ -27,6 +29,8 @@ import importlib.metadata
 import importlib.util
 import json
 import re
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any, cast
 
@@ -41,6 +45,7 @@ from retrieval.errors import UserError
 from retrieval.export.bundle import EXPORT_FORMAT, MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
+from retrieval.export.quantize import QuantizeRequest, quantize_int8
 from retrieval.inference.embedding import FLOAT32, embed_batch
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.runtime.files import atomic_write, file_sha256, write_text
@@ -55,13 +60,23 @@ _ONNX_PACKAGES = ("onnx", "onnxscript", "onnxruntime")  # the `[onnx]` extra: th
 _PARITY_SIZES = ((37, 53), (64, 48), (20, 20), (90, 31), (48, 64))
 
 
-def export_checkpoint(checkpoint_path: str | Path, out_dir: str | Path, opset: int = DEFAULT_OPSET) -> dict[str, Any]:
+def export_checkpoint(
+    checkpoint_path: str | Path,
+    out_dir: str | Path,
+    opset: int = DEFAULT_OPSET,
+    quantize: QuantizeRequest | None = None,
+) -> dict[str, Any]:
     """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there.
+
+    The files are made and checked in a scratch directory first, so a refused export writes
+    nothing to `out_dir`; then each is copied in atomically, the manifest last. With `quantize`,
+    model.onnx is the int8 model (`retrieval.export.quantize`) and the manifest's `quantization`
+    records its calibration and its validation metrics beside the float model's.
 
     Raises:
         UserError: the checkpoint cannot be read, the model cannot be exported (the op is named),
-            `out_dir` cannot be written, or onnxruntime's embeddings differ from PyTorch's by more
-            than `PARITY_TOLERANCE`.
+            `out_dir` cannot be written, onnxruntime's embeddings differ from PyTorch's by more
+            than `PARITY_TOLERANCE`, or the int8 model drops more than `quantize.tolerance`.
     """
     source, out = Path(checkpoint_path), Path(out_dir)
     missing = [name for name in _ONNX_PACKAGES if importlib.util.find_spec(name) is None]
@@ -70,22 +85,41 @@ def export_checkpoint(checkpoint_path: str | Path, out_dir: str | Path, opset: i
     if not source.is_file():
         raise UserError(f"checkpoint not found: {source}; pass a run's checkpoints/best.pt with --checkpoint")
     sha256 = file_sha256(source)
-    encoder = ImageEncoder.from_loaded(Checkpoint.load(source), source, device="cpu", sha256=sha256)
+    checkpoint = Checkpoint.load(source)
+    encoder = ImageEncoder.from_loaded(checkpoint, source, device="cpu", sha256=sha256)
     preprocess = Preprocess.from_description(encoder.transform_info)
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        export_onnx(encoder.model, out / MODEL_FILE, preprocess.in_chans, preprocess.image_size, opset)
-        write_text(out / PREPROCESS_FILE, json.dumps(preprocess.to_dict(), indent=2) + "\n")
-    except OSError as exc:
-        raise UserError(f"cannot write the export to {out}: {exc.strerror or exc}; choose a writable --out") from exc
-    parity = _measure_parity(encoder, OnnxEncoder(out / MODEL_FILE, preprocess, device="cpu"))
-    if parity["embedding_max_abs_diff"] > PARITY_TOLERANCE:
-        raise UserError(
-            f"onnxruntime's embeddings differ from PyTorch's by {parity['embedding_max_abs_diff']:.2e} "
-            f"(> {PARITY_TOLERANCE:g}); the export in {out} is not usable: try another --opset"
-        )
+    with tempfile.TemporaryDirectory(prefix="retrieval-export-") as scratch:
+        staged = Path(scratch)
+        export_onnx(encoder.model, staged / MODEL_FILE, preprocess.in_chans, preprocess.image_size, opset)
+        write_text(staged / PREPROCESS_FILE, json.dumps(preprocess.to_dict(), indent=2) + "\n")
+        parity = _measure_parity(encoder, OnnxEncoder(staged / MODEL_FILE, preprocess, device="cpu"))
+        if parity["embedding_max_abs_diff"] > PARITY_TOLERANCE:
+            raise UserError(
+                f"onnxruntime's embeddings differ from PyTorch's by {parity['embedding_max_abs_diff']:.2e} "
+                f"(> {PARITY_TOLERANCE:g}); nothing was written to {out}: try another --opset"
+            )
+        extra = {}
+        if quantize is not None:
+            int8_path = staged / "int8.onnx"
+            extra["quantization"] = quantize_int8(staged / MODEL_FILE, int8_path, checkpoint, preprocess, quantize)
+            int8_path.replace(staged / MODEL_FILE)
+        manifest = _manifest(source, sha256, encoder, preprocess, opset, parity, staged) | extra
+        _publish(staged, out, manifest)
+    return manifest
+
+
+def _manifest(
+    source: Path,
+    sha256: str,
+    encoder: ImageEncoder,
+    preprocess: Preprocess,
+    opset: int,
+    parity: dict[str, Any],
+    staged: Path,
+) -> dict[str, Any]:
+    """manifest.json of the export whose model.onnx and preprocess.json are in `staged`."""
     config = encoder.model_config
-    manifest = {
+    return {
         "format": EXPORT_FORMAT,
         "kind": "onnx",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -98,17 +132,27 @@ def export_checkpoint(checkpoint_path: str | Path, out_dir: str | Path, opset: i
         "opset": opset,
         "input": {"name": INPUT_NAME, "shape": ["batch", preprocess.in_chans, *(preprocess.image_size,) * 2]},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", encoder.dim], "l2_normalized": True},
-        "parity": parity,
+        "parity": parity,  # of the float model: an int8 model's difference is in `quantization`
         "match_threshold": encoder.match_threshold,  # `evaluate --save-threshold`'s, carried to indexes built from it
         "versions": {
             "retrieval": __version__,
             "torch": torch.__version__,
             "onnxruntime": importlib.metadata.version("onnxruntime"),
         },
-        "files": {name: file_sha256(out / name) for name in (MODEL_FILE, PREPROCESS_FILE)},
+        "files": {name: file_sha256(staged / name) for name in (MODEL_FILE, PREPROCESS_FILE)},
     }
-    write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
-    return manifest
+
+
+def _publish(staged: Path, out: Path, manifest: dict[str, Any]) -> None:
+    """Copy model.onnx and preprocess.json from `staged` into `out` atomically, then write the manifest."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        for name in (MODEL_FILE, PREPROCESS_FILE):
+            with atomic_write(out / name) as temporary:
+                shutil.copyfile(staged / name, temporary)
+        write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+    except OSError as exc:
+        raise UserError(f"cannot write the export to {out}: {exc.strerror or exc}; choose a writable --out") from exc
 
 
 def export_onnx(model: nn.Module, path: str | Path, in_chans: int, image_size: int, opset: int = DEFAULT_OPSET) -> None:

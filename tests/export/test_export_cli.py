@@ -15,6 +15,7 @@ from torch import nn
 
 from retrieval.cli.main import main
 from retrieval.errors import UserError
+from retrieval.export import onnx_export
 from retrieval.export.bundle import read_export
 from retrieval.export.onnx_export import export_onnx
 from retrieval.runtime.files import file_sha256
@@ -130,6 +131,14 @@ def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkp
     line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")])
     assert "op aten.fancy has no ONNX translation" in line
     assert "checkpoint not found" in _error(capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"])
+
+
+def test_an_export_refused_on_parity_writes_nothing(capsys, monkeypatch, tiny_checkpoint, tmp_path):
+    monkeypatch.setattr(onnx_export, "PARITY_TOLERANCE", -1.0)
+    out = tmp_path / "out"
+    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)])
+    assert "differ from PyTorch's" in line and "nothing was written" in line
+    assert not out.exists()
 
 
 def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gallery):

@@ -391,9 +391,9 @@ def _query(args: argparse.Namespace) -> int:
 
 
 def _add(args: argparse.Namespace) -> int:
+    from retrieval.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.inference.encoder import encoder_for_index
-    from retrieval.column_types import parse_column_types
     from retrieval.inference.sources import embed_source, read_source
     from retrieval.rerank import IndexGallery, augmentation_at_build
 

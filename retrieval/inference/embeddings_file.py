@@ -27,18 +27,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TypeAlias
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
-import pyarrow as pa
 
-from retrieval.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
+if TYPE_CHECKING:  # pyarrow loads when a file is read or written, so `embed --help` stays instant
+    import pyarrow as pa
 
-Column: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
+    Column: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
+
+__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
 
 EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
 
@@ -104,6 +105,10 @@ _SINGULAR = {plural: singular for singular, plural in _PLURAL.items()}
 
 def _arrow(values: Column, name: str) -> pa.Array:
     """A column as one Arrow array: typed arrays as they are, text cells typed by `retrieval.column_types`."""
+    import pyarrow as pa
+
+    from retrieval.column_types import typed_table
+
     if isinstance(values, pa.ChunkedArray):
         return values.combine_chunks()
     if isinstance(values, pa.Array):
@@ -113,6 +118,8 @@ def _arrow(values: Column, name: str) -> pa.Array:
 
 def _numpy(values: pa.Array) -> np.ndarray:
     """An Arrow column as a numpy array without nulls: `""` for a null string, NaN for a null number."""
+    import pyarrow as pa
+
     if pa.types.is_string(values.type) or pa.types.is_large_string(values.type):
         return np.asarray(values.fill_null("").to_pylist(), dtype=str)
     if values.null_count and (pa.types.is_integer(values.type) or pa.types.is_floating(values.type)):
@@ -138,6 +145,7 @@ def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array])
 
 
 def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     arrays = {_SINGULAR.get(name, name): values for name, values in columns.items()}

@@ -12,9 +12,9 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli import evaluate as evaluate_cli
 from retrieval.cli.main import main
 from retrieval.config import TrainConfig
+from retrieval.evaluate import evaluator
 from retrieval.index import SearchIndex
 from retrieval.inference.embedding import FLOAT32, Precision
 from retrieval.inference.encoder import ImageEncoder
@@ -38,8 +38,8 @@ def _evaluated_embeddings(monkeypatch, checkpoint: Path, csv_path: Path) -> dict
         seen.update(zip((str(Path(path).resolve()) for path in split.dataset.paths), embeddings, strict=True))
         return original(embeddings, split, *args, **kwargs)
 
-    original = evaluate_cli.score_split
-    monkeypatch.setattr(evaluate_cli, "score_split", recording_score_split)
+    original = evaluator.score_split  # `retrieval evaluate` imports it from here when it runs
+    monkeypatch.setattr(evaluator, "score_split", recording_score_split)
     overrides = ["data.name=csv", f"data.path={csv_path}", "data.num_workers=0", f"data.eval_batch_size={BATCH}"]
     argv = ["evaluate", "--checkpoint", str(checkpoint), *(part for item in overrides for part in ("--set", item))]
     assert main([*argv, "--set", "train.device=cpu"]) == 0

@@ -156,6 +156,18 @@ COMMANDS: dict[str, Run | Skip] = {
         "trains 27 runs (9 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows and runs "
         "the peer script on tiny data"
     ),
+    (
+        "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench64_e4 --epochs 4 --threads 1"
+        " --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor proxy_anchor"
+        " --variant a32=anchor:loss.gamma=32 --variant amax=anchor:loss.difficulty=max"
+        " --variant a32m=anchor:loss.gamma=32,loss.margin=0.1 --variant nca32=proxy_nca:loss.scale=32"
+        " --rerank anchor-dba=toolkit-anchor:dba --rerank anchor-kr=toolkit-anchor:kreciprocal"
+        " --rerank anchor-qe=toolkit-anchor:qe --rerank peer-pa-dba=peer-proxy_anchor:dba"
+        " --pair toolkit-anchor peer-proxy_anchor --pair a32 toolkit-anchor"
+    ): Skip(
+        "trains 21 runs (7 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows, the "
+        "re-ranking rows on saved embeddings, and runs the peer script on tiny data"
+    ),
     "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
         RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
     ),

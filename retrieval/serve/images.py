@@ -14,8 +14,8 @@ import re
 
 from PIL import Image, UnidentifiedImageError
 
-from retrieval.data.csv_dataset import IMAGE_ERRORS, flatten_image, image_error_reason
 from retrieval.errors import UserError
+from retrieval.images import IMAGE_ERRORS, flatten_image, image_error_reason
 
 __all__ = ["ALLOWED_FORMATS", "BYTES_PER_PIXEL", "ImageTooLarge", "load_pixels", "open_image", "thumbnail"]
 

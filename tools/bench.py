@@ -2,9 +2,12 @@
 
 A speed figure is only worth what the machine was doing while it was taken: on a 2-core machine
 running other jobs, OpenMP pools wait on descheduled threads and every ratio measures the others.
-So each benchmark runs in its own process, with the 1-minute load average read before and after
-it, and its output is written only when neither reading is above `--max-load` (default: a
-quarter of the cores). A busy reading refuses the result (exit code 2, nothing written) unless
+So each benchmark runs in its own process, with the 1-minute load average read before it and the
+CPU that other processes used while it ran (machine-wide busy time from /proc/stat less the
+benchmark's own CPU time, in cores) read after it: the load average after a run counts the
+benchmark itself, so it cannot tell a quiet machine from a busy one. The output is written only
+when neither reading is above `--max-load` (default: a quarter of the cores). A busy reading
+refuses the result (exit code 2, nothing written) unless
 `--allow-busy`, which writes it marked `BUSY` in its header.
 
 Each result is `OUT/<name>.txt`: a header (command, date, load before and after, the machine
@@ -24,6 +27,7 @@ import importlib.metadata
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import time
@@ -80,38 +84,57 @@ def machine_record(cpuinfo: Path = Path("/proc/cpuinfo")) -> dict:
     }
 
 
+def busy_cpu_seconds(stat: Path = Path("/proc/stat")) -> float:
+    """CPU seconds the whole machine has spent busy since boot (every state but idle and iowait)."""
+    fields = [int(value) for value in stat.read_text().split("\n", 1)[0].split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (fields + [0] * 8)[:8]
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_seconds() -> float:
+    """CPU seconds used by this process's finished children (the benchmark, once it has exited)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_benchmark(
     name: str,
     extra: Sequence[str],
     max_load: float,
     allow_busy: bool,
     load: Callable[[], float] = lambda: os.getloadavg()[0],
+    machine_busy: Callable[[], float] = busy_cpu_seconds,
 ) -> tuple[str, dict]:
     """Run benchmark `name` with `extra` arguments; return its output and a header record.
 
+    `others_cores` in the header is the CPU other processes used during the run, averaged over it.
+
     Raises:
-        LoadError: the 1-minute load average before or after was above `max_load` and not `allow_busy`.
+        LoadError: the load average before, or `others_cores` during, was above `max_load`, and not `allow_busy`.
     """
     script, defaults = BENCHMARKS[name]
     command = [sys.executable, str(TOOLS / script), *defaults, *extra]
     before = load()
     if before > max_load and not allow_busy:
         raise LoadError(f"{name}: load average {before:.2f} before the run is above --max-load {max_load:.2f}")
-    start = time.time()
+    start, busy_start, own_start = time.time(), machine_busy(), children_cpu_seconds()
     done = subprocess.run(command, capture_output=True, text=True, cwd=TOOLS.parent)
-    after = load()
+    seconds = max(time.time() - start, 1e-6)
+    others = max(0.0, (machine_busy() - busy_start) - (children_cpu_seconds() - own_start)) / seconds
     if done.returncode != 0:
         raise RuntimeError(f"{name} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}")
-    busy = max(before, after) > max_load
+    busy = max(before, others) > max_load
     if busy and not allow_busy:
-        raise LoadError(f"{name}: load average {after:.2f} after the run is above --max-load {max_load:.2f}")
+        raise LoadError(
+            f"{name}: other processes used {others:.2f} cores during the run, above --max-load {max_load:.2f}"
+        )
     header = {
         "benchmark": name,
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(start)),
-        "seconds": round(time.time() - start, 1),
+        "seconds": round(seconds, 1),
         "load_before": round(before, 2),
-        "load_after": round(after, 2),
+        "others_cores": round(others, 2),
         "max_load": max_load,
         "busy": busy,
     }
@@ -162,7 +185,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         path = args.out / f"{name}.txt"
         write_text(path, _result_text(output, header, machine))
-        print(f"{name}: {header['seconds']} s, load {header['load_before']} -> {header['load_after']}: {path}")
+        print(
+            f"{name}: {header['seconds']} s, load {header['load_before']} before, "
+            f"others {header['others_cores']} cores during: {path}"
+        )
     return 0
 
 

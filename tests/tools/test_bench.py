@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -32,9 +33,26 @@ def tiny_benchmark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 def test_a_busy_machine_refuses_the_result(tiny_benchmark: str) -> None:
     with pytest.raises(bench.LoadError, match=r"load average 3.00 before the run is above --max-load 0.50"):
         bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 3.0)
-    readings = iter([0.1, 2.5])
-    with pytest.raises(bench.LoadError, match="after the run"):
-        bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: next(readings))
+    # Another process kept 1000 CPU seconds busy while the tiny benchmark ran: far above 0.5 cores.
+    machine = iter([0.0, 1000.0])
+    with pytest.raises(bench.LoadError, match=r"other processes used \d+\.\d+ cores during the run"):
+        bench.run_benchmark(
+            tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 0.1, machine_busy=lambda: next(machine)
+        )
+
+
+def test_the_benchmarks_own_cpu_is_not_counted_as_another_process(tiny_benchmark: str, tmp_path: Path) -> None:
+    spin = tmp_path / "bench_spin.py"
+    spin.write_text("import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n")
+    bench.BENCHMARKS[tiny_benchmark] = (str(spin), [])
+    _, header = bench.run_benchmark(tiny_benchmark, [], max_load=0.9, allow_busy=True, load=lambda: 0.0)
+    assert header["seconds"] >= 1.0 and header["others_cores"] < 0.9, header
+
+
+def test_busy_cpu_seconds_reads_the_first_line_of_proc_stat(tmp_path: Path) -> None:
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 9999 7 0 0 0 0 0\ncpu0 50 0 25 5000 3 0 0 0 0 0\n")
+    assert bench.busy_cpu_seconds(stat) == pytest.approx(150 / os.sysconf("SC_CLK_TCK"))
 
 
 def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: str) -> None:

@@ -2,15 +2,15 @@
 
 A speed figure is only worth what the machine was doing while it was taken: on a 2-core machine
 running other jobs, OpenMP pools wait on descheduled threads and every ratio measures the others.
-So each benchmark runs in its own process, with the 1-minute load average read before it and the
-CPU that other processes used while it ran (machine-wide busy time from /proc/stat less the
-benchmark's own CPU time, in cores) read after it: the load average after a run counts the
-benchmark itself, so it cannot tell a quiet machine from a busy one. The output is written only
-when neither reading is above `--max-load` (default: a quarter of the cores). A busy reading
-refuses the result (exit code 2, nothing written) unless
+So each benchmark runs in its own process, with the CPU the machine used over 2 s before it and
+the CPU other processes used while it ran (machine-wide busy time from /proc/stat less the
+benchmark's own CPU time, in cores) read after it. The 1-minute load average is no use here: it
+still counts the previous benchmark a minute later, and counts the benchmark itself after it.
+The output is written only when neither reading is above `--max-load` (default: a quarter of
+the cores). A busy reading refuses the result (exit code 2, nothing written) unless
 `--allow-busy`, which writes it marked `BUSY` in its header.
 
-Each result is `OUT/<name>.txt`: a header (command, date, load before and after, the machine
+Each result is `OUT/<name>.txt`: a header (command, date, both readings, the machine
 record) and the benchmark's own output, with its ratios against the baseline it times in the
 same process. `OUT/machine.json` holds the machine record: CPU model and the flags that change
 speed (AVX2, AVX-512, AVX512-BF16, AMX), cores, the thread settings, Python and library versions.
@@ -97,12 +97,19 @@ def children_cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def busy_cores_now(seconds: float = 2.0) -> float:
+    """The CPU the whole machine uses right now, in cores, averaged over `seconds`."""
+    start = busy_cpu_seconds()
+    time.sleep(seconds)
+    return (busy_cpu_seconds() - start) / seconds
+
+
 def run_benchmark(
     name: str,
     extra: Sequence[str],
     max_load: float,
     allow_busy: bool,
-    load: Callable[[], float] = lambda: os.getloadavg()[0],
+    load: Callable[[], float] = busy_cores_now,
     machine_busy: Callable[[], float] = busy_cpu_seconds,
 ) -> tuple[str, dict]:
     """Run benchmark `name` with `extra` arguments; return its output and a header record.
@@ -110,13 +117,14 @@ def run_benchmark(
     `others_cores` in the header is the CPU other processes used during the run, averaged over it.
 
     Raises:
-        LoadError: the load average before, or `others_cores` during, was above `max_load`, and not `allow_busy`.
+        LoadError: the cores busy before (`cores_before`) or used by others during (`others_cores`)
+            were above `max_load`, and not `allow_busy`.
     """
     script, defaults = BENCHMARKS[name]
     command = [sys.executable, str(TOOLS / script), *defaults, *extra]
     before = load()
     if before > max_load and not allow_busy:
-        raise LoadError(f"{name}: load average {before:.2f} before the run is above --max-load {max_load:.2f}")
+        raise LoadError(f"{name}: the machine used {before:.2f} cores before the run, above --max-load {max_load:.2f}")
     start, busy_start, own_start = time.time(), machine_busy(), children_cpu_seconds()
     done = subprocess.run(command, capture_output=True, text=True, cwd=TOOLS.parent)
     seconds = max(time.time() - start, 1e-6)
@@ -133,7 +141,7 @@ def run_benchmark(
         "command": command,
         "started": time.strftime("%Y-%m-%d %H:%M:%S %Z", time.localtime(start)),
         "seconds": round(seconds, 1),
-        "load_before": round(before, 2),
+        "cores_before": round(before, 2),
         "others_cores": round(others, 2),
         "max_load": max_load,
         "busy": busy,
@@ -152,7 +160,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}")
     parser.add_argument("--out", type=Path, help="folder for <name>.txt and machine.json")
-    parser.add_argument("--max-load", type=float, default=(os.cpu_count() or 1) / 4, help="1-min load average bound")
+    parser.add_argument(
+        "--max-load", type=float, default=(os.cpu_count() or 1) / 4, help="bound on the cores other processes use"
+    )
     parser.add_argument("--allow-busy", action="store_true", help="write results taken above --max-load, marked BUSY")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
     args, extra = parser.parse_known_args(argv)
@@ -186,7 +196,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         path = args.out / f"{name}.txt"
         write_text(path, _result_text(output, header, machine))
         print(
-            f"{name}: {header['seconds']} s, load {header['load_before']} before, "
+            f"{name}: {header['seconds']} s, machine {header['cores_before']} cores before, "
             f"others {header['others_cores']} cores during: {path}"
         )
     return 0

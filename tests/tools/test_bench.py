@@ -31,7 +31,7 @@ def tiny_benchmark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
 
 
 def test_a_busy_machine_refuses_the_result(tiny_benchmark: str) -> None:
-    with pytest.raises(bench.LoadError, match=r"load average 3.00 before the run is above --max-load 0.50"):
+    with pytest.raises(bench.LoadError, match=r"the machine used 3.00 cores before the run, above --max-load 0.50"):
         bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 3.0)
     # Another process kept 1000 CPU seconds busy while the tiny benchmark ran: far above 0.5 cores.
     machine = iter([0.0, 1000.0])
@@ -60,7 +60,7 @@ def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: 
     assert output == "ratio 1.00x --default --x\n" and header["busy"] is True
     assert bench._result_text(output, header, {}).startswith("BUSY")
     output, header = bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 0.2)
-    assert header["busy"] is False and header["load_before"] == 0.2
+    assert header["busy"] is False and header["cores_before"] == 0.2
     assert not bench._result_text(output, header, {}).startswith("BUSY")
 
 
@@ -72,7 +72,7 @@ def test_main_refuses_a_busy_machine_with_exit_2_and_writes_no_result(
     assert not (tmp_path / "out" / f"{tiny_benchmark}.txt").exists()
     assert bench.main([tiny_benchmark, "--out", str(tmp_path / "out"), "--max-load", "1000"]) == 0
     text = (tmp_path / "out" / f"{tiny_benchmark}.txt").read_text()
-    assert "ratio 1.00x --default" in text and '"load_before"' not in text.split("\n\n")[1]
+    assert "ratio 1.00x --default" in text and '"cores_before"' not in text.split("\n\n")[1]
     assert json.loads((tmp_path / "out" / "machine.json").read_text())["cores"] >= 1
 
 

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 __all__ = ["AUTO_PRESET", "EVAL_MODES", "FILLS", "PRESETS", "EvalMode", "Fill", "PresetName"]
 
-PresetName = Literal["natural", "glyph", "document", "sketch", "light"]
+PresetName = Literal["natural", "glyph", "artwork", "document", "sketch", "light"]
 EvalMode = Literal["center_crop", "resize", "pad_square"]
 Fill = Literal["auto", "white", "black", "mean"]
 EVAL_MODES: tuple[str, ...] = typing.get_args(EvalMode)
@@ -38,6 +38,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "affine_shear": 0.0,
         "color_jitter": 0.0,
         "auto_augment": None,
+        "hue_jitter": 0.0,
+        "grayscale": 0.0,
+        "blur": 0.0,
         "random_erasing": 0.0,
         "eval_mode": "center_crop",
         "crop_pct": 0.875,
@@ -56,7 +59,32 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "affine_shear": 0.0,
         "color_jitter": 0.0,
         "auto_augment": None,
+        "hue_jitter": 0.0,
+        "grayscale": 0.0,
+        "blur": 0.0,
         "random_erasing": 0.0,
+        "eval_mode": "resize",
+        "crop_pct": 1.0,
+        "fill": "auto",
+    },
+    # Colour artwork drawn in several styles (emoji from several vendors, icons, logos, clip art): the
+    # glyph geometry with a wider affine (renders differ in size, angle and position), and photometric
+    # noise that teaches style invariance: colour jitter with a small hue shift, grayscale, blur and
+    # random erasing (docs/benchmarks.md, "Unseen colour emoji at 64 px").
+    "artwork": {
+        "crop_scale": None,
+        "crop_ratio": _RRC_RATIO,
+        "hflip": 0.0,
+        "affine_degrees": 10.0,
+        "affine_translate": 0.08,
+        "affine_scale": (0.85, 1.15),
+        "affine_shear": 0.0,
+        "color_jitter": 0.4,
+        "auto_augment": None,
+        "hue_jitter": 0.05,
+        "grayscale": 0.2,
+        "blur": 0.2,
+        "random_erasing": 0.25,
         "eval_mode": "resize",
         "crop_pct": 1.0,
         "fill": "auto",
@@ -73,6 +101,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "affine_shear": 0.0,
         "color_jitter": 0.0,
         "auto_augment": None,
+        "hue_jitter": 0.0,
+        "grayscale": 0.0,
+        "blur": 0.0,
         "random_erasing": 0.0,
         "eval_mode": "pad_square",
         "crop_pct": 1.0,
@@ -90,6 +121,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "affine_shear": 0.0,
         "color_jitter": 0.0,
         "auto_augment": None,
+        "hue_jitter": 0.0,
+        "grayscale": 0.0,
+        "blur": 0.0,
         "random_erasing": 0.0,
         "eval_mode": "resize",
         "crop_pct": 1.0,
@@ -107,6 +141,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
         "affine_shear": 0.0,
         "color_jitter": 0.0,
         "auto_augment": None,
+        "hue_jitter": 0.0,
+        "grayscale": 0.0,
+        "blur": 0.0,
         "random_erasing": 0.0,
         "eval_mode": "resize",
         "crop_pct": 1.0,

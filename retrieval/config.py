@@ -171,7 +171,8 @@ class AugmentConfig(_Section):
 
     section: ClassVar[str] = "augment"
 
-    preset: PresetName  # natural | glyph | document | sketch | light (auto: the dataset's, retrieval.data.registry)
+    # natural | glyph | artwork | document | sketch | light (auto: the dataset's, retrieval.data.registry)
+    preset: PresetName
     # RandomResizedCrop area range; null: no crop, train on the eval geometry
     crop_scale: tuple[float, float] | None = field(
         metadata=_accepts(
@@ -194,6 +195,10 @@ class AugmentConfig(_Section):
     color_jitter: float = field(metadata=_accepts(lambda value: value >= 0.0, "a strength >= 0"))
     # timm policy, e.g. rand-m9-mstd0.5 (RandAugment) or original; null: none (timm parses it: _check_auto_augment)
     auto_augment: str | None
+    # hue shift strength added to color_jitter, in [0, 0.5] (0: none; applied only with color_jitter)
+    hue_jitter: float = field(metadata=_accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]"))
+    grayscale: float = field(metadata=_PROBABILITY)  # probability of turning the image gray (RGB models)
+    blur: float = field(metadata=_PROBABILITY)  # probability of a Gaussian blur (sigma 0.1-2 px)
     random_erasing: float = field(metadata=_PROBABILITY)  # probability of erasing a rectangle after normalization
     eval_mode: EvalMode  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
     # center_crop: the crop's share of the resized image's side

@@ -211,7 +211,10 @@ def test_both_validation_holdouts_at_once_are_refused():
 @pytest.mark.parametrize(
     ("override", "message"),
     [
-        ("augment.preset=glyf", "unknown augment.preset 'glyf'; valid presets: auto, natural, glyph, document, sketch"),
+        (
+            "augment.preset=glyf",
+            "unknown augment.preset 'glyf'; valid presets: auto, natural, glyph, artwork, document, sketch",
+        ),
         ("augment.crop_scale=0.5", r"augment.crop_scale must be a pair of numbers \(e.g. 0.5,1.0\) or null"),
         ("augment.crop_scale=a,b", "augment.crop_scale must be a pair of numbers"),
         ("augment.crop_scale=1.0,0.5", "augment.crop_scale must be null or two area fractions 0 < low <= high <= 1"),
@@ -219,6 +222,9 @@ def test_both_validation_holdouts_at_once_are_refused():
         ("augment.affine_scale=1.2,0.8", "augment.affine_scale must be two zoom factors 0 < low <= high"),
         ("augment.hflip=1.5", r"augment.hflip must be a probability in \[0, 1\], got 1.5"),
         ("augment.random_erasing=-0.1", r"augment.random_erasing must be a probability in \[0, 1\]"),
+        ("augment.hue_jitter=0.6", r"augment.hue_jitter must be a hue shift in \[0, 0.5\], got 0.6"),
+        ("augment.grayscale=2", r"augment.grayscale must be a probability in \[0, 1\]"),
+        ("augment.blur=-1", r"augment.blur must be a probability in \[0, 1\]"),
         ("augment.eval_mode=crop", "augment.eval_mode must be one of center_crop, resize, pad_square, got 'crop'"),
         ("augment.fill=grey", "augment.fill must be one of auto, white, black, mean, got 'grey'"),
         ("augment.crop_pct=0", r"augment.crop_pct must be a fraction in \(0, 1\]"),

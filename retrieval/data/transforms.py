@@ -9,7 +9,7 @@ Both pipelines take a PIL image (what `load_image` returns) or a `(C, H, W)` ten
    (`center_crop`: Resize(size / crop_pct) + CenterCrop(size); `resize`: the whole image squashed
    to size x size; `pad_square`: the whole image letterboxed onto a `fill` square);
 3. train only: RandomAffine (borders filled with `fill`), horizontal flip, then timm's
-   auto-augment / colour jitter;
+   auto-augment / colour jitter (with `hue_jitter`), random grayscale and Gaussian blur;
 
 `fill: auto` fills with each image's own background, the median colour of its one-pixel border
 as it reaches the step that fills (`border_colour`): light strokes on black get black borders,
@@ -59,7 +59,7 @@ def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[flo
 def build_train_transform(
     augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
 ) -> Callable[[Any], Any]:
-    """The training pipeline: geometry, affine, flip, auto-augment / colour jitter, normalize, erasing.
+    """The training pipeline: geometry, affine, flip, photometric noise, normalize, erasing.
 
     Args:
         augment: the resolved augmentation knobs.
@@ -82,7 +82,9 @@ def build_train_transform(
         ratio=augment.crop_ratio,
         hflip=0.0,
         # timm adds no ColorJitter for None (0 would add one that draws random numbers); its hint omits None.
-        color_jitter=augment.color_jitter or None,  # type: ignore[arg-type]
+        color_jitter=_color_jitter(augment),  # type: ignore[arg-type]
+        grayscale_prob=augment.grayscale,
+        gaussian_blur_prob=augment.blur,
         auto_augment=augment.auto_augment,
         interpolation=interpolation,
         mean=mean,
@@ -107,6 +109,13 @@ def build_train_transform(
     if augment.hflip > 0:
         steps.append(v2.RandomHorizontalFlip(p=augment.hflip))
     return v2.Compose([*steps, photometric, to_tensor])
+
+
+def _color_jitter(augment: AugmentConfig) -> tuple[float, ...] | None:
+    """timm's ColorJitter strengths (brightness, contrast, saturation[, hue]); None when there is none."""
+    if not augment.color_jitter:
+        return None
+    return (augment.color_jitter,) * 3 + ((augment.hue_jitter,) if augment.hue_jitter else ())
 
 
 def build_eval_transform(

@@ -211,6 +211,36 @@ def test_photometric_knobs_change_a_flat_image_only_when_set():
     torch.testing.assert_close(outputs, torch.full_like(outputs, 2 * 100 / 255 - 1), atol=1e-6, rtol=0)
 
 
+def test_hue_grayscale_and_blur_knobs_do_what_they_say():
+    torch.manual_seed(0)
+    still = _as_raw(_augment("glyph", affine_degrees=0.0, affine_translate=0.0, affine_scale=(1.0, 1.0)))
+
+    def outputs(image: Image.Image, **knobs) -> torch.Tensor:
+        transform = build_train_transform(resolve_augment({**still, **knobs}, "csv"), 32, HALF, 3)
+        return torch.stack([transform(image) for _ in range(20)])
+
+    red = Image.fromarray(np.tile(np.array([200, 40, 40], dtype=np.uint8), (32, 32, 1)))
+    # Hue moves the channels apart differently; brightness alone keeps red's channel ratios.
+    hue = outputs(red, color_jitter=1e-6, hue_jitter=0.5)
+    assert (hue[:, 1].mean(dim=(1, 2)) - hue[:, 2].mean(dim=(1, 2))).abs().max() > 0.1
+    grey = outputs(red, grayscale=1.0)
+    torch.testing.assert_close(grey[:, 0], grey[:, 1])
+    torch.testing.assert_close(grey[:, 1], grey[:, 2])
+    edge = np.zeros((32, 32, 3), dtype=np.uint8)
+    edge[:, 16:] = 255
+    sharp, blurred = outputs(Image.fromarray(edge))[0], outputs(Image.fromarray(edge), blur=1.0)
+    steps = (blurred[:, 0, :, 15] - blurred[:, 0, :, 16]).abs().mean(dim=1)
+    assert steps.min() < (sharp[0, :, 15] - sharp[0, :, 16]).abs().mean() - 0.05
+
+
+def test_the_artwork_preset_is_the_glyph_geometry_with_photometric_noise():
+    artwork, glyph = _augment("artwork"), _augment("glyph")
+    assert (artwork.crop_scale, artwork.hflip, artwork.eval_mode, artwork.fill) == (None, 0.0, "resize", "auto")
+    assert artwork.affine_degrees > glyph.affine_degrees and artwork.color_jitter > 0
+    assert min(artwork.hue_jitter, artwork.grayscale, artwork.blur, artwork.random_erasing) > 0
+    assert max(glyph.hue_jitter, glyph.grayscale, glyph.blur, glyph.random_erasing) == 0
+
+
 def _as_raw(augment) -> dict:
     return {key: getattr(augment, key) for key in PRESETS[augment.preset]} | {"preset": augment.preset}
 

@@ -71,8 +71,8 @@ def create_app(
         device: where the model runs (`auto`, `cpu`, `cuda`).
         limits: request limits (`ServeLimits()` by default).
         search_threads: FAISS (OpenMP) threads per search. One: concurrent requests already use the
-            cores, and fanning a single query out over threads mostly adds wake-up latency (on a
-            busy 2-core machine, 0.2 ms with one thread vs 70 ms with two for a 20k flat search).
+            cores, and fanning a single query out over threads mostly adds their wake-up latency
+            (docs/benchmarks.md, "Search service").
         image_root: image paths are shown relative to this folder; images outside it are shown by
             id only (`path` null). Default: the deepest folder holding every image indexed at start
             (fixed for the server's life, so that a path a client kept stays valid; pass a root

@@ -18,10 +18,10 @@ from typing import Any
 import faiss
 import numpy as np
 
+from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filters import Filter
-from retrieval.inference.encoder import encoder_for_index
 from retrieval.inference.interface import Encoder, model_identity
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views

@@ -104,8 +104,8 @@ class Searcher:
             image = open_image(data, self.limits.max_pixels)
             with self.decoding.hold(image.width * image.height * BYTES_PER_PIXEL):
                 try:
-                    load_pixels(image)  # decoded here, so that a broken file never joins a batch
-                    vector = self.embedding.embed(view.encoder, image)
+                    # decoded before it joins a batch, so that a broken file fails alone
+                    vector = self.embedding.embed(view.encoder, image, decode=lambda: load_pixels(image))
                 finally:
                     image.close()  # frees the pixels before the memory is handed back
         except ImageTooLarge as exc:

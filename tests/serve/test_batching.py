@@ -75,20 +75,70 @@ def test_max_batch_1_is_one_pass_per_call():
     assert [len(images) for images in encoder.passes] == [1] * 6
 
 
-def test_a_batch_never_exceeds_max_batch_and_a_full_one_does_not_wait():
+def test_a_full_batch_runs_at_once_though_another_image_is_decoding():
     encoder = FakeEncoder()
     batcher = EmbedBatcher(BatchPolicy(max_batch=3, wait=30), threading.Lock())
+    decoding, release = threading.Event(), threading.Event()
+
+    def slow_decode() -> None:
+        decoding.set()
+        release.wait(30)
+
+    slow = threading.Thread(target=batcher.embed, args=(encoder, _colour(9), slow_decode))
+    slow.start()
+    decoding.wait(5)
     started = time.perf_counter()
-    _together([lambda i=i: batcher.embed(encoder, _colour(i)) for i in range(6)])
-    assert time.perf_counter() - started < 10  # two full batches of 3 run at once, not after 30 s
-    assert sorted(len(images) for images in encoder.passes) == [3, 3]
+    _together([lambda i=i: batcher.embed(encoder, _colour(i), decode=lambda: None) for i in range(3)])
+    took = time.perf_counter() - started
+    release.set()
+    slow.join(10)
+    assert took < 10  # not the 30 s wait
+    assert [len(images) for images in encoder.passes] == [3, 1]
 
 
-def test_a_lone_call_waits_at_most_the_wait():
-    batcher = EmbedBatcher(BatchPolicy(max_batch=16, wait=0.05), threading.Lock())
+def test_a_batch_never_exceeds_max_batch():
+    encoder, model = FakeEncoder(), threading.Lock()
+    batcher = EmbedBatcher(BatchPolicy(max_batch=3, wait=0), model)
+    with ThreadPoolExecutor(7) as pool:
+        with model:  # the calls gather while the model is busy
+            calls = [pool.submit(batcher.embed, encoder, _colour(i)) for i in range(7)]
+            time.sleep(0.5)
+        for call in calls:
+            call.result()
+    sizes = [len(images) for images in encoder.passes]
+    assert max(sizes) == 3 and sum(sizes) == 7
+
+
+def test_a_lone_call_does_not_wait():
+    batcher = EmbedBatcher(BatchPolicy(max_batch=16, wait=10), threading.Lock())
     started = time.perf_counter()
-    batcher.embed(FakeEncoder(), _colour(1))
-    assert time.perf_counter() - started < 0.05 + 0.5
+    batcher.embed(FakeEncoder(), _colour(1), decode=lambda: None)
+    assert time.perf_counter() - started < 2
+
+
+def _decoding_for(seconds: float, started: threading.Event) -> Callable[[], None]:
+    def decode() -> None:
+        started.set()
+        time.sleep(seconds)
+
+    return decode
+
+
+@pytest.mark.parametrize(("decode_s", "wait", "passes"), [(0.3, 5.0, [2]), (1.5, 0.1, [1, 1])])
+def test_a_leader_waits_for_an_image_being_decoded_at_most_the_wait(decode_s, wait, passes):
+    """Slow decoding joins the batch within the wait; past it, the leader goes alone (wait + a margin)."""
+    encoder = FakeEncoder()
+    batcher = EmbedBatcher(BatchPolicy(max_batch=16, wait=wait), threading.Lock())
+    decoding = threading.Event()
+    slow = threading.Thread(target=batcher.embed, args=(encoder, _colour(1), _decoding_for(decode_s, decoding)))
+    slow.start()
+    decoding.wait(5)
+    started = time.perf_counter()
+    batcher.embed(encoder, _colour(2), decode=lambda: None)
+    took = time.perf_counter() - started
+    slow.join(10)
+    assert [len(images) for images in encoder.passes] == passes
+    assert took < min(decode_s, wait) + 1
 
 
 def test_an_image_the_model_refuses_fails_only_its_own_call():
@@ -149,9 +199,17 @@ def _upload(url: str, body: bytes) -> httpx.Response:
         return client.post("/search", files={"image": ("q.png", body, "image/png")}, data={"k": "4"})
 
 
-def _uploads(url: str, bodies: list[bytes]) -> list[httpx.Response]:
-    """All at once, one client each."""
-    return _together([lambda body=body: _upload(url, body) for body in bodies])
+def _uploads(app, url: str, bodies: list[bytes], gathered: int) -> list[httpx.Response]:
+    """All at once, one client each, with the model held until `gathered` images wait in one batch."""
+    searcher = app.state.searcher
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        with searcher._model_lock:
+            answers = [pool.submit(_upload, url, body) for body in bodies]
+            deadline = time.monotonic() + 30
+            while sum(len(batch.images) for batch in searcher.embedding._open) < gathered:
+                assert time.monotonic() < deadline, "the uploads did not gather"
+                time.sleep(0.01)
+        return [answer.result() for answer in answers]
 
 
 def test_concurrent_uploads_take_fewer_passes_and_answer_as_unbatched(gallery, serve_limits, serving, monkeypatch):
@@ -159,11 +217,11 @@ def test_concurrent_uploads_take_fewer_passes_and_answer_as_unbatched(gallery, s
     batched = create_app(gallery.index_dir, device="cpu", limits=serve_limits, batching=BatchPolicy(16, wait=0.5))
     sizes = _counting(batched, monkeypatch)
     with serving(batched) as url:
-        answers = _uploads(url, bodies)
+        answers = _uploads(batched, url, bodies, gathered=len(bodies))
     alone = create_app(gallery.index_dir, device="cpu", limits=serve_limits, batching=BatchPolicy(max_batch=1))
     with serving(alone) as url:
         references = [_upload(url, body) for body in bodies]  # one at a time
-    assert len(sizes) < len(bodies) and sum(sizes) == len(bodies)
+    assert sizes == [len(bodies)]
     for answer, reference in zip(answers, references, strict=True):
         assert answer.status_code == reference.status_code == 200
         got, want = answer.json()["results"], reference.json()["results"]
@@ -178,13 +236,13 @@ def test_a_bad_upload_among_good_ones_fails_alone(gallery, serve_limits, serving
     app = create_app(gallery.index_dir, device="cpu", limits=serve_limits, batching=BatchPolicy(16, wait=0.5))
     sizes = _counting(app, monkeypatch)
     with serving(app) as url:
-        answers = _uploads(url, [good[0], truncated, good[1], refused, good[2]])
+        answers = _uploads(app, url, [good[0], truncated, good[1], refused, good[2]], gathered=4)
     assert [answer.status_code for answer in answers] == [200, 400, 200, 400, 200]
     assert "cannot decode the image" in answers[1].json()["error"]
     assert "refuses images 7 pixels wide" in answers[3].json()["error"]
     for answer, i in zip((answers[0], answers[2], answers[4]), range(3), strict=True):
         assert answer.json()["results"][0]["id"] == gallery.ids[i]
-    assert max(sizes) > 1  # the good images and the refused one met in one pass, which failed and fell back
+    assert sizes == [4, 1, 1, 1, 1]  # the good images and the refused one met in one pass, which failed and fell back
 
 
 def test_serve_passes_the_batch_flags_and_refuses_a_zero_batch(gallery, monkeypatch, capsys):

@@ -146,7 +146,7 @@ class EmbedBatcher:
         """Add `image` to the open batch of `encoder`, or open one: `(batch, its row, whether this call leads)`.
 
         `decoded`: the call was counted by `_decode`; it stops counting in the same step as it joins,
-        so that a leader never sees it neither on its way nor in the batch.
+        so that a leader always sees it either on its way or in the batch.
         """
         with self._changed:
             if decoded:

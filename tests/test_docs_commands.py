@@ -236,6 +236,7 @@ COMMANDS: dict[str, Run | Skip] = {
         "retrieval serve --index runs/shop/index [--host 127.0.0.1] [--port 8000] [--device auto]"
         " [--search-threads 1] [--checkpoint CKPT] [--image-root DIR] [--openapi] [--reload-interval 1]"
         " [--max-upload-mb 16] [--max-pixels 40000000] [--decode-memory 1G] [--decode-wait 1] [--body-timeout 30]"
+        " [--max-batch 16] [--batch-wait-ms 2]"
     ): Run(SERVED, {"[": "", "]": "", "CKPT": "runs/shop/checkpoints/best.pt", "DIR": SHOP}),
     (
         "retrieval index export --index runs/shop/index"

@@ -145,7 +145,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     import faiss
 
     from retrieval.index import SearchIndex
-    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index.from_embeddings import open_embedding_files
 
     faiss.omp_set_num_threads(args.threads)
     kind, on_disk = args.kind.removesuffix("-on-disk"), args.kind.endswith("-on-disk")

@@ -351,7 +351,7 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
 
 def _query(args: argparse.Namespace) -> int:
     from retrieval.index import SearchIndex
-    from retrieval.index.filters import load_filter
+    from retrieval.index.filter_language import load_filter
     from retrieval.inference.encoder import encoder_for_index
     from retrieval.inference.sources import image_files
     from retrieval.rerank import IndexGallery, rerank_at_query

@@ -62,7 +62,7 @@ def built_from_embeddings(
             or `--trained`/`--shard` do not fit them (see `shard_inputs`).
     """
     from retrieval.index import SearchIndex, parse_memory
-    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index.from_embeddings import open_embedding_files
 
     flags = (
         ("--checkpoint", args.checkpoint),

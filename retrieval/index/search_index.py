@@ -24,8 +24,8 @@ from tqdm.auto import tqdm
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
-from retrieval.index.filtered import LabelSpace, search_passing
-from retrieval.index.filters import Filter
+from retrieval.index.filter_language import Filter
+from retrieval.index.filtered_search import LabelSpace, search_passing
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file, read_with_lists_beside
@@ -352,8 +352,8 @@ class SearchIndex:
         Args:
             vectors: `(Q, D)` or `(D,)` queries; normalized here.
             k: results per query, >= 1.
-            filter: metadata conditions (`retrieval.index.filters`), applied inside FAISS with an
-                `IDSelector` (see `retrieval.index.filtered`): the exact top-k of the passing vectors
+            filter: metadata conditions (`retrieval.index.filter_language`), applied inside FAISS with an
+                `IDSelector` (see `retrieval.index.filtered_search`): the exact top-k of the passing vectors
                 for flat, the tuned recall for the other kinds. `None` or no conditions: all vectors.
 
         Returns:

@@ -34,7 +34,7 @@ import pyarrow as pa
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.choice import IndexKind, plan_index
-from retrieval.index.embedding_files import EmbeddingFiles
+from retrieval.index.from_embeddings import EmbeddingFiles
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
 from retrieval.index.search_index import SearchIndex, _UnitChunks

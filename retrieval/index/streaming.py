@@ -2,7 +2,7 @@
 
 A `VectorStream` is N rows of dimension D that can be read again from the start, in the same
 order each time, a chunk of rows at a time: an in-memory array (`VectorStream.of_array`), a
-memory-mapped `.npy`, parquet row groups (`retrieval.index.embedding_files`). Building an index
+memory-mapped `.npy`, parquet row groups (`retrieval.index.from_embeddings`). Building an index
 reads it twice: once to gather the rows it samples (training vectors, held-out queries), once to
 add every row, so peak memory is the index, the samples and one chunk, whatever N is.
 """

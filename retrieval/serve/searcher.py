@@ -20,7 +20,7 @@ import numpy as np
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.filters import Filter
+from retrieval.index.filter_language import Filter
 from retrieval.inference.encoder import encoder_for_index
 from retrieval.inference.interface import Encoder, model_identity
 from retrieval.rerank import IndexGallery, Reranker

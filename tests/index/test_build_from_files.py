@@ -16,7 +16,7 @@ from index_oracle import brute_force, overlap
 from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.embedding_files import open_embedding_files
+from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
 from retrieval.inference.encoder import encoder_for_index
@@ -134,7 +134,7 @@ def test_a_build_killed_while_saving_leaves_the_previous_index_intact(data, tmp_
     killer = (
         "import os, signal, sys\n"
         "from retrieval.index import SearchIndex\n"
-        "from retrieval.index.embedding_files import open_embedding_files\n"
+        "from retrieval.index.from_embeddings import open_embedding_files\n"
         "def write_half(self, path):\n"
         "    path.write_bytes(b'half an index')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"

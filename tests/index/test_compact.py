@@ -11,7 +11,7 @@ from index_oracle import N, brute_force, overlap
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
-from retrieval.index.filters import parse_where
+from retrieval.index.filter_language import parse_where
 from retrieval.index.storage import INDEX_FILE
 
 TARGET = 0.9

@@ -10,7 +10,7 @@ from index_oracle import KINDS, N, brute_force, overlap
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, filtered
-from retrieval.index.filters import Filter, parse_filter, parse_where
+from retrieval.index.filter_language import Filter, parse_filter, parse_where
 
 TARGET = 0.9
 TOLERANCE = 0.02

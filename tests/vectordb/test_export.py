@@ -9,7 +9,7 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors, exact_neighbors
-from retrieval.index.filters import parse_where
+from retrieval.index.filter_language import parse_where
 from retrieval.rerank import IndexGallery, KReciprocal
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex

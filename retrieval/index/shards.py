@@ -33,11 +33,12 @@ import pyarrow as pa
 
 from retrieval import __version__
 from retrieval.errors import UserError
+from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
-from retrieval.index.search_index import SearchIndex, _UnitChunks
+from retrieval.index.search_index import SearchIndex
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -47,15 +48,13 @@ from retrieval.index.storage import (
     read_verified_manifest,
     write_index_directory,
 )
-from retrieval.index.streaming import gather_rows
+from retrieval.index.streaming import UnitChunks, gather_rows
 from retrieval.runtime.files import file_sha256
 
 __all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_shards", "read_trained", "train_index"]
 
 TRAINED_FORMAT = "retrieval-trained-index"
-_TRAINING_CAP = 262144  # as SearchIndex.build_streamed: k-means on more vectors barely moves the centroids
 _CHUNK_ROWS = 65536
-_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,8 @@ def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, prog
             f"{files.rows:,} rows cannot train {plan.parameters['nlist']:,} lists (39 rows a list); "
             "pass a smaller --nlist"
         )
-    rng = np.random.default_rng(_SEED)
-    size = min(files.rows, max(plan.min_training_vectors, _TRAINING_CAP))
-    wanted = np.sort(rng.choice(files.rows, size=size, replace=False))
-    sample = gather_rows(_UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
+    wanted = training_rows(files.rows, plan, np.random.default_rng(SEED))
+    sample = gather_rows(UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
     index = faiss.index_factory(files.dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
     index.train(sample)
     manifest = {

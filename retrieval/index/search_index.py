@@ -467,30 +467,31 @@ class SearchIndex:
         """`load`'s reads, once; files of two versions give a `UserError` (sizes, checksums or counts disagree)."""
         manifest = read_verified_manifest(directory)  # before FAISS parses a byte
         path = Path(directory) / INDEX_FILE
-        expected_dim = manifest["dimension"]
+        expected_dim = manifest.dimension
         if dim is not None and dim != expected_dim:
             raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
         try:
-            on_disk = LISTS_FILE in manifest["files"]  # its lists are memory-mapped from beside the index file
+            on_disk = LISTS_FILE in manifest.files  # its lists are memory-mapped from beside the index file
             index = read_with_lists_beside(path) if on_disk else faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
-            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest["files"] else None
+            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest.files else None
             if refine_file is not None:  # ivfpq's re-ranking vectors, always memory-mapped
                 index = from_index_file(index, refine_file)
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
             raise UserError(f"{path} holds {index.d}-d vectors, the manifest says {expected_dim}: wrong dimension")
-        stored = manifest.get("stored", manifest["count"])
-        if index.ntotal != stored:
-            raise UserError(f"{path} holds {index.ntotal} vectors, the manifest says {stored}: count mismatch")
+        if index.ntotal != manifest.stored_count:
+            raise UserError(
+                f"{path} holds {index.ntotal} vectors, the manifest says {manifest.stored_count}: count mismatch"
+            )
         metadata = Metadata.read(Path(directory) / METADATA_FILE)
-        if len(metadata) != manifest["count"]:
+        if len(metadata) != manifest.count:
             raise UserError(
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
-                f"{manifest['count']} vectors: count mismatch"
+                f"{manifest.count} vectors: count mismatch"
             )
         read_only = mmap or on_disk or refine_file is not None
-        return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)
+        return cls(index, metadata, manifest.as_dict(), read_only=read_only, refine_file=refine_file)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:

@@ -132,7 +132,7 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
         UserError: a shard is not a shard (built without `--trained`), or the shards differ in trained
             index, kind or dimension, or their ids overlap.
     """
-    manifests = [read_verified_manifest(shard) for shard in shards]
+    manifests = [read_verified_manifest(shard).as_dict() for shard in shards]
     _check_compatible(shards, manifests)
     order = sorted(range(len(shards)), key=lambda i: int(manifests[i].get("first_id", 0)))
     shards, manifests = [shards[i] for i in order], [manifests[i] for i in order]

@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
     source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     with writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
-        if (index.manifest.get("model") or {}) != model:
+        if index.manifest.model != model:
             raise UserError(
                 f"{args.index} was rebuilt with another model while the images were embedded; run add again"
             )

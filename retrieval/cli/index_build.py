@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
@@ -19,6 +19,7 @@ from retrieval.index.locking import writer_lock
 
 if TYPE_CHECKING:
     from retrieval.index import SearchIndex
+    from retrieval.index.manifest import IndexManifest
     from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
@@ -143,8 +144,8 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
         index.save(args.out)
     # Measured while building, on held-out vectors; a build too small to hold out enough of them is measured
     # as index eval measures it: every stored vector (up to 1,000) searched for among the others.
-    shard = "trained" in index.manifest  # a shard (index build --trained) is measured once merged
-    measured = index.manifest.get("measured")
+    shard = index.manifest.trained is not None  # a shard (index build --trained) is measured once merged
+    measured = index.manifest.measured
     if not shard and not well_measured(measured):
         measured = index.evaluate(k=10)
     print(f"index: {args.out} ({index.kind}: {index.factory})")
@@ -154,12 +155,12 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
     return 0
 
 
-def _tuning_line(manifest: dict[str, Any]) -> str:
+def _tuning_line(manifest: IndexManifest) -> str:
     """`search parameters: nprobe=64 (tuned to recall@10 0.95, the default target)`, or why they are fixed."""
-    parameters = ", ".join(f"{name}={value}" for name, value in manifest["search_parameters"].items())
+    parameters = ", ".join(f"{name}={value}" for name, value in manifest.search_parameters.items())
     if not parameters:
         return "search parameters: none (exact search)"
-    target, source = manifest.get("target_recall"), manifest.get("target_recall_source")
+    target, source = manifest.target_recall, manifest.target_recall_source
     if target is None:
         return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
     which = "the default target" if source == "default" else "--target-recall"

@@ -23,9 +23,9 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.index import SearchIndex
 
     with writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
-        before = index.manifest["files"][INDEX_FILE]["size"]
+        before = index.manifest.files[INDEX_FILE].size
         dropped = index.compact()
-    after = index.manifest["files"][INDEX_FILE]["size"]
+    after = index.manifest.files[INDEX_FILE].size
     print(
         f"compacted {args.index}: dropped {dropped} removed vectors, {index.ntotal} remain; "
         f"{INDEX_FILE} {before / 2**20:.1f} MB -> {after / 2**20:.1f} MB"

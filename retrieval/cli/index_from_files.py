@@ -96,7 +96,7 @@ def built_from_embeddings(
             files.stream, files.metadata(), options, trained=trained_index, first_id=first_id
         )
         if trained is not None:  # `index merge` merges the shards of one trained index and one list of inputs only
-            index.manifest.update({"trained": trained.sha256, "shard": inputs.record})
+            index.manifest.trained, index.manifest.shard = trained.sha256, inputs.record
         yield (
             index,
             f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"

@@ -3,8 +3,8 @@
 `manifest.json` is a text file people open and edit; a field of the wrong type (a string where
 a count belongs, a list where the file table belongs) must be refused naming the field, not
 surface later as a `KeyError` or `TypeError` deep in loading or searching. Fields this model does
-not name (`created`, `sources`, `shard`, ...) are kept as they are; an absent optional field is
-not checked, a present one is (null only where the field allows it).
+not name are kept as they are; an absent optional field is not checked, a present one is (null
+only where the field allows it), and `as_dict` gives back exactly the fields that were there.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ class IndexManifest(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="allow")
 
+    format: str = Field(description="a string")
     version: int = Field(description="an integer")
     dimension: int = Field(gt=0, description="a positive integer")
     metric: str = Field(description="a string")
@@ -66,8 +67,20 @@ class IndexManifest(BaseModel):
     database_augmentation: str | None = Field(None, description="null or a dba spec string")
     match_threshold: MatchThreshold | None = Field(None, description='null or an object with a numeric "score"')
     files: dict[str, FileEntry] = Field(
-        description='an object of {"size": bytes, "sha256": 64 hex digits} by file name'
+        {}, description='an object of {"size": bytes, "sha256": 64 hex digits} by file name'
     )
+    # What the build recorded about itself and its inputs; read for display and by `index merge`.
+    toolkit_version: str | None = Field(None, description="a version string")
+    faiss_version: str | None = Field(None, description="a version string")
+    created: str | None = Field(None, description="an ISO 8601 time")
+    requested_kind: str | None = Field(None, description="a string")
+    max_memory: int | None = Field(None, description="null or a number of bytes")
+    inputs_were_normalized: bool | None = Field(None, description="true or false")
+    first_id: _Count | None = Field(None, description="a non-negative integer")
+    sources: list[dict[str, Any]] | None = Field(None, description="a list of objects")
+    trained: str | None = Field(None, description="the trained index's sha256")
+    shard: dict[str, Any] | None = Field(None, description="an object")
+    merged_from: list[dict[str, Any]] | None = Field(None, description="a list of objects")
 
     @field_validator("stored", "removed_ids", "search_parameters", "parameters", "measured", "model", mode="before")
     @classmethod
@@ -93,6 +106,11 @@ class IndexManifest(BaseModel):
             raise UserError(
                 f"{path}: field {field!r} must be {expected}, got {shown}; fix it or rebuild the index"
             ) from None
+
+    @classmethod
+    def of(cls, manifest: Mapping[str, Any]) -> IndexManifest:
+        """The typed manifest of one this toolkit made (a build's, a merge's, a save's): a wrong type is a bug."""
+        return cls.model_validate(dict(manifest))
 
     @property
     def stored_count(self) -> int:

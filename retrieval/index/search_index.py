@@ -30,6 +30,7 @@ from retrieval.index.choice import IndexKind
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
+from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, link_or_copy, lists_file, read_with_lists_beside
 from retrieval.index.refine_file import REFINE_FILE, from_index_file, without_refine
@@ -51,15 +52,15 @@ class SearchIndex:
     Build one with `SearchIndex.build`, open a saved one with `SearchIndex.load`.
 
     Attributes:
-        manifest: what `save` writes to `manifest.json` (kind, factory string, parameters,
-            measured recall and latency, model information, ...).
+        manifest: what `save` writes to `manifest.json` (`IndexManifest`: kind, factory string,
+            parameters, measured recall and latency, model information, ...).
     """
 
     def __init__(
         self,
         index: faiss.Index,
         metadata: Metadata,
-        manifest: dict[str, Any],
+        manifest: IndexManifest,
         read_only: bool = False,
         refine_file: Path | None = None,
     ) -> None:
@@ -69,10 +70,10 @@ class SearchIndex:
         self._refine_file = refine_file  # ivfpq's re-ranking vectors, mapped from this file (`refine_file`)
         self._metadata = metadata
         self.manifest = manifest
-        self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
+        self._tombstones = np.asarray(sorted(manifest.removed_ids), dtype=np.int64)
         self._directory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ivf id -> (list, offset)
         self._labels: LabelSpace | None = None  # id <-> FAISS label, for filtered search
-        set_search_parameters(index, manifest.get("search_parameters", {}))
+        set_search_parameters(index, manifest.search_parameters)
 
     # -- shape ---------------------------------------------------------------------------------
     @property
@@ -88,12 +89,12 @@ class SearchIndex:
     @property
     def kind(self) -> str:
         """`flat`, `hnsw`, `ivf` or `ivfpq` (what `auto` chose, for an auto build)."""
-        return str(self.manifest["kind"])
+        return self.manifest.kind
 
     @property
     def factory(self) -> str:
         """The `faiss.index_factory` string the index was built from."""
-        return str(self.manifest["factory"])
+        return self.manifest.factory
 
     def __repr__(self) -> str:
         return f"SearchIndex(kind={self.kind!r}, factory={self.factory!r}, ntotal={self.ntotal}, dim={self.dim})"
@@ -182,7 +183,8 @@ class SearchIndex:
     def _of(cls, built: BuiltIndex) -> SearchIndex:
         """The `SearchIndex` of a build; read-only when its re-ranking vectors are mapped from a file."""
         read_only = built.refine_file is not None
-        return cls(built.index, built.metadata, built.manifest, read_only=read_only, refine_file=built.refine_file)
+        manifest = IndexManifest.of(built.manifest)
+        return cls(built.index, built.metadata, manifest, read_only=read_only, refine_file=built.refine_file)
 
     # -- searching -----------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -235,7 +237,7 @@ class SearchIndex:
         if len(passing) == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         if self._labels is None:
-            self._labels = LabelSpace.of(self._index, int(self.manifest["next_id"]))
+            self._labels = LabelSpace.of(self._index, self.manifest.next_id)
         width = min(max(k, TUNED_K), len(passing))  # the tuned shortlist length, as in `_search_all`
         return search_passing(self._labels, queries, width, passing, self.ntotal)
 
@@ -291,10 +293,10 @@ class SearchIndex:
         """
         self._check_writable("add to")
         vectors, _ = unit_rows(embeddings, "embeddings", self.dim)
-        recorded = self.manifest.get("database_augmentation")
-        if recorded:
-            vectors = augmentation_at_build(recorded).added(IndexGallery(self), vectors)
-        start = int(self.manifest["next_id"])
+        if self.manifest.database_augmentation:
+            augmentation = augmentation_at_build(self.manifest.database_augmentation)
+            vectors = augmentation.added(IndexGallery(self), vectors)
+        start = self.manifest.next_id
         ids = np.arange(start, start + len(vectors), dtype=np.int64)
         rows = Metadata.from_rows(ids, metadata)
         try:
@@ -304,7 +306,11 @@ class SearchIndex:
         add_in_chunks(self._index, vectors, ids, progress=False, description="adding")
         self._metadata = merged
         self._directory = self._labels = None
-        self.manifest.update(count=len(merged), stored=int(self._index.ntotal), next_id=start + len(vectors))
+        self.manifest.count, self.manifest.stored, self.manifest.next_id = (
+            len(merged),
+            int(self._index.ntotal),
+            start + len(vectors),
+        )
         return ids
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> int:
@@ -322,9 +328,8 @@ class SearchIndex:
             self._tombstones = np.union1d(self._tombstones, unique)
         self._metadata = remaining
         self._directory = self._labels = None
-        self.manifest.update(
-            count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
-        )
+        self.manifest.count, self.manifest.stored = len(remaining), int(self._index.ntotal)
+        self.manifest.removed_ids = self._tombstones.tolist()
         return len(unique)
 
     def compact(self) -> int:
@@ -345,7 +350,7 @@ class SearchIndex:
         dropped = len(self._tombstones)
         self._tombstones = np.zeros(0, dtype=np.int64)
         self._directory = self._labels = None
-        self.manifest.update(stored=int(self._index.ntotal), removed_ids=[])
+        self.manifest.stored, self.manifest.removed_ids = int(self._index.ntotal), []
         return dropped
 
     # -- measuring -----------------------------------------------------------------------------
@@ -399,13 +404,12 @@ class SearchIndex:
 
         An existing index there is replaced only once the new one is complete on disk.
         """
-        manifest = dict(self.manifest)
         lists = lists_file(self._index)
         writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
         if self._refine_file is not None:
             writers[REFINE_FILE] = partial(link_or_copy, self._refine_file)
         writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
-        self.manifest = write_index_directory(directory, writers, manifest)
+        self.manifest = IndexManifest.of(write_index_directory(directory, writers, self.manifest.as_dict()))
         if self._refine_file is not None:  # the mapped file is now (also) this one: a build's working copy may go
             self._refine_file = Path(directory).absolute() / REFINE_FILE
 
@@ -491,7 +495,7 @@ class SearchIndex:
                 f"{manifest.count} vectors: count mismatch"
             )
         read_only = mmap or on_disk or refine_file is not None
-        return cls(index, metadata, manifest.as_dict(), read_only=read_only, refine_file=refine_file)
+        return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)
 
     # -- internals ---------------------------------------------------------------------------
     def _write_faiss(self, path: Path) -> None:

@@ -36,6 +36,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles
+from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
 from retrieval.index.search_index import SearchIndex
@@ -149,7 +150,8 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     del indexes
     tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
     metadata = Metadata(pa.concat_tables(tables, promote_options="permissive"))
-    return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
+    manifest = IndexManifest.of(_merged_manifest(shards, manifests, int(merged.ntotal)))
+    return SearchIndex(merged, metadata, manifest, read_only=True)
 
 
 def _check_compatible(shards: list[Path], manifests: list[dict[str, Any]]) -> None:

@@ -57,13 +57,13 @@ def load_view(
         UserError: the index or its checkpoint cannot be loaded.
     """
     index = SearchIndex.load(path, mmap=True)  # served read-only: vectors mapped, shared through the page cache
-    model_info = index.manifest.get("model") or {}
+    model_info = index.manifest.model
     recorded = model_identity(model_info)
     if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:
         encoder: Encoder | None = previous.encoder
     else:
         encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
-    return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
+    return IndexView(index, encoder, public_info(index.manifest.as_dict(), index.metadata_schema))
 
 
 class Searcher:

@@ -105,7 +105,7 @@ def test_build_with_dba_stores_augmented_vectors_and_add_augments_new_ones(built
     args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--type", "flat"]
     assert main([*args, "--out", str(tmp_path / "dba"), "--rerank", "dba:k=3,alpha=1", *NO_WORKERS]) == 0
     plain, dba = SearchIndex.load(plain_dir), SearchIndex.load(tmp_path / "dba")
-    assert dba.manifest["database_augmentation"] == "dba:k=3,alpha=1"
+    assert dba.manifest.database_augmentation == "dba:k=3,alpha=1"
     ids = plain.ids
     expected = augment_vectors(np.stack([plain.reconstruct(i) for i in ids]), 3, 1.0)
     np.testing.assert_allclose(np.stack([dba.reconstruct(i) for i in ids]), expected, atol=1e-5)

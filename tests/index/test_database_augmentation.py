@@ -17,17 +17,19 @@ SPEC = "dba:k=3,alpha=1"
 def test_a_build_with_dba_stores_augmented_vectors_and_records_the_spec(data) -> None:
     vectors, _ = data
     index = SearchIndex.build(vectors, None, IndexBuildOptions(kind="flat", database_augmentation=SPEC, progress=False))
-    assert index.manifest["database_augmentation"] == SPEC
+    assert index.manifest.database_augmentation == SPEC
     ids, stored = index.stored_vectors()
     np.testing.assert_allclose(stored, augment_vectors(vectors, 3, 1.0)[ids], atol=1e-5)
-    assert "database_augmentation" not in SearchIndex.build(vectors[:50], kind="flat", progress=False).manifest
+    assert (
+        "database_augmentation" not in SearchIndex.build(vectors[:50], kind="flat", progress=False).manifest.as_dict()
+    )
 
 
 def test_python_add_to_a_dba_index_stores_what_the_cli_add_would(data, tmp_path) -> None:
     # An index as `index build --rerank dba` writes it: augmented vectors, the spec in the manifest.
     vectors, queries = data
     built = SearchIndex.build(augment_vectors(vectors, 3, 1.0), kind="flat", progress=False)
-    built.manifest["database_augmentation"] = SPEC
+    built.manifest.database_augmentation = SPEC
     built.save(tmp_path / "dba")
     index = SearchIndex.load(tmp_path / "dba")
     expected = DatabaseAugmentation(k=3, alpha=1.0).added(IndexGallery(index), queries[:5])

@@ -342,7 +342,7 @@ def test_a_manifest_of_the_first_format_loads_searches_and_saves_as_it_was(saved
     first = {key: value for key, value in json.loads(path.read_text()).items() if key in FIRST_FORMAT_KEYS}
     path.write_text(json.dumps(first))
     index = SearchIndex.load(saved)
-    assert index.manifest == first and index.ntotal == 500
+    assert index.manifest.as_dict() == first and index.ntotal == 500
     assert index.search(index.reconstruct(7), k=1)[1][0, 0] == 7
     index.remove([3])
     index.save(saved)

@@ -133,16 +133,16 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
         UserError: a shard is not a shard (built without `--trained`), or the shards differ in trained
             index, kind or dimension, or their ids overlap.
     """
-    manifests = [read_verified_manifest(shard).as_dict() for shard in shards]
-    _check_compatible(shards, manifests)
-    order = sorted(range(len(shards)), key=lambda i: int(manifests[i].get("first_id", 0)))
+    manifests = [read_verified_manifest(shard) for shard in shards]
+    records = _check_compatible(shards, manifests)
+    order = sorted(range(len(shards)), key=lambda i: manifests[i].first_id or 0)
     shards, manifests = [shards[i] for i in order], [manifests[i] for i in order]
     for number in range(1, len(shards)):
-        if int(manifests[number].get("first_id", 0)) < int(manifests[number - 1]["next_id"]):
+        if (manifests[number].first_id or 0) < manifests[number - 1].next_id:
             raise UserError(
                 f"{shards[number - 1]} and {shards[number]} hold overlapping ids: merge each shard of one split once"
             )
-    _check_complete(manifests)
+    _check_complete(records)
     indexes = [_read_shard(shard, manifest) for shard, manifest in zip(shards, manifests, strict=True)]
     merged = merged_lists(
         _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
@@ -150,34 +150,40 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     del indexes
     tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
     metadata = Metadata(pa.concat_tables(tables, promote_options="permissive"))
-    manifest = IndexManifest.of(_merged_manifest(shards, manifests, int(merged.ntotal)))
-    return SearchIndex(merged, metadata, manifest, read_only=True)
+    return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
 
 
-def _check_compatible(shards: list[Path], manifests: list[dict[str, Any]]) -> None:
-    """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension."""
+def _check_compatible(shards: list[Path], manifests: list[IndexManifest]) -> list[dict[str, Any]]:
+    """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension.
+
+    Returns:
+        Each shard's `shard` record (number, count, inputs), in the order of `shards`.
+    """
     first = manifests[0]
+    records = []
     for shard, manifest in zip(shards, manifests, strict=True):
-        if "trained" not in manifest:
+        if manifest.trained is None:
             raise UserError(f"{shard} is not a shard: build shards with `index build --trained TRAINED --shard K/M`")
         for field, what in (("kind", "kind"), ("dimension", "dimension"), ("trained", "trained index (sha256)")):
-            if manifest[field] != first[field]:
+            if getattr(manifest, field) != getattr(first, field):
                 raise UserError(
                     f"{shard} has another {what} than {shards[0]}: "
-                    f"{manifest[field]!r} vs {first[field]!r}; merge shards built with one TRAINED"
+                    f"{getattr(manifest, field)!r} vs {getattr(first, field)!r}; merge shards built with one TRAINED"
                 )
-        if (manifest.get("model") or {}) != (first.get("model") or {}):
+        if manifest.model != first.model:
             raise UserError(f"{shard} was embedded by another model than {shards[0]}; merge one model's shards")
-        if manifest.get("removed_ids"):
+        if manifest.removed_ids:
             raise UserError(f"{shard} has removed ids; build the shard again from its embedding files")
-        _check_same_inputs(shard, _shard_record(shard, manifest), shards[0], _shard_record(shards[0], first))
+        records.append(_shard_record(shard, manifest))
+        _check_same_inputs(shard, records[-1], shards[0], _shard_record(shards[0], first))
+    return records
 
 
-def _shard_record(shard: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def _shard_record(shard: Path, manifest: IndexManifest) -> dict[str, Any]:
     """The manifest's `shard` (number, count, inputs), checked for the fields the merge reads."""
-    if "merged_from" in manifest:
+    if manifest.merged_from is not None:
         raise UserError(f"{shard} is a merged index, not a shard; merge the shards it was merged from")
-    record = manifest.get("shard")
+    record = manifest.shard
     inputs = record.get("inputs") if isinstance(record, dict) else None
     if not (
         isinstance(record, dict)
@@ -214,18 +220,18 @@ def _check_same_inputs(shard: Path, record: dict[str, Any], first: Path, first_r
         )
 
 
-def _check_complete(manifests: list[dict[str, Any]]) -> None:
+def _check_complete(records: list[dict[str, Any]]) -> None:
     """Refuse a merge that misses shards of the split: its rows would be missing from the index without a word."""
-    count = int(manifests[0]["shard"]["count"])
-    missing = sorted(set(range(count)) - {int(manifest["shard"]["number"]) for manifest in manifests})
+    count = int(records[0]["count"])
+    missing = sorted(set(range(count)) - {int(record["number"]) for record in records})
     if missing:
         shown = ", ".join(f"{number}/{count}" for number in missing[:8]) + (", ..." if len(missing) > 8 else "")
         raise UserError(f"shard {shown} of the split is missing; merge all {count} shards")
 
 
-def _read_shard(shard: Path, manifest: dict[str, Any]) -> faiss.Index:
+def _read_shard(shard: Path, manifest: IndexManifest) -> faiss.Index:
     """The shard's FAISS index, its lists memory-mapped (on-disk lists beside it, or those inside index.faiss)."""
-    if LISTS_FILE in manifest["files"]:
+    if LISTS_FILE in manifest.files:
         return read_with_lists_beside(shard / INDEX_FILE)
     return faiss.read_index(str(shard / INDEX_FILE), faiss.IO_FLAG_MMAP)
 
@@ -239,37 +245,39 @@ def _empty_copy(index: faiss.Index) -> faiss.Index:
     return empty
 
 
-def _merged_manifest(shards: list[Path], manifests: list[dict[str, Any]], stored: int) -> dict[str, Any]:
+def _merged_manifest(shards: list[Path], manifests: list[IndexManifest], stored: int) -> IndexManifest:
     """The merged index's manifest: the shards' shape and settings, their counts and sources added up."""
     first = manifests[0]
     kept = ("kind", "requested_kind", "factory", "parameters", "dimension", "metric", "normalized", "trained")
-    start = int(first.get("first_id", 0))
-    return {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "toolkit_version": __version__,
-        "faiss_version": faiss.__version__,
-        "created": _now(),
-        **{field: first[field] for field in kept},
-        "max_memory": None,
-        "inputs_were_normalized": all(manifest.get("inputs_were_normalized", False) for manifest in manifests),
-        "count": sum(int(manifest["count"]) for manifest in manifests),
-        "stored": stored,
-        "next_id": int(manifests[-1]["next_id"]),
-        **({"first_id": start} if start else {}),
-        "removed_ids": [],
-        "search_parameters": first["search_parameters"],
-        "target_recall": None,
-        "target_recall_source": None,
-        "measured": {},
-        "model": first.get("model") or {},
-        "match_threshold": None,
-        "sources": [source for manifest in manifests for source in manifest.get("sources", [])],
-        "merged_from": [
-            {"path": str(shard), "first_id": int(manifest.get("first_id", 0)), "count": int(manifest["count"])}
-            for shard, manifest in zip(shards, manifests, strict=True)
-        ],
-    }
+    start = first.first_id or 0
+    return IndexManifest.of(
+        {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "toolkit_version": __version__,
+            "faiss_version": faiss.__version__,
+            "created": _now(),
+            **{field: getattr(first, field) for field in kept},
+            "max_memory": None,
+            "inputs_were_normalized": all(bool(manifest.inputs_were_normalized) for manifest in manifests),
+            "count": sum(manifest.count for manifest in manifests),
+            "stored": stored,
+            "next_id": manifests[-1].next_id,
+            **({"first_id": start} if start else {}),
+            "removed_ids": [],
+            "search_parameters": first.search_parameters,
+            "target_recall": None,
+            "target_recall_source": None,
+            "measured": {},
+            "model": first.model,
+            "match_threshold": None,
+            "sources": [source for manifest in manifests for source in manifest.sources or []],
+            "merged_from": [
+                {"path": str(shard), "first_id": manifest.first_id or 0, "count": manifest.count}
+                for shard, manifest in zip(shards, manifests, strict=True)
+            ],
+        }
+    )
 
 
 def _now() -> str:

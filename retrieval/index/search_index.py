@@ -22,11 +22,10 @@ import pyarrow as pa
 
 from retrieval.errors import UserError
 from retrieval.index.build.add import add_in_chunks
-from retrieval.index.build.describe import bytes_per_vector
 from retrieval.index.build.options import IndexBuildOptions
 from retrieval.index.build.pipeline import BuiltIndex, build_index
-from retrieval.index.build.sample import SEED
 from retrieval.index.choice import IndexKind
+from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -35,8 +34,9 @@ from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, link_or_copy, lists_file, read_with_lists_beside
 from retrieval.index.refine_file import REFINE_FILE, from_index_file, without_refine
 from retrieval.index.storage import INDEX_FILE, METADATA_FILE, read_verified_manifest, write_index_directory
+from retrieval.index.stored_rows import ivf_directory, stored_rows
 from retrieval.index.streaming import VectorStream, unit_rows
-from retrieval.index.tuning import TUNED_K, TUNING_QUERIES, exact_neighbors, measure, set_search_parameters
+from retrieval.index.tuning import TUNED_K, set_search_parameters
 from retrieval.rerank import IndexGallery, augmentation_at_build
 
 __all__ = ["SearchIndex"]
@@ -246,7 +246,9 @@ class SearchIndex:
         self._metadata.rows_of([id])
         vector = np.empty(self.dim, dtype=np.float32)
         if isinstance(self._index, faiss.IndexIVF):
-            list_numbers, offsets, ids = self._ivf_directory()
+            if self._directory is None:  # cached until the index changes
+                self._directory = ivf_directory(self._index)
+            list_numbers, offsets, ids = self._directory
             position = np.searchsorted(ids, id)
             self._index.reconstruct_from_offset(
                 int(list_numbers[position]), int(offsets[position]), faiss.swig_ptr(vector)
@@ -365,38 +367,15 @@ class SearchIndex:
         Returns:
             `recall_at_k`, `k`, `neighbors`, `queries`, `p50_ms`, `p99_ms` (one query, one
             thread), `batch_qps`, `batch_threads`, `resident_bytes_per_vector` (in memory once
-            loaded) and `disk_bytes_per_vector` (its files; see `_bytes_per_vector`), `ntotal`,
+            loaded) and `disk_bytes_per_vector` (its files; see `bytes_per_vector`), `ntotal`,
             `kind`. Recall counts each query's exact top `neighbors`, which is k unless the index
             holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors give 9 neighbours a
             query, all of them found is 1.0. With no candidate at all (one vector, leave-one-out)
             there is nothing to measure: `recall_at_k` is None. Every kind keeps the full vectors
             (ivfpq for re-ranking), so the exact reference is the same as at build time.
         """
-        ids, vectors = self._stored()
-        if len(ids) == 0:
-            raise UserError("the index is empty; add vectors before evaluating it")
-        if queries is None:
-            rng = np.random.default_rng(SEED)
-            chosen = np.sort(rng.choice(len(ids), size=min(TUNING_QUERIES, len(ids)), replace=False))
-            query_vectors, own = vectors[chosen], ids[chosen]
-            truth = ids[exact_neighbors(vectors, query_vectors, k + 1)]
-            true_ids = _without_own(truth, own, k)
-
-            def search(q: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-                scores, found = self.search(q, width + 1)
-                return scores, (_without_own(found, own, width) if len(q) == len(own) else found)
-
-            measured = measure(search, query_vectors, true_ids, k)
-        else:
-            query_vectors, _ = unit_rows(queries, "queries", self.dim)
-            true_ids = ids[exact_neighbors(vectors, query_vectors, k)]
-            measured = measure(self.search, query_vectors, true_ids, k)
-        return {
-            **measured.as_dict(),
-            **bytes_per_vector(self._index),
-            "ntotal": self.ntotal,
-            "kind": self.kind,
-        }
+        measured = evaluate_index(self._stored(), self.search, self._index, queries, k)
+        return {**measured, "ntotal": self.ntotal, "kind": self.kind}
 
     # -- disk ----------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -518,43 +497,10 @@ class SearchIndex:
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""
-        if isinstance(self._index, faiss.IndexIDMap2):
-            inner = faiss.downcast_index(self._index.index)
-            ids = faiss.vector_to_array(self._index.id_map)
-            # An explicit numpy buffer: with faiss.contrib.torch_utils imported (pytorch-metric-learning's
-            # accuracy calculator does), reconstruct_n without one returns a torch tensor.
-            vectors = inner.reconstruct_n(0, inner.ntotal, np.empty((inner.ntotal, self.dim), dtype=np.float32))
-        else:  # IVF-Flat: the inverted lists hold the raw float32 vectors
-            invlists, parts, id_parts = _inverted_lists(self._index), [], []
-            for number in range(invlists.nlist):
-                size = invlists.list_size(number)
-                if size:
-                    codes = faiss.rev_swig_ptr(invlists.get_codes(number), size * invlists.code_size)
-                    parts.append(codes.view(np.float32).reshape(size, self.dim))
-                    id_parts.append(faiss.rev_swig_ptr(invlists.get_ids(number), size))
-            ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
-            vectors = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+        ids, vectors = stored_rows(self._index)
         live = ~np.isin(ids, self._tombstones)
         order = np.argsort(ids[live])
         return ids[live][order], vectors[live][order]
-
-    def _ivf_directory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`(list numbers, offsets, ids)` of every vector of an IVF index, sorted by id; cached until changed."""
-        if self._directory is None:
-            invlists = _inverted_lists(self._index)
-            parts = []
-            for number in range(invlists.nlist):
-                size = invlists.list_size(number)
-                if size:
-                    ids = faiss.rev_swig_ptr(invlists.get_ids(number), size).copy()
-                    parts.append((np.full(size, number), np.arange(size), ids))
-            if parts:
-                list_numbers, offsets, ids = (np.concatenate(column) for column in zip(*parts, strict=True))
-            else:
-                list_numbers = offsets = ids = np.zeros(0, dtype=np.int64)
-            order = np.argsort(ids)
-            self._directory = (list_numbers[order], offsets[order], ids[order])
-        return self._directory
 
 
 def _identity(directory: str | Path) -> tuple[int, int] | None:
@@ -566,14 +512,6 @@ def _identity(directory: str | Path) -> tuple[int, int] | None:
     return status.st_dev, status.st_ino
 
 
-def _inverted_lists(index: faiss.Index) -> faiss.InvertedLists:
-    """The inverted lists of an IVF index (the index itself or the one it wraps)."""
-    invlists = faiss.extract_index_ivf(index).invlists
-    if invlists is None:
-        raise RuntimeError(f"{type(index).__name__} has no inverted lists")  # a built IVF index always has them
-    return invlists
-
-
 def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     missing = k - ids.shape[1]
     if missing <= 0:
@@ -583,14 +521,6 @@ def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np
         np.hstack([scores, np.full((rows, missing), -np.inf, dtype=np.float32)]),
         np.hstack([ids, np.full((rows, missing), -1, dtype=np.int64)]),
     )
-
-
-def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
-    keep = found != own[:, None]
-    order = np.argsort(~keep, axis=1, kind="stable")
-    first = np.take_along_axis(found, order, axis=1)[:, :k]
-    return np.where(first == own[:, None], -1, first)
 
 
 def _options(options: IndexBuildOptions | None, settings: dict[str, Any]) -> IndexBuildOptions:

@@ -28,9 +28,9 @@ def run(args: argparse.Namespace) -> int:
     `SearchIndex.add` augments the new vectors as the index's build did (database-side augmentation).
     """
     from retrieval.column_types import parse_column_types
+    from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.storage import read_manifest
-    from retrieval.encoders import encoder_for_index
     from retrieval.inference.sources import embed_source, read_source
 
     model = read_manifest(args.index).model  # checked against the verified load under the lock

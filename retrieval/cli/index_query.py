@@ -60,9 +60,9 @@ def _min_score(text: str) -> float | str | None:
 
 def run(args: argparse.Namespace) -> int:
     """`index query`: embed the query images, search (filtered, re-ranked), print a table or JSON."""
+    from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
-    from retrieval.encoders import encoder_for_index
     from retrieval.inference.sources import image_files
     from retrieval.rerank import IndexGallery, rerank_at_query
 

@@ -34,21 +34,17 @@ ruby-gemojione libjs-emojify fonts-symbola).
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
 import json
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import numpy as np
+from cross_style_dataset import Plan, pick, split_classes, write_dataset
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
-from tqdm import tqdm
-
-from retrieval.runtime.files import atomic_write
 
 __all__ = [
     "ARTWORK_PACKAGES",
@@ -262,47 +258,24 @@ def make_dataset(
     gallery = [style for style in styles if style.name != query_style]
     if not gallery:
         raise SystemExit("error: the gallery needs a style other than the query style; install every style")
-    codes = emoji_classes(styles)
-    wanted = train_classes + val_classes + test_classes
-    if wanted > len(codes):
-        raise SystemExit(f"error: {wanted} classes asked for, the styles share only {len(codes)}; ask for fewer")
-    order = np.random.default_rng(seed).permutation(len(codes))
-    splits = {
-        "test": [codes[i] for i in order[:test_classes]],
-        "val": [codes[i] for i in order[test_classes : test_classes + val_classes]],
-        "train": [codes[i] for i in order[test_classes + val_classes : wanted]],
-    }
-    rows = []
-    for split, members in splits.items():
-        (out / "images" / split).mkdir(parents=True, exist_ok=True)
-        for code in tqdm(members, desc=f"rendering {split}", unit="class", file=sys.stderr):
-            rng = np.random.default_rng([seed, code])
-            if split == "train":
-                plan = [(s, 0, 0) for s in _pick(rng, styles, train_per_class)]
-            else:
-                plan = [(s, 1, 0) for s in _pick(rng, query, queries_per_class)]
-                plan += [(s, 0, 1) for s in _pick(rng, gallery, gallery_per_class)]
-            for n, (style, is_query, is_gallery) in enumerate(plan):
-                name = f"images/{split}/u{code:04x}_{n:02d}_{style.name}.png"
-                render(style, code, cell, rng).save(out / name)
-                rows.append((name, f"U+{code:04X}", split, is_query, is_gallery))
-    _write_csv(out / "dataset.csv", rows)
-    return {split: sum(row[2] == split for row in rows) for split in splits}
 
+    def plan(split: str, rng: np.random.Generator) -> Plan:
+        if split == "train":
+            return [(s, 0, 0) for s in pick(rng, styles, train_per_class)]
+        return [(s, 1, 0) for s in pick(rng, query, queries_per_class)] + [
+            (s, 0, 1) for s in pick(rng, gallery, gallery_per_class)
+        ]
 
-def _pick(rng: np.random.Generator, styles: Sequence[Style], n: int) -> list[Style]:
-    """`n` styles drawn without replacement (cycling through all of them again when n > len(styles))."""
-    chosen: list[Style] = []
-    while len(chosen) < n:
-        chosen.extend(styles[i] for i in rng.permutation(len(styles))[: n - len(chosen)])
-    return chosen
-
-
-def _write_csv(path: Path, rows: list[tuple]) -> None:
-    with atomic_write(path) as temporary, temporary.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["path", "label", "split", "is_query", "is_gallery"])
-        writer.writerows(rows)
+    splits = split_classes(emoji_classes(styles), seed, train_classes, val_classes, test_classes)
+    return write_dataset(
+        out,
+        splits,
+        seed,
+        int,
+        plan,
+        lambda code, style, rng: render(style, code, cell, rng),
+        suffix=lambda style: f"_{style.name}",
+    )
 
 
 @functools.lru_cache(maxsize=32)

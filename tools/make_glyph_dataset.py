@@ -30,20 +30,16 @@ fonts-noto-core fonts-noto-mono fonts-urw-base35).
 from __future__ import annotations
 
 import argparse
-import csv
 import functools
-import sys
 import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from cross_style_dataset import Plan, pick, split_classes, write_dataset
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
-from tqdm import tqdm
-
-from retrieval.runtime.files import atomic_write
 
 __all__ = [
     "FAMILIES",
@@ -225,47 +221,17 @@ def make_dataset(
     for group, members in groups.items():
         if len({f.family for f in members}) < (1 if query_family and group == "serif" else 2):
             raise SystemExit(f"error: fewer than two {group} font families installed; install the fonts-* packages")
-    chars = glyph_classes(fonts, cell)
-    wanted = train_classes + val_classes + test_classes
-    if wanted > len(chars):
-        raise SystemExit(f"error: {wanted} classes asked for, the fonts share only {len(chars)}; ask for fewer")
-    order = np.random.default_rng(seed).permutation(len(chars))
-    splits = {
-        "test": [chars[i] for i in order[:test_classes]],
-        "val": [chars[i] for i in order[test_classes : test_classes + val_classes]],
-        "train": [chars[i] for i in order[test_classes + val_classes : wanted]],
-    }
-    rows = []
-    for split, members in splits.items():
-        (out / "images" / split).mkdir(parents=True, exist_ok=True)
-        for char in tqdm(members, desc=f"rendering {split}", unit="class", file=sys.stderr):
-            rng = np.random.default_rng([seed, ord(char)])
-            if split == "train":
-                plan = [(f, 0, 0) for f in _pick(rng, fonts, train_per_class)]
-            else:
-                plan = [(f, 1, 0) for f in _pick(rng, groups["serif"], queries_per_class)]
-                plan += [(f, 0, 1) for f in _pick(rng, groups["other"], gallery_per_class)]
-            for n, (font, is_query, is_gallery) in enumerate(plan):
-                name = f"images/{split}/u{ord(char):04x}_{n:02d}.png"
-                render(char, font, cell, rng).save(out / name)
-                rows.append((name, f"U+{ord(char):04X}", split, is_query, is_gallery))
-    _write_csv(out / "dataset.csv", rows)
-    return {split: sum(row[2] == split for row in rows) for split in splits}
+    queries, gallery = groups["serif"], groups["other"]
 
+    def plan(split: str, rng: np.random.Generator) -> Plan:
+        if split == "train":
+            return [(f, 0, 0) for f in pick(rng, fonts, train_per_class)]
+        return [(f, 1, 0) for f in pick(rng, queries, queries_per_class)] + [
+            (f, 0, 1) for f in pick(rng, gallery, gallery_per_class)
+        ]
 
-def _pick(rng: np.random.Generator, fonts: Sequence[Font], n: int) -> list[Font]:
-    """`n` fonts drawn without replacement (cycling through all of them again when n > len(fonts))."""
-    chosen: list[Font] = []
-    while len(chosen) < n:
-        chosen.extend(fonts[i] for i in rng.permutation(len(fonts))[: n - len(chosen)])
-    return chosen
-
-
-def _write_csv(path: Path, rows: list[tuple]) -> None:
-    with atomic_write(path) as temporary, temporary.open("w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["path", "label", "split", "is_query", "is_gallery"])
-        writer.writerows(rows)
+    splits = split_classes(glyph_classes(fonts, cell), seed, train_classes, val_classes, test_classes)
+    return write_dataset(out, splits, seed, ord, plan, lambda char, font, rng: render(char, font, cell, rng))
 
 
 _FONT_CACHE: dict[tuple[Path, int], ImageFont.FreeTypeFont] = {}

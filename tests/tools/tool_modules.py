@@ -13,6 +13,8 @@ TOOLS = Path(__file__).resolve().parents[2] / "tools"
 def load_tool(name: str) -> ModuleType:
     """tools/<name>.py as a module (cached in sys.modules under `tools_<name>`)."""
     key = f"tools_{name}"
+    if str(TOOLS) not in sys.path:  # as when run as a script: tools/ first, for the modules scripts share
+        sys.path.insert(0, str(TOOLS))
     if key not in sys.modules:
         spec = importlib.util.spec_from_file_location(key, TOOLS / f"{name}.py")
         module = importlib.util.module_from_spec(spec)

@@ -7,7 +7,6 @@ by `configure_process`, before each run's `Trainer` is built: the library never 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -67,7 +66,7 @@ def _train(args: argparse.Namespace) -> int:
             return 0
         results = []
         for seed in args.seeds:
-            seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+            seeded = config.model_copy(update={"train": config.train.model_copy(update={"seed": seed})})
             if context.is_main:
                 print(f"seed {seed}", flush=True)
             configure_process(seeded.train)

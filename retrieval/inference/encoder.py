@@ -9,7 +9,6 @@ records the config it was built from and the checksum of its weights, and is reb
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -118,7 +117,7 @@ class ImageEncoder:
         where = resolve_device(device)
         return cls(
             checkpoint.embedder(),
-            dataclasses.replace(checkpoint.model_config, pretrained=False, weights=None),
+            checkpoint.model_config.model_copy(update={"pretrained": False, "weights": None}),
             config.data.image_size,
             config.augment,
             where,
@@ -139,7 +138,7 @@ class ImageEncoder:
         info = {
             "checkpoint": None if self.checkpoint_path is None else str(self.checkpoint_path),
             "checkpoint_sha256": self.checkpoint_sha256,
-            "model_config": dataclasses.asdict(self.model_config),
+            "model_config": self.model_config.model_dump(),
             "embedding_dim": self.dim,
             "image_size": self.image_size,
             "transform": self.transform_info,

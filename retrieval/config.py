@@ -1,7 +1,7 @@
 """Run configuration: pydantic models loaded from YAML (safe_load), with `--set a.b=value` overrides.
 
 Each field carries its default, a comment and what it accepts: a `Literal[...]` type lists its
-choices, an `_accepts(...)` rule in its `Annotated[...]` type holds its range. A section checks its
+choices, an `accepts(...)` rule in its `Annotated[...]` type holds its range. A section checks its
 fields when it is built, from a file, the command line or Python; the few rules that tie two fields
 together live in `_check_across_fields`. Unknown keys, wrong types and values out of range are
 one-line `UserError`s that say what is accepted (`_user_error` words every pydantic error): a typo is
@@ -14,32 +14,19 @@ ResNet-50, 224 px, AdamW at 1e-4 with 100x on proxies, batch 128, 60 epochs. The
 
 from __future__ import annotations
 
-import difflib
 import importlib.resources
 import math
-import types
-import typing
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    TypeAdapter,
-    ValidationError,
-    field_validator,
-)
-from pydantic_core import ErrorDetails, PydanticCustomError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from retrieval.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
+from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
 
 __all__ = [
     "BAD_IMAGE_POLICIES",
@@ -64,38 +51,7 @@ __all__ = [
 # `retrieval train` without --config: the embedded digits demo, shipped as package data.
 DEMO_CONFIG = Path(str(importlib.resources.files("retrieval.resources") / "digits_demo.yaml"))
 
-# Lax pydantic typing (`"3e-4"` is a float, `yes` a bool) plus numbers as strings (`--set data.path=123`).
-_TYPING = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
-
-
-def _accepts(test: Callable[[Any], bool], expected: str) -> AfterValidator:
-    """A range rule: the field accepts the values that pass `test`; `expected` completes "KEY must be ..."."""
-
-    def check(value: Any) -> Any:
-        if not test(value):
-            raise PydanticCustomError("rule", expected, {"value": value})
-        return value
-
-    return AfterValidator(check)
-
-
-def _at_least(low: int, note: str = "") -> AfterValidator:
-    """The rule of an integer >= `low`; `note` says what the number means."""
-    return _accepts(lambda value: value >= low, f"an integer >= {low}" + (f" ({note})" if note else ""))
-
-
-@dataclass(frozen=True)
-class _Worded:
-    """How errors word a `Literal` field's choices when they read better than "one of a, b"."""
-
-    text: str
-
-
-def _split_text(value: Any) -> Any:
-    """A pair or list given as text, `0.5,1.0` or `(a, b)`, as its items; anything else as it is."""
-    if isinstance(value, str):
-        return [part.strip() for part in value.strip().strip("[]()").split(",") if part.strip()]
-    return value
+_FIX = "fix it in the config or with --set {key}=..."  # how every bad value is fixed
 
 
 def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
@@ -109,31 +65,26 @@ def _is_count_or_fraction(value: float | None) -> bool:
 
 TRACKERS = ("tensorboard", "mlflow")  # the values of train.loggers (retrieval.train.trackers)
 
-_POSITIVE = _accepts(lambda value: math.isfinite(value) and value > 0, "a number > 0")
-_NON_NEGATIVE = _accepts(lambda value: value >= 0, "a number >= 0")
-_PROBABILITY = _accepts(lambda value: 0.0 <= value <= 1.0, "a probability in [0, 1]")
-_PAIR = BeforeValidator(_split_text)
+_POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number > 0")
+_NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
+_PROBABILITY = accepts(lambda value: 0.0 <= value <= 1.0, "a probability in [0, 1]")
+_PAIR = BeforeValidator(split_text)
 
 
-class _Section(BaseModel):
-    """Base of the config sections: building one checks each field's type, choices and range rule."""
+class _Section(Record):
+    """Base of the config sections: building one checks each field's type, choices and range rule.
 
-    model_config = _TYPING
+    Numbers also come as strings (`--set data.path=123` is the text "123").
+    """
+
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
     section: ClassVar[str]  # the YAML section name, the KEY prefix in error messages
 
     def __init__(self, **values: Any) -> None:
         try:
             super().__init__(**values)
         except ValidationError as exc:
-            raise _user_error(type(self), exc, {}) from exc  # `build` rewords it with the `--set` texts
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _exact_numbers(cls, value: Any, info: Any) -> Any:
-        """Refuse what lax typing would turn into a number silently: `true` as 1, `2.0` as an integer."""
-        if not _number_fits(value, cls.model_fields[info.field_name].annotation):
-            raise PydanticCustomError("number_type", "not a number of the field's type")
-        return value
+            raise _section_error(type(self), exc, {}) from exc  # `build` rewords it with the `--set` texts
 
     @classmethod
     def build(cls, values: Any, texts: Mapping[str, str]) -> Any:
@@ -142,12 +93,12 @@ class _Section(BaseModel):
             raise UserError(f"config section {cls.section!r} must be a mapping of keys to values")
         unknown = [key for key in values if not isinstance(key, str)]
         if unknown:
-            raise _unknown_key(cls.section, str(unknown[0]), list(cls.model_fields))
+            raise unknown_key(cls.section, str(unknown[0]), list(cls.model_fields), noun="config key")
         try:
             return cls(**values)
         except UserError as exc:
             if isinstance(exc.__cause__, ValidationError) and texts:
-                raise _user_error(cls, exc.__cause__, texts) from None
+                raise _section_error(cls, exc.__cause__, texts) from None
             raise
 
 
@@ -157,16 +108,16 @@ class ModelConfig(_Section):
     backbone: str = "resnet50"  # any timm model name
     # size of the L2-normalized embedding; null: the backbone's pooled features, no head (a baseline without training)
     embedding_dim: Annotated[
-        int | None, _accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
+        int | None, accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
     ] = 128
     # timm's avg | max | token (class token); ours for CNNs: avgmax (avg + max) | gem (retrieval.models.pooling)
     pooling: Literal["avg", "max", "token", "avgmax", "gem"] = "avgmax"
     pretrained: bool = True  # timm's ImageNet weights (needs network or timm's cache)
     weights: str | None = None  # local .safetensors/.pth backbone state dict, for offline use; every tensor must fit
     weights_partial: bool = False  # load the tensors of model.weights that fit, the rest as initialized (one line)
-    in_chans: Annotated[int, _at_least(1, "1 = grayscale, 3 = RGB")] = 3  # input channels
+    in_chans: Annotated[int, at_least(1, "1 = grayscale, 3 = RGB")] = 3  # input channels
     # timm's dilated CNNs: 8 | 16 dilate the last stages (bigger maps, small images); null: as is
-    output_stride: Annotated[Literal[8, 16, 32] | None, _Worded("null, 8, 16 or 32")] = None
+    output_stride: Annotated[Literal[8, 16, 32] | None, Worded("null, 8, 16 or 32")] = None
     flip_average: bool = False  # eval: unit mean of the embeddings of an image and its mirror (symmetric objects)
 
 
@@ -176,20 +127,20 @@ class DataConfig(_Section):
     name: str = "csv"  # a dataset of the registry, retrieval/data/registry.py (e.g. csv, folder, digits, cub200)
     path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
     root: str | None = None  # dataset folder (folder and the official layouts: retrieval/data/official.py)
-    image_size: Annotated[int, _at_least(8, "pixels")] = 224  # training crop / evaluation crop
+    image_size: Annotated[int, at_least(8, "pixels")] = 224  # training crop / evaluation crop
     # images per optimizer step over all processes (random sampler; the PK sampler: p x k)
-    batch_size: Annotated[int, _at_least(2)] = 128
-    eval_batch_size: Annotated[int, _at_least(1)] = 256  # images per step when embedding the test set
+    batch_size: Annotated[int, at_least(2)] = 128
+    eval_batch_size: Annotated[int, at_least(1)] = 256  # images per step when embedding the test set
     # auto (pk for pair losses, else random) | random | balanced (classes equally likely) | pk
     sampler: Literal["auto", "random", "balanced", "pk"] = "auto"
-    p: Annotated[int, _at_least(2, "classes per PK batch")] = 32  # PK: classes per step over all processes
-    k: Annotated[int, _at_least(2, "images per class in a PK batch")] = 4  # PK sampler: images per class
-    num_workers: Annotated[int, _at_least(0)] = 4  # DataLoader worker processes (0: the main process)
+    p: Annotated[int, at_least(2, "classes per PK batch")] = 32  # PK: classes per step over all processes
+    k: Annotated[int, at_least(2, "images per class in a PK batch")] = 4  # PK sampler: images per class
+    num_workers: Annotated[int, at_least(0)] = 4  # DataLoader worker processes (0: the main process)
     # zero-shot validation: hold out whole training classes (a fraction < 1, or a count; 0 or null: none)
-    val_classes: Annotated[float | None, _accepts(_is_count_or_fraction, "0, a fraction < 1 or a count")] = 0.0
+    val_classes: Annotated[float | None, accepts(_is_count_or_fraction, "0, a fraction < 1 or a count")] = 0.0
     # closed-set validation: hold out this fraction of every training class's images (0 or null: none)
     val_fraction: Annotated[
-        float | None, _accepts(lambda value: value is None or 0.0 <= value < 1.0, "a fraction in [0, 1)")
+        float | None, accepts(lambda value: value is None or 0.0 <= value < 1.0, "a fraction in [0, 1)")
     ] = 0.0
     # fail (stop, naming the file) | skip (leave it out, log, count): retrieval.data.loader.BAD_IMAGE_POLICIES
     on_bad_image: Literal["fail", "skip"] = "fail"
@@ -217,34 +168,34 @@ class AugmentConfig(_Section):
     crop_scale: Annotated[
         tuple[float, float] | None,
         _PAIR,
-        _accepts(
+        accepts(
             lambda pair: pair is None or _ordered(upper=1.0)(pair),
             "null or two area fractions 0 < low <= high <= 1, e.g. 0.08,1.0",
         ),
     ]
     # RandomResizedCrop aspect-ratio range (used only with crop_scale)
-    crop_ratio: Annotated[tuple[float, float], _PAIR, _accepts(_ordered(), "two aspect ratios 0 < low <= high")]
+    crop_ratio: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two aspect ratios 0 < low <= high")]
     hflip: Annotated[float, _PROBABILITY]  # probability of a horizontal flip
     # random rotation in [-degrees, degrees] (0: none)
-    affine_degrees: Annotated[float, _accepts(lambda value: 0.0 <= value <= 180.0, "degrees in [0, 180]")]
+    affine_degrees: Annotated[float, accepts(lambda value: 0.0 <= value <= 180.0, "degrees in [0, 180]")]
     # random shift up to this fraction of the width and height (0: none)
-    affine_translate: Annotated[float, _accepts(lambda value: 0.0 <= value <= 1.0, "a fraction in [0, 1]")]
+    affine_translate: Annotated[float, accepts(lambda value: 0.0 <= value <= 1.0, "a fraction in [0, 1]")]
     # random zoom range (1,1: none)
-    affine_scale: Annotated[tuple[float, float], _PAIR, _accepts(_ordered(), "two zoom factors 0 < low <= high")]
+    affine_scale: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two zoom factors 0 < low <= high")]
     # random horizontal shear in [-degrees, degrees], e.g. italic vs upright (0: none)
-    affine_shear: Annotated[float, _accepts(lambda value: 0.0 <= value < 90.0, "degrees in [0, 90)")]
+    affine_shear: Annotated[float, accepts(lambda value: 0.0 <= value < 90.0, "degrees in [0, 90)")]
     # brightness/contrast/saturation jitter strength (0: none; timm skips it with auto_augment)
-    color_jitter: Annotated[float, _accepts(lambda value: value >= 0.0, "a strength >= 0")]
+    color_jitter: Annotated[float, accepts(lambda value: value >= 0.0, "a strength >= 0")]
     # timm policy, e.g. rand-m9-mstd0.5 (RandAugment) or original; null: none (timm parses it: _check_auto_augment)
     auto_augment: str | None
     # hue shift strength added to color_jitter, in [0, 0.5] (0: none; applied only with color_jitter)
-    hue_jitter: Annotated[float, _accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")]
+    hue_jitter: Annotated[float, accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")]
     grayscale: Annotated[float, _PROBABILITY]  # probability of turning the image gray (RGB models)
     blur: Annotated[float, _PROBABILITY]  # probability of a Gaussian blur (sigma 0.1-2 px)
     random_erasing: Annotated[float, _PROBABILITY]  # probability of erasing a rectangle after normalization
     eval_mode: EvalMode  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
     # center_crop: the crop's share of the resized image's side
-    crop_pct: Annotated[float, _accepts(lambda value: 0.0 < value <= 1.0, "a fraction in (0, 1]")]
+    crop_pct: Annotated[float, accepts(lambda value: 0.0 < value <= 1.0, "a fraction in (0, 1]")]
     fill: Fill  # auto (each image's border colour) | white | black | mean: affine borders and letterbox padding
 
     @field_validator("auto_augment")
@@ -267,7 +218,7 @@ class LossConfig(_Section):
 class TrainConfig(_Section):
     section: ClassVar[str] = "train"
 
-    epochs: Annotated[int, _at_least(1)] = 60  # full passes over the training set
+    epochs: Annotated[int, at_least(1)] = 60  # full passes over the training set
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate of the backbone and head
     proxy_lr_mult: Annotated[float, _POSITIVE] = 100.0  # proxies learn this much faster (Proxy-Anchor)
     weight_decay: Annotated[float, _NON_NEGATIVE] = 1e-4  # AdamW weight decay (never on proxies)
@@ -275,42 +226,40 @@ class TrainConfig(_Section):
     schedule: Literal["cosine", "step", "constant"] = (
         "cosine"  # cosine (to zero at the last step) | step (x step_gamma, step_epochs) | constant (after warm-up)
     )
-    step_epochs: Annotated[int, _at_least(1)] = 20  # step schedule: epochs between two decays
+    step_epochs: Annotated[int, at_least(1)] = 20  # step schedule: epochs between two decays
     # step schedule: factor of each decay
-    step_gamma: Annotated[float, _accepts(lambda value: 0 < value <= 1, "a factor in (0, 1]")] = 0.1
+    step_gamma: Annotated[float, accepts(lambda value: 0 < value <= 1, "a factor in (0, 1]")] = 0.1
     # clip the global gradient norm to this (null or 0: off)
-    grad_clip: Annotated[float | None, _accepts(lambda value: value is None or value >= 0, "null, 0 (off) or > 0")] = (
+    grad_clip: Annotated[float | None, accepts(lambda value: value is None or value >= 0, "null, 0 (off) or > 0")] = (
         None
     )
     compile: bool = False  # torch.compile the training step (pays off on GPU for long runs; off: eager)
-    freeze_backbone_epochs: Annotated[int, _at_least(0)] = 1  # train only head and proxies first
+    freeze_backbone_epochs: Annotated[int, at_least(0)] = 1  # train only head and proxies first
     freeze_bn: bool = True  # keep BatchNorm statistics frozen (pretrained backbones, small batches)
-    seed: Annotated[int, _at_least(0)] = 0  # seeds Python, NumPy, torch and the data order
+    seed: Annotated[int, at_least(0)] = 0  # seeds Python, NumPy, torch and the data order
     # none | bf16 | fp16 (float16 with loss scaling, GPUs without bf16) | auto (bf16 on GPU, none on CPU)
     amp: Literal["none", "bf16", "fp16", "auto"] = "auto"
     channels_last: bool = True  # NHWC memory format on GPU (ignored on CPU)
     device: str = "auto"  # auto | cpu | cuda | cuda:N
-    eval_every: Annotated[int, _at_least(1)] = 1  # validate every N epochs (and always after the last)
+    eval_every: Annotated[int, at_least(1)] = 1  # validate every N epochs (and always after the last)
     # the validation metric that picks checkpoints/best.pt
-    select_on: Annotated[Literal["recall@1", "map@r"], _Worded("recall@1 or map@r")] = "recall@1"
+    select_on: Annotated[Literal["recall@1", "map@r"], Worded("recall@1 or map@r")] = "recall@1"
     select_on_test: bool = False  # no validation split: pick best.pt on the TEST set (optimistic; labelled so)
     log_test: bool = False  # also evaluate the test set every epoch (logged, never used for selection)
     # CPU threads for torch (null: torch's default); results depend on it
-    threads: Annotated[int | None, _accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")] = (
-        None
-    )
+    threads: Annotated[int | None, accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")] = None
     deterministic: bool = False  # torch's deterministic algorithms (slower; bit-exact reruns on one machine)
     # micro-batches per optimizer step (and per lr-schedule and EMA step): data.batch_size x N images a step
-    accumulate_steps: Annotated[int, _at_least(1, "micro-batches per optimizer step")] = 1
+    accumulate_steps: Annotated[int, at_least(1, "micro-batches per optimizer step")] = 1
     # decay of an exponential moving average of the weights (timm's ModelEmaV3), selected against the raw weights
     ema: Annotated[
-        float | None, _accepts(lambda value: value is None or 0.0 < value < 1.0, "null (off) or in (0, 1)")
+        float | None, accepts(lambda value: value is None or 0.0 < value < 1.0, "null (off) or in (0, 1)")
     ] = None
     # experiment trackers every metrics.jsonl record is mirrored to (pip install 'retrieval[trackers]')
     loggers: Annotated[
         list[str],
         _PAIR,
-        _accepts(lambda names: all(name in TRACKERS for name in names), f"a list of {' and '.join(TRACKERS)}, or []"),
+        accepts(lambda names: all(name in TRACKERS for name in names), f"a list of {' and '.join(TRACKERS)}, or []"),
     ] = Field(default_factory=list)
 
 
@@ -514,15 +463,16 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
         raise UserError("config section 'loss' must be a mapping: name plus the loss's own parameters")
     name = canonical_loss_name(str(values.get("name", _default(LossConfig, "name"))))
     defaults = loss_parameters(name)  # raises for an unknown name, listing the valid ones
-    params = dict(defaults)
     entries = {key: value for key, value in values.items() if key.startswith("kwargs.") and "kwargs" in defaults}
-    for key, value in values.items():
-        if key == "name" or key in entries:
-            continue
+    given = {key: value for key, value in values.items() if key != "name" and key not in entries}
+    for key in given:
         if key not in defaults:
-            raise _unknown_key("loss", key, sorted(defaults), f"for loss {name!r}", "valid parameters")
-        annotation = type(defaults[key]) if defaults[key] is not None else Any
-        params[key] = _typed(f"loss.{key}", value, annotation, texts)
+            raise unknown_key(
+                "loss", str(key), sorted(defaults), f"for loss {name!r}", "valid parameters", noun="config key"
+            )
+    fields: dict[str, Any] = {key: (Any if value is None else type(value), value) for key, value in defaults.items()}
+    parameters = create_model("LossParameters", __base__=_LossParameters, **fields)
+    params = parameters.build(given, texts).model_dump()
     if entries:
         kwargs = params["kwargs"] if isinstance(params["kwargs"], dict) else {}
         params["kwargs"] = {**kwargs, **{key.removeprefix("kwargs."): value for key, value in entries.items()}}
@@ -530,119 +480,20 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
     return LossConfig(name=name, params=params)
 
 
-def _typed(key: str, value: Any, annotation: Any, texts: Mapping[str, str]) -> Any:
-    """`value` as type `annotation`, the way a section types its fields; a UserError naming `key` when it fails."""
-    if not _number_fits(value, annotation):
-        raise _bad_value(key, _expected(annotation), _shown(key, value, texts))
-    try:
-        return TypeAdapter(annotation, config=_TYPING).validate_python(value)
-    except ValidationError as exc:
-        raise _field_error(key, exc.errors()[0], annotation, None, texts) from None
+class _LossParameters(_Section):
+    """Base of the model of one loss's parameters, made from its constructor's defaults."""
+
+    section: ClassVar[str] = "loss"
 
 
-def _user_error(section: type[_Section], exc: ValidationError, texts: Mapping[str, str]) -> UserError:
-    """The one-line UserError for pydantic's errors about `section`: an unknown key first, else the first error."""
-    errors = exc.errors()
-    unknown = [error for error in errors if error["type"] == "extra_forbidden"]
-    if unknown:
-        return _unknown_key(section.section, str(unknown[0]["loc"][0]), list(section.model_fields))
-    error = errors[0]
-    field = section.model_fields[str(error["loc"][0])]
-    wording = next((item.text for item in field.metadata if isinstance(item, _Worded)), None)
-    return _field_error(f"{section.section}.{error['loc'][0]}", error, field.annotation, wording, texts)
-
-
-def _field_error(
-    key: str, error: ErrorDetails, annotation: Any, wording: str | None, texts: Mapping[str, str]
-) -> UserError:
-    """The UserError for pydantic's `error` about `key`: a rule's own words, the choices, or the type expected."""
-    context = error.get("ctx") or {}
-    if isinstance(context.get("error"), UserError):  # a check that words its own error (auto_augment)
-        return context["error"]
-    if error["type"] == "rule":
-        return _bad_value(key, error["msg"], context["value"])
-    choices = _choices(annotation)
-    shown = _shown(key, error["input"], texts)
-    if choices and error["type"] == "literal_error":
-        return _bad_value(
-            key, wording or _choices_text(choices), error["input"] if _is_scalar(error["input"]) else shown
-        )
-    return _bad_value(key, _expected(annotation), shown)
-
-
-def _shown(key: str, value: Any, texts: Mapping[str, str]) -> Any:
-    """What a type error says the key got: the `--set` text as typed, or the file's value."""
-    return texts.get(key, value)
-
-
-def _is_scalar(value: Any) -> bool:
-    return value is None or isinstance(value, (str, int, float))
-
-
-def _unknown_key(section: str, key: str, valid: list[str], owner: str = "", listing: str = "") -> UserError:
-    """An unknown key, every valid one, and the nearest valid key when one is close (a typo's fix)."""
-    close = difflib.get_close_matches(key, valid, n=1)
-    hint = f"; did you mean {section}.{close[0]}?" if close else ""
-    where = f"{section}.{key} {owner}".rstrip()
-    listing = listing or f"valid keys in {section}"
-    return UserError(f"unknown config key {where}; {listing}: {', '.join(valid) or 'none'}{hint}")
-
-
-def _bad_value(key: str, expected: str, value: Any) -> UserError:
-    """The one error for a bad value: what the key accepts, what it got and where to fix it."""
-    return UserError(f"{key} must be {expected}, got {value!r}; fix it in the config or with --set {key}=...")
-
-
-def _number_fits(value: Any, annotation: Any) -> bool:
-    """False for what lax typing would turn into a number silently: a bool as a number, `2.0` as an integer."""
-    members = _union_members(annotation)
-    if isinstance(value, bool):
-        return bool in members or Any in members or not {int, float} & set(members)
-    if isinstance(value, float) and int in members and float not in members:
-        return False
-    return True
-
-
-def _choices(annotation: Any) -> tuple[Any, ...]:
-    """The values a `Literal[...]` field accepts (None too for `Literal[...] | None`); () for other types."""
-    members = _union_members(annotation)
-    if not any(typing.get_origin(member) is Literal for member in members):
-        return ()
-    return tuple(choice for member in members for choice in typing.get_args(member) or (None,))
-
-
-def _choices_text(choices: tuple[Any, ...]) -> str:
-    return "one of " + ", ".join("null" if choice is None else str(choice) for choice in choices)
-
-
-def _union_members(annotation: Any) -> tuple[Any, ...]:
-    """`X | Y` -> (X, Y); any other annotation -> (annotation,)."""
-    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
-        return typing.get_args(annotation)
-    return (annotation,)
-
-
-def _expected(annotation: Any) -> str:
-    """What a field of type `annotation` accepts, for an error message."""
-    choices = _choices(annotation)
-    if choices:
-        return _choices_text(choices)
-    return " or ".join(_type_name(member) for member in _union_members(annotation))
-
-
-def _type_name(annotation: Any) -> str:
-    if annotation is type(None):
-        return "null"
-    if typing.get_origin(annotation) is tuple:
-        return "a pair of numbers (e.g. 0.5,1.0)"
-    if typing.get_origin(annotation) is list:
-        return "a list (e.g. [a, b])"
-    return getattr(annotation, "__name__", str(annotation))
+def _section_error(section: type[_Section], exc: ValidationError, texts: Mapping[str, str]) -> UserError:
+    """A section's validation error as one line naming the key (`retrieval.validation.user_error`)."""
+    return user_error(section, exc, section.section, _FIX, texts, noun="config key")
 
 
 def _field_choices(section: type[_Section], name: str) -> tuple[str, ...]:
     """The choices of `Literal` field `name`, for the modules that check against them."""
-    return _choices(section.model_fields[name].annotation)
+    return choices(section.model_fields[name].annotation)
 
 
 BAD_IMAGE_POLICIES: tuple[str, ...] = _field_choices(DataConfig, "on_bad_image")  # as retrieval.data.loader's

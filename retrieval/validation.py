@@ -116,15 +116,21 @@ def user_error(
     if unknown:
         return unknown_key(prefix, str(unknown[0]["loc"][-1]), list(model.model_fields), noun=noun)
     error = errors[0]
-    if not error["loc"]:  # the record as a whole: not a mapping, or a rule over several fields
+    if not error["loc"]:  # the record as a whole
         context = error.get("ctx") or {}
-        if isinstance(context.get("error"), UserError):
+        if isinstance(context.get("error"), UserError):  # a rule over several fields
             return context["error"]
-        return UserError(f"{prefix} must be a mapping of keys to values, got {_short(error['input'])}" + _then(fix, ""))
+        if error["type"] == "json_invalid":
+            return UserError(f"{prefix} is not valid JSON ({context.get('error')})" + _then(fix, prefix))
+        return UserError(
+            f"{prefix} must be a mapping of keys to values, got {_short(error['input'])}" + _then(fix, prefix)
+        )
     name = str(error["loc"][0])
     field = model.model_fields[name]
     wording = next((item.text for item in field.metadata if isinstance(item, Worded)), None)
     key = f"{prefix}.{name}"
+    if error["type"] == "missing":
+        return UserError(f"{key} is missing" + _then(fix, key))
     return UserError(_problem(key, error, field.annotation, wording, (texts or {}).get(key)) + _then(fix, key))
 
 

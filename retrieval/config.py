@@ -74,10 +74,11 @@ _PAIR = BeforeValidator(split_text)
 class _Section(Record):
     """Base of the config sections: building one checks each field's type, choices and range rule.
 
-    Numbers also come as strings (`--set data.path=123` is the text "123").
+    Numbers also come as strings (`--set data.path=123` is the text "123"). The validators are built
+    when a config is first built, not at import: `retrieval --help` imports this module.
     """
 
-    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True)
+    model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, defer_build=True)
     section: ClassVar[str]  # the YAML section name, the KEY prefix in error messages
 
     def __init__(self, **values: Any) -> None:
@@ -266,7 +267,7 @@ class TrainConfig(_Section):
 class Config(BaseModel):
     """The whole run configuration: one model per YAML section."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.cli._progress import showing_progress
-from retrieval.config import Config, TrainConfig, load_config
 from retrieval.errors import UserError
 
 if TYPE_CHECKING:
+    from retrieval.config import Config, TrainConfig
     from retrieval.runtime.distributed import DistributedContext
     from retrieval.train.trainer import TrainResult
 
@@ -52,6 +52,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from retrieval.config import load_config
     from retrieval.runtime.distributed import process_group
     from retrieval.train.trainer import Trainer
 

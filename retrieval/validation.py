@@ -125,8 +125,8 @@ def user_error(
         return UserError(
             f"{prefix} must be a mapping of keys to values, got {_short(error['input'])}" + _then(fix, prefix)
         )
-    name = str(error["loc"][0])
-    field = model.model_fields[name]
+    name = str(error["loc"][0])  # the key as the record spells it: a field's alias, if it has one
+    field = next(item for key, item in model.model_fields.items() if name in (key, item.validation_alias))
     wording = next((item.text for item in field.metadata if isinstance(item, Worded)), None)
     key = f"{prefix}.{name}"
     if error["type"] == "missing":

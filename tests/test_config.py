@@ -352,7 +352,7 @@ def test_a_bool_or_a_fraction_is_never_read_as_a_number(override, message):
 
 
 def test_set_values_are_parsed_first_and_the_whole_config_is_checked_once(tmp_path):
-    """An override of one key never checks a value the file gave another key on its own: all are checked together."""
+    """`--set` values join the file's before anything is checked: the rules across keys see both."""
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump({"data": {"name": "digits", "val_classes": 2}}))
     with pytest.raises(UserError, match="data.val_classes and data.val_fraction are both set"):

@@ -48,7 +48,8 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
     },
     # Characters and symbols: no flip (mirrored glyphs are other glyphs), no
     # crop (a cut stroke changes the class), light affine (5 deg / 4%: 10 deg / 10% cost validation MAP@R
-    # on unseen glyphs, docs/benchmarks.md), the whole image at eval, borders in the image's background colour.
+    # on unseen glyphs, docs/benchmarks.md, "What made the difference: one knob at a time"), the whole image
+    # at eval, borders in the image's background colour.
     "glyph": {
         "crop_scale": None,
         "crop_ratio": _RRC_RATIO,

@@ -50,7 +50,7 @@ __all__ = [
 
 _BATCH = 256  # queries re-ranked at once by k-reciprocal: a few (B, n, n) float32 arrays
 # Batched products of small matrices go through np.einsum, not np.matmul: matmul calls a threaded BLAS
-# once per matrix, whose thread start-up dominates at n ~ 100 (measured 40x slower on 2 busy cores).
+# once per matrix, whose thread start-up dominates at n ~ 100 (docs/benchmarks.md, "Re-ranking").
 
 
 class Gallery(Protocol):

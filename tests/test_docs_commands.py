@@ -111,34 +111,12 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval index add --index runs/shop/index --images new_arrivals/": Run(r"^added 2 vectors \(ids 45\.\.46\)"),
     "retrieval index eval --index runs/shop/index": Run(r"recall@10"),
     "retrieval serve --index runs/shop/index": Run(SERVED),
-    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --verification --save-threshold 1e-3": Run(r"AUC"),
-    "retrieval index query --index runs/shop/index --image shoe.png --min-score stored": Run(r"rank +score +id"),
-    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --rerank qe": Run(r"qe:k="),
-    "retrieval index query --index runs/shop/index --image shoe.png --rerank qe:k=10,alpha=0": Run(r"rank"),
-    "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),
-    "retrieval index export --index runs/shop/index --to qdrant://db.internal:6333/shop": Skip(_REMOTE_QDRANT),
-    "retrieval serve --backend qdrant://db.internal:6333/shop": Skip(_REMOTE_QDRANT),
     "retrieval export --checkpoint runs/shop/checkpoints/best.pt --format onnx --out runs/shop/onnx": Run(
         r"(?m)^parity onnxruntime vs PyTorch: ", fresh=("runs/shop/onnx",)
-    ),
-    (
-        "retrieval export --checkpoint runs/shop/checkpoints/best.pt --format onnx --quantize int8 --out "
-        "runs/shop/onnx-int8 [--calibration-images 256] [--tolerance 0.01] [--set data.root=/data/moved/shop]"
-    ): Run(
-        r"(?m)^int8: recall@1 ",
-        {"[--calibration-images 256] [--tolerance 0.01] [--set data.root=/data/moved/shop]": "--tolerance 1"},
-        fresh=("runs/shop/onnx-int8",),
     ),
     "retrieval index build --model runs/shop/onnx --csv data/shop.csv --split test --out runs/shop/index-onnx": Run(
         r"(?m)^vectors: 45 of 45 images$", fresh=("runs/shop/index-onnx",)
     ),
-    "torchrun --nproc_per_node 8 -m retrieval embed --checkpoint best.pt --csv catalogue.csv --out embeddings/": Skip(
-        _EMBED_PROCESSES
-    ),
-    "retrieval index build --embeddings embeddings/ --out catalogue-index --max-memory 4G --target-recall 0.95": Run(
-        r"(?m)^vectors: 77 from 1 embedding input", fresh=("catalogue-index",)
-    ),
-    "retrieval serve --index catalogue-index --checkpoint best.pt": Run(SERVED),
     # CONTRIBUTING.md holds only the set-up and check commands.
     # docs/benchmarks.md
     (
@@ -208,9 +186,24 @@ COMMANDS: dict[str, Run | Skip] = {
         r"^embeddings: emb/ \(77 x 128 in 1 part"
     ),
     # docs/export.md
+    (
+        "retrieval export --checkpoint runs/shop/checkpoints/best.pt --format onnx --quantize int8 --out "
+        "runs/shop/onnx-int8 [--calibration-images 256] [--tolerance 0.01] [--set data.root=/data/moved/shop]"
+    ): Run(
+        r"(?m)^int8: recall@1 ",
+        {"[--calibration-images 256] [--tolerance 0.01] [--set data.root=/data/moved/shop]": "--tolerance 1"},
+        fresh=("runs/shop/onnx-int8",),
+    ),
     "retrieval index query --index runs/shop/index-onnx --image shoe.png": Run(r"rank"),
     "retrieval serve --index runs/shop/index-onnx": Run(SERVED),
-    # docs/scale.md (also shows the README's torchrun embed, index build --embeddings and serve lines)
+    # docs/scale.md
+    "torchrun --nproc_per_node 8 -m retrieval embed --checkpoint best.pt --csv catalogue.csv --out embeddings/": Skip(
+        _EMBED_PROCESSES
+    ),
+    "retrieval index build --embeddings embeddings/ --out catalogue-index --max-memory 4G --target-recall 0.95": Run(
+        r"(?m)^vectors: 77 from 1 embedding input", fresh=("catalogue-index",)
+    ),
+    "retrieval serve --index catalogue-index --checkpoint best.pt": Run(SERVED),
     "retrieval index build --embeddings embeddings/ --out catalogue-index --on-disk --target-recall 0.95": Run(
         r"(?m)^vectors: 77 from 1 embedding input", fresh=("catalogue-index",)
     ),
@@ -221,8 +214,12 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval index merge shard-0 shard-1 ... --out catalogue-index": Run(
         r"(?m)^vectors: 77 from 2 shards", {" ... ": " "}, fresh=("catalogue-index",)
     ),
-    # docs/search.md
+    # docs/search.md (also shows the README's index build, query, add, eval and serve lines)
     "retrieval index remove --index runs/shop/index --ids 17 42": Run(r"^removed 2 vectors; the index holds 43"),
+    "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --verification --save-threshold 1e-3": Run(r"AUC"),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --rerank qe": Run(r"qe:k="),
+    "retrieval index query --index runs/shop/index --image shoe.png --rerank qe:k=10,alpha=0": Run(r"rank"),
     'retrieval index query --index runs/shop/index --image shoe.png --where "label in (3, 5) and price < 50"': Run(
         r"rank"
     ),
@@ -231,6 +228,7 @@ COMMANDS: dict[str, Run | Skip] = {
         " --where \"(shop = 'a' or shop = 'b') and not sku is null\""
     ): Run(r"rank"),
     "retrieval index query --index runs/shop/index --image shoe.png --where filter.json": Run(r"rank"),
+    "retrieval index query --index runs/shop/index --image shoe.png --min-score stored": Run(r"rank +score +id"),
     "retrieval index query --index runs/shop/index --images queries/ --min-score stored": Run(
         r"query: queries/test_5_0\.png\nrank"
     ),
@@ -238,6 +236,7 @@ COMMANDS: dict[str, Run | Skip] = {
         "retrieval serve --index runs/shop/index [--host 127.0.0.1] [--port 8000] [--device auto]"
         " [--search-threads 1] [--checkpoint CKPT] [--image-root DIR] [--openapi] [--reload-interval 1]"
         " [--max-upload-mb 16] [--max-pixels 40000000] [--decode-memory 1G] [--decode-wait 1] [--body-timeout 30]"
+        " [--max-batch 16] [--batch-wait-ms 2]"
     ): Run(SERVED, {"[": "", "]": "", "CKPT": "runs/shop/checkpoints/best.pt", "DIR": SHOP}),
     (
         "retrieval index export --index runs/shop/index"

@@ -1,33 +1,58 @@
-"""The layering CONTRIBUTING promises, read from the source: what the serving side imports at module level.
+"""The layering CONTRIBUTING promises, read from the source and seen in a process without torch.
 
-`serve/`, `index/` and `vectordb/`, and the torch-free side of `export/` (the bundle, its encoder and
-its preprocessing), import nothing from `retrieval.train` or `retrieval.data` and neither torch nor timm
-when they load, so a search service starts without the training stack. Imports inside functions are
-allowed: they run only when a command needs them. `export/onnx_export.py` and `export/quantize.py`
-write exports and need torch by design. The top-level subpackages (and modules) of `retrieval`
-import each other without a cycle: each layer imports only the layers under it.
+`serve/`, `index/` and `vectordb/`, the torch-free side of `export/` (the bundle, its encoder and
+its preprocessing) and the dispatcher `retrieval.encoders`, import nothing from `retrieval.train` or
+`retrieval.data` and neither torch nor timm when they load, so a search service starts without the
+training stack. Imports inside functions are allowed: they run only when a command needs them.
+`export/onnx_export.py` and `export/quantize.py` write exports and need torch by design.
+`inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
+serve --model BUNDLE` answers searches in an interpreter where torch and the other training
+packages cannot be imported, as with `pip install "retrieval[serve]"`.
+The top-level subpackages (and modules) of `retrieval` import each other without a cycle: each
+layer imports only the layers under it.
 """
 
 from __future__ import annotations
 
 import ast
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from retrieval.cli.main import main
+
 PACKAGE = Path(__file__).resolve().parent.parent / "retrieval"
-SERVING = ["serve", "index", "vectordb", "export/bundle.py", "export/onnx_encoder.py", "export/preprocess.py"]
+SERVING = [
+    "serve",
+    "index",
+    "vectordb",
+    "export/bundle.py",
+    "export/onnx_encoder.py",
+    "export/preprocess.py",
+    "encoders.py",
+]
 FORBIDDEN = ("torch", "timm", "torchvision", "retrieval.train", "retrieval.data")
-# The one known cycle, evaluate -> inference -> export -> evaluate, is closed by inference/encoder.py
-# importing retrieval.export (the ONNX encoder); the helper "serve-light" removes that import, and
-# this exception goes with it.
-KNOWN_CYCLE_EDGES = {("inference", "export")}
+# The `train` extra's packages, by import name: what `pip install "retrieval[serve]"` does not have.
+TRAINING_PACKAGES = ("torch", "torchvision", "timm", "pytorch_metric_learning", "sklearn", "scipy", "matplotlib")
 
 
 def _module_level_imports(path: Path) -> list[str]:
     """Absolute module names imported by the statements at a file's top level (not inside functions)."""
+    return _imports(ast.parse(path.read_text()).body)
+
+
+def _all_imports(path: Path) -> list[str]:
+    """Absolute module names imported anywhere in a file, inside functions too."""
+    return _imports(list(ast.walk(ast.parse(path.read_text()))))
+
+
+def _imports(nodes: list[ast.stmt] | list[ast.AST]) -> list[str]:
     names: list[str] = []
-    for node in ast.parse(path.read_text()).body:
+    for node in nodes:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "retrieval":
@@ -93,10 +118,7 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
 
 
 def test_no_import_cycle_between_the_subpackages() -> None:
-    graph = _layer_graph()
-    for source, target in KNOWN_CYCLE_EDGES:
-        graph[source].discard(target)
-    assert _cycles(graph) == []
+    assert _cycles(_layer_graph()) == []
 
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
@@ -105,3 +127,73 @@ def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     assert _module_level_imports(module) == ["retrieval.config", "retrieval.data.loader"]
     graph = {"config": {"runtime"}, "runtime": {"config", "errors"}, "data": {"config"}, "errors": set()}
     assert _cycles(graph) == [["config", "runtime"]]
+
+
+def test_inference_never_imports_export() -> None:
+    """Export builds on inference (its encoder and embedding path); `retrieval.encoders` dispatches over both."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}: {name}"
+        for path in _files("inference")
+        for name in _all_imports(path)
+        if name == "retrieval.export" or name.startswith("retrieval.export.")
+    ]
+    assert found == []
+
+
+# `retrieval serve ARGS` for each set of ARGS with the training packages blocked; uvicorn.run hands the app
+# to a TestClient instead of listening, which then searches with an image and with a vector.
+_SERVE_WITHOUT_TORCH = """
+import json, sys
+blocked, image, servings = sys.argv[1].split(","), sys.argv[2], json.loads(sys.argv[3])
+for name in blocked:
+    sys.modules[name] = None
+import uvicorn
+from fastapi.testclient import TestClient
+from retrieval.cli.main import main
+apps = []
+uvicorn.run = lambda app, **options: apps.append(app)
+answers = []
+for args in servings:
+    assert main(["serve", *args, "--device", "cpu"]) == 0
+    client = TestClient(apps[-1])
+    with open(image, "rb") as handle:
+        by_image = client.post("/search", files={"image": ("query.png", handle, "image/png")}, data={"k": "3"})
+    dim = client.get("/info").json()["dimension"]
+    by_vector = client.post("/search", json={"vector": [1.0] + [0.0] * (dim - 1), "k": 2})
+    answers.append({"image": [by_image.status_code, by_image.json()]})
+    answers[-1]["vector"] = [by_vector.status_code, by_vector.json()]
+training = ("retrieval.train", "retrieval.data", "retrieval.models", "retrieval.checkpoint")
+training += ("retrieval.inference.encoder",)
+print(json.dumps({"answers": answers, "loaded": sorted(name for name in sys.modules if name.startswith(training))}))
+"""
+
+
+@pytest.mark.slow  # exports a model (seconds of torch.onnx) and starts an interpreter with the web stack
+def test_serve_with_an_export_answers_searches_without_torch(tmp_path: Path, checkpoint_factory, csv_dataset_factory):
+    """`serve --index INDEX --model BUNDLE`, and `serve --backend URI` of the index exported to Qdrant."""
+    bundle, index_dir = tmp_path / "onnx", tmp_path / "index"
+    checkpoint = checkpoint_factory(tmp_path / "best.pt")
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--out", str(bundle)]) == 0
+    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=2, test_classes=2, per_class=3)
+    build = ["index", "build", "--model", str(bundle), "--csv", str(csv_path), "--out", str(index_dir)]
+    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
+    uri = f"qdrant+local://{tmp_path / 'qdrant'}?collection=gallery"
+    assert main(["index", "export", "--index", str(index_dir), "--to", uri]) == 0
+    image = tmp_path / "data" / "images" / "test_100_0.png"
+    servings = [["--index", str(index_dir), "--model", str(bundle)], ["--backend", uri]]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert len(result["answers"]) == len(servings)
+    for answer in result["answers"]:
+        status, found = answer["image"]
+        assert status == 200 and found["query"] == {"type": "image"}
+        assert found["results"][0]["path"].endswith("test_100_0.png")  # the image finds itself first
+        assert found["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
+        status, found = answer["vector"]
+        assert status == 200 and found["query"] == {"type": "vector"} and len(found["results"]) == 2
+    assert result["loaded"] == []

@@ -1,5 +1,6 @@
-"""What a non-editable install gets (the demo config, the type hints) and what CI runs before the tests."""
+"""What a non-editable install gets (the demo config, the type hints, its dependencies) and what CI runs."""
 
+import re
 import subprocess
 import sys
 import zipfile
@@ -47,7 +48,53 @@ def test_the_wheel_ships_the_py_typed_marker(wheel):
         assert "retrieval/py.typed" in archive.namelist()
 
 
+def _ci_commands() -> list[str]:
+    return [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+
+
 def test_ci_lints_and_type_checks_before_the_tests():
-    commands = [line.split("#")[0].strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    commands = _ci_commands()
     order = [commands.index(command) for command in ("ruff check .", "ruff format --check .", "mypy", "pytest")]
     assert order == sorted(order)
+
+
+# The `train` extra's distributions: none of them may be a requirement of the base install.
+TRAINING = {"torch", "torchvision", "timm", "pytorch-metric-learning", "scikit-learn", "scipy", "matplotlib"}
+
+
+def _requirements(wheel: Path) -> dict[str, set[str]]:
+    """The wheel's Requires-Dist names by extra ("" for the base install), as pip reads them."""
+    with zipfile.ZipFile(wheel) as archive:
+        (metadata,) = [name for name in archive.namelist() if name.endswith(".dist-info/METADATA")]
+        lines = archive.read(metadata).decode().splitlines()
+    found: dict[str, set[str]] = {}
+    for line in lines:
+        if line.startswith("Requires-Dist: "):
+            requirement = line.removeprefix("Requires-Dist: ")
+            extra = re.search(r"""extra == ["']([\w-]+)["']""", requirement)
+            name = re.match(r"[A-Za-z0-9_.-]+(\[[^\]]*\])?", requirement)
+            assert name is not None, line
+            found.setdefault(extra[1] if extra else "", set()).add(name[0].lower())
+    return found
+
+
+def test_the_base_install_and_the_serve_extra_need_no_torch(wheel):
+    """`pip install "retrieval[serve]"` serves an ONNX export: neither it nor the base pulls in the training stack."""
+    requirements = _requirements(wheel)
+    assert requirements[""] & TRAINING == set()
+    assert requirements["serve"] & TRAINING == set()
+    assert {"fastapi", "uvicorn", "onnxruntime"} <= requirements["serve"]
+    assert TRAINING <= requirements["train"]
+
+
+def test_the_dev_extra_of_the_readme_install_has_training_and_serving(wheel):
+    """`pip install -e ".[dev]"` (README, CONTRIBUTING, CI) must still install all a user needs to train and serve."""
+    (self_reference,) = [name for name in _requirements(wheel)["dev"] if name.startswith("retrieval[")]
+    assert {"train", "serve", "onnx"} <= set(self_reference.removeprefix("retrieval[").rstrip("]").split(","))
+
+
+def test_ci_serves_from_a_serve_only_environment_after_the_tests():
+    commands = _ci_commands()
+    install = commands.index('.venv-serve/bin/python -m pip install -q ".[serve]"')
+    check = commands.index("python tools/check_serve_without_torch.py --serve-venv .venv-serve")
+    assert commands.index("pytest") < install < check

@@ -49,6 +49,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "onnx": ("bench_onnx.py", []),
     "index": ("bench_index.py", ["--sizes", "100000"]),
     "serve": ("bench_serve.py", []),
+    "bf16": ("bench_bf16.py", []),
 }
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")
@@ -165,8 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--allow-busy", action="store_true", help="write results taken above --max-load, marked BUSY")
     parser.add_argument("--list", action="store_true", help="list the benchmarks and exit")
-    args, extra = parser.parse_known_args(argv)
-    extra = [item for item in extra if item != "--"]
+    argv = list(sys.argv[1:] if argv is None else argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    args = parser.parse_args(argv[:split])
+    extra = argv[split + 1 :]
     if args.list:
         for name, (script, defaults) in BENCHMARKS.items():
             print(f"{name:12s} tools/{script} {' '.join(defaults)}")

@@ -9,11 +9,20 @@ search) and single-query `SearchIndex.search` called in-process (the search alon
 Without `--index`, it builds a synthetic index of clustered unit vectors (held-out queries).
 
     python tools/bench_serve.py --n 100000 --dim 128 --clients 8 --requests 4000 --duration 60
+
+Upload mode (`--uploads synthetic` or `--uploads IMAGE_DIR`): image queries, with and without
+batching. It exports an untrained `--backbone` at `--image-size` (`retrieval export`), indexes the
+images with it, starts two servers on the same index, `--max-batch 16 --batch-wait-ms 2` and
+`--max-batch 1`, and at each client count loads them alternately (batched first, then unbatched,
+`--rounds` times) with multipart uploads of the images; it prints uploads/s and p50/p99 of each.
+
+    python tools/bench_serve.py --uploads synthetic --clients 1,8,32 --requests 600 --duration 30
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import socket
@@ -22,14 +31,20 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import faiss
 import httpx
 import numpy as np
+from PIL import Image
 
 from retrieval.index import SearchIndex
 from retrieval.index.synthetic import clustered_unit_vectors
+
+_IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".webp", ".bmp"}
+_BATCHED = ("--max-batch", "16", "--batch-wait-ms", "2")
+_UNBATCHED = ("--max-batch", "1")
 
 
 def main() -> None:
@@ -39,11 +54,19 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=128, help="synthetic index: dimension")
     parser.add_argument("--type", default="auto", help="synthetic index: kind")
     parser.add_argument("--queries", type=int, default=1000, help="distinct held-out query vectors")
-    parser.add_argument("--clients", type=int, default=8, help="concurrent clients")
+    parser.add_argument("--clients", type=_counts, default=[8], help="concurrent clients, e.g. 8 or 1,8,32")
     parser.add_argument("--requests", type=int, default=4000, help="stop after this many requests in all")
     parser.add_argument("--duration", type=float, default=60.0, help="or after this many seconds")
     parser.add_argument("-k", type=int, default=10, help="results per search")
+    parser.add_argument("--uploads", metavar="IMAGE_DIR|synthetic", help="upload mode: query with these images")
+    parser.add_argument("--images", type=int, default=64, help="upload mode, synthetic: images (96 x 96 PNG)")
+    parser.add_argument("--backbone", default="resnet18", help="upload mode: the untrained timm model exported")
+    parser.add_argument("--image-size", type=int, default=64, help="upload mode: its input size")
+    parser.add_argument("--rounds", type=int, default=1, help="upload mode: alternations per client count")
     args = parser.parse_args()
+    if args.uploads is not None:
+        _uploads(args)
+        return
 
     with tempfile.TemporaryDirectory() as scratch:
         index_dir, queries = _index_and_queries(args, Path(scratch))
@@ -62,16 +85,21 @@ def main() -> None:
             base = f"http://127.0.0.1:{port}"
             _wait_until_up(base, server)
             bodies = [json.dumps({"vector": q.tolist(), "k": args.k}).encode() for q in queries]
-            _load(base, "POST", "/search", bodies[: args.clients], args.clients, 2 * args.clients, 10)  # warm-up
-            search = _load(base, "POST", "/search", bodies, args.clients, args.requests, args.duration)
-            health = _load(base, "GET", "/healthz", [b""], args.clients, args.requests, args.duration)
+            send, floor = _json_post("/search", bodies), _get("/healthz")
+            for clients in args.clients:
+                _load(base, send, clients, 2 * clients, 10)  # warm-up
+                search = _load(base, send, clients, args.requests, args.duration)
+                health = _load(base, floor, clients, args.requests, args.duration)
+                _vector_table(args.k, clients, search, health, direct)
         finally:
             server.terminate()
             server.wait(30)
 
+
+def _vector_table(k: int, clients: int, search: dict, health: dict, direct: dict) -> None:
     print(f"{'':<34}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}")
     for name, result in (
-        (f"POST /search (vector, k={args.k})", search),
+        (f"POST /search (vector, k={k})", search),
         ("GET /healthz (HTTP floor)", health),
         ("SearchIndex.search, 1 thread", direct),
     ):
@@ -81,7 +109,90 @@ def main() -> None:
         )
     print(f"search p50 / HTTP floor p50: {search['p50'] / health['p50']:.2f}x")
     print(f"search p50 / in-process search p50: {search['p50'] / direct['p50']:.1f}x")
-    print(f"settings: {args.clients} clients (threads, keep-alive httpx) and the server share this machine's cores")
+    print(f"settings: {clients} clients (threads, keep-alive httpx) and the server share this machine's cores")
+
+
+def _uploads(args: argparse.Namespace) -> None:
+    """Upload mode: the same index served with and without batching, loaded alternately at each client count."""
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        folder = _synthetic_images(root / "images", args.images) if args.uploads == "synthetic" else Path(args.uploads)
+        paths = sorted(path for path in folder.rglob("*") if path.suffix.lower() in _IMAGE_SUFFIXES)
+        if not paths:
+            raise SystemExit(f"no images under {folder}")
+        index_dir = _exported_index(args, folder, root)
+        send = _multipart_post("/search", [path.read_bytes() for path in paths], args.k)
+        servers = {"batched": _serve(index_dir, _BATCHED), "unbatched": _serve(index_dir, _UNBATCHED)}
+        try:
+            results: dict[tuple[int, str], list[dict[str, float]]] = {}
+            for base, process in servers.values():
+                _wait_until_up(base, process)
+                threading.Thread(target=process.stderr.read, daemon=True).start()  # a full pipe would block it
+                _load(base, send, 4, 32, 30)  # warm-up: the first passes of onnxruntime are slow
+            for clients in args.clients:
+                for _ in range(args.rounds):
+                    for name, (base, _process) in servers.items():
+                        result = _load(base, send, clients, args.requests, args.duration)
+                        results.setdefault((clients, name), []).append(result)
+                        print(f"{clients} clients, {name}: {result}", file=sys.stderr)
+        finally:
+            for _base, process in servers.values():
+                process.terminate()
+                process.wait(30)
+    print(f"{len(paths)} images, {args.backbone} at {args.image_size} px (ONNX), k={args.k}; {os.cpu_count()} cores")
+    print(f"{'clients':>8}{'server':>11}{'uploads':>9}{'errors':>8}{'uploads/s':>11}{'p50 ms':>9}{'p99 ms':>9}")
+    for clients in args.clients:
+        rates = {}
+        for name in servers:
+            runs = results[(clients, name)]
+            best = max(runs, key=lambda run: run["rps"])
+            rates[name] = best["rps"]
+            print(
+                f"{clients:>8}{name:>11}{best['requests']:>9}{best['errors']:>8}"
+                f"{best['rps']:>11.1f}{best['p50']:>9.1f}{best['p99']:>9.1f}"
+            )
+        print(f"{'':>8}{'batched / unbatched uploads/s':>40}: {rates['batched'] / rates['unbatched']:.2f}x")
+
+
+def _synthetic_images(folder: Path, count: int) -> Path:
+    """`count` noisy colour PNGs of 96 x 96 in 8 classes (subfolders): small to decode, distinct to embed."""
+    rng = np.random.default_rng(0)
+    for i in range(count):
+        label = i % 8
+        (folder / str(label)).mkdir(parents=True, exist_ok=True)
+        colour = np.asarray([30 * label, 255 - 30 * label, (97 * i) % 256])
+        pixels = np.clip(colour + rng.normal(0, 25, size=(96, 96, 3)), 0, 255).astype(np.uint8)
+        Image.fromarray(pixels).save(folder / str(label) / f"{i}.png")
+    return folder
+
+
+def _exported_index(args: argparse.Namespace, images: Path, root: Path) -> Path:
+    """An untrained `args.backbone` checkpoint, its ONNX export, and a flat index of `images` built with it."""
+    import torch
+
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.cli.main import main as retrieval_main
+    from retrieval.config import Config, ModelConfig, config_to_dict
+    from retrieval.models import Embedder
+
+    torch.manual_seed(0)
+    model_config = ModelConfig(backbone=args.backbone, embedding_dim=128, pretrained=False)
+    config = Config(model=model_config)
+    config.data.image_size = args.image_size
+    model = Embedder(**model_config.model_dump())
+    Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(root / "model.pt")
+    export = ["export", "--checkpoint", str(root / "model.pt"), "--out", str(root / "onnx")]
+    build = ["index", "build", "--model", str(root / "onnx"), "--images", str(images), "--out", str(root / "index")]
+    if retrieval_main(export) != 0 or retrieval_main([*build, "--type", "flat", "--num-workers", "0"]) != 0:
+        raise SystemExit("export or index build failed")
+    return root / "index"
+
+
+def _serve(index_dir: Path, options: tuple[str, ...]) -> tuple[str, subprocess.Popen]:
+    port = _free_port()
+    command = [sys.executable, "-m", "retrieval.cli.main", "serve", "--index", str(index_dir), "--port", str(port)]
+    process = subprocess.Popen([*command, *options], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    return f"http://127.0.0.1:{port}", process
 
 
 def _index_and_queries(args: argparse.Namespace, scratch: Path) -> tuple[Path, np.ndarray]:
@@ -104,7 +215,25 @@ def _direct_latencies(index: SearchIndex, queries: np.ndarray, k: int, count: in
     return _summary(times, 0, time.perf_counter() - started)
 
 
-def _load(base: str, method: str, path: str, bodies: list[bytes], clients: int, limit: int, seconds: float):
+Send = Callable[[httpx.Client, int], httpx.Response]
+
+
+def _json_post(path: str, bodies: list[bytes]) -> Send:
+    headers = {"content-type": "application/json"}
+    return lambda http, i: http.post(path, content=bodies[i % len(bodies)], headers=headers)
+
+
+def _get(path: str) -> Send:
+    return lambda http, i: http.get(path)
+
+
+def _multipart_post(path: str, images: list[bytes], k: int) -> Send:
+    return lambda http, i: http.post(
+        path, files={"image": ("q.png", io.BytesIO(images[i % len(images)]), "image/png")}, data={"k": str(k)}
+    )
+
+
+def _load(base: str, send: Send, clients: int, limit: int, seconds: float):
     """`clients` threads send requests until `limit` requests in all or `seconds` have passed."""
     lock = threading.Lock()
     issued = [0]
@@ -113,16 +242,15 @@ def _load(base: str, method: str, path: str, bodies: list[bytes], clients: int, 
     deadline = time.perf_counter() + seconds
 
     def client(offset: int) -> None:
-        headers = {"content-type": "application/json"}
         with httpx.Client(base_url=base, timeout=60) as http:
             while time.perf_counter() < deadline:
                 with lock:
                     if issued[0] >= limit:
                         return
                     issued[0] += 1
-                    body = bodies[(issued[0] + offset) % len(bodies)]
+                    number = issued[0] + offset
                 t = time.perf_counter()
-                response = http.request(method, path, content=body or None, headers=headers if body else None)
+                response = send(http, number)
                 elapsed = time.perf_counter() - t
                 with lock:
                     times.append(elapsed)
@@ -135,6 +263,10 @@ def _load(base: str, method: str, path: str, bodies: list[bytes], clients: int, 
     for thread in threads:
         thread.join()
     return _summary(times, errors[0], time.perf_counter() - started)
+
+
+def _counts(text: str) -> list[int]:
+    return [int(part) for part in text.split(",")]
 
 
 def _summary(times: list[float], errors: int, wall: float) -> dict[str, float]:

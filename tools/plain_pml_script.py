@@ -5,10 +5,12 @@ What a user who does not use this toolkit writes (it imports nothing from `retri
 batch, epochs and thread count:
 
 - model: `timm.create_model(backbone, pretrained=False, num_classes=0)` -> Linear(-> 128) -> L2 norm;
-- loss: a PML loss with its default hyper-parameters: `ProxyNCALoss`, `ProxyAnchorLoss` (only
-  num_classes and embedding_size given), `CircleLoss` (m 0.4, gamma 80) or `TripletMarginLoss`
-  (margin 0.2, with a semi-hard `TripletMarginMiner`); the two pair losses get batches of 4
-  images per class (PML's `MPerClassSampler`), the proxy losses shuffled batches;
+- loss: a PML loss with its default hyper-parameters: `ProxyNCALoss`, `ProxyAnchorLoss`,
+  `SoftTripleLoss` (only num_classes and embedding_size given), `CircleLoss` (m 0.4, gamma 80),
+  `TripletMarginLoss` (margin 0.2, with a semi-hard `TripletMarginMiner`), `MultiSimilarityLoss`
+  with a `MultiSimilarityMiner`, `SupConLoss`, or `ContrastiveLoss` with a `PairMarginMiner`; the
+  pair losses get batches of 4 images per class (PML's `MPerClassSampler`), the proxy losses
+  shuffled batches;
 - optimizer: one Adam over the model's and the loss's parameters (the proxies), one constant
   lr for all except the proxies (`--proxy-lr-mult`, default 10: lr 1e-3, proxies 1e-2); no
   schedule, no weight decay, no warm-up, no model selection;
@@ -47,8 +49,22 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision import transforms as T
 
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
-PROXY_LOSSES = {"proxy_nca": losses.ProxyNCALoss, "proxy_anchor": losses.ProxyAnchorLoss}
-PAIR_LOSSES = {"circle": losses.CircleLoss, "triplet": lambda: losses.TripletMarginLoss(margin=0.2)}
+PROXY_LOSSES = {
+    "proxy_nca": losses.ProxyNCALoss,
+    "proxy_anchor": losses.ProxyAnchorLoss,
+    "soft_triple": losses.SoftTripleLoss,
+}
+# name -> (loss, miner or None), each at PML's defaults (triplet at the usual margin 0.2).
+PAIR_LOSSES = {
+    "circle": lambda: (losses.CircleLoss(), None),
+    "triplet": lambda: (
+        losses.TripletMarginLoss(margin=0.2),
+        miners.TripletMarginMiner(margin=0.2, type_of_triplets="semihard"),
+    ),
+    "multi_similarity": lambda: (losses.MultiSimilarityLoss(), miners.MultiSimilarityMiner()),
+    "supcon": lambda: (losses.SupConLoss(), None),
+    "contrastive": lambda: (losses.ContrastiveLoss(), miners.PairMarginMiner()),
+}
 IMAGES_PER_CLASS = 4  # in each batch of a pair loss
 
 
@@ -157,8 +173,7 @@ def main() -> None:
     model = Embedder(args.backbone, 128)
     pair_loss = args.loss in PAIR_LOSSES
     if pair_loss:
-        loss_fn = PAIR_LOSSES[args.loss]()
-        miner = miners.TripletMarginMiner(margin=0.2, type_of_triplets="semihard") if args.loss == "triplet" else None
+        loss_fn, miner = PAIR_LOSSES[args.loss]()
     else:
         loss_fn, miner = PROXY_LOSSES[args.loss](num_classes=num_classes, embedding_size=128), None
     optimizer = torch.optim.Adam(

@@ -241,8 +241,8 @@ def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None
         if classifier is None:
             raise UserError(
                 f"{flag} needs a checkpoint trained with a proxy loss on this data's training classes (its proxies "
-                "are the classifier); pair losses (circle, triplet) have none, another dataset's proxies name other "
-                "classes"
+                "are the classifier); pair losses (circle, triplet, multi_similarity, ...) and soft_triple's several "
+                "centres a class have none, another dataset's proxies name other classes"
             )
         closed_set_rows(data.test, flag)
     if args.calibrate:

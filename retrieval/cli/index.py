@@ -336,13 +336,14 @@ def _tuning_line(manifest: dict[str, Any]) -> str:
 def _build_encoder(args: argparse.Namespace) -> Encoder:
     """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
     from retrieval.export.onnx_encoder import OnnxEncoder
-    from retrieval.inference.backbone import backbone_config
-    from retrieval.inference.encoder import ImageEncoder
 
     if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
         raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
     if args.model is not None:
         return OnnxEncoder.from_export(args.model, device=args.device)
+    from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it
+    from retrieval.inference.encoder import ImageEncoder
+
     if args.backbone is None:
         return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
     config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
@@ -350,9 +351,9 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
 
 
 def _query(args: argparse.Namespace) -> int:
+    from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filters import load_filter
-    from retrieval.inference.encoder import encoder_for_index
     from retrieval.inference.sources import image_files
     from retrieval.rerank import IndexGallery, rerank_at_query
 
@@ -392,8 +393,8 @@ def _query(args: argparse.Namespace) -> int:
 
 def _add(args: argparse.Namespace) -> int:
     from retrieval.column_types import parse_column_types
+    from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
-    from retrieval.inference.encoder import encoder_for_index
     from retrieval.inference.sources import embed_source, read_source
     from retrieval.rerank import IndexGallery, augmentation_at_build
 

@@ -25,6 +25,16 @@ _COMMANDS = {
     "serve": serve,
 }
 
+# Import names of the packages an extra installs, and what it is called: a command that needs one that is
+# missing (`train` without torch, `serve` without the web stack) says which extra to install.
+_EXTRAS = {
+    **dict.fromkeys(
+        ("torch", "torchvision", "timm", "pytorch_metric_learning", "sklearn", "scipy", "matplotlib", "safetensors"),
+        ("training", "train"),
+    ),
+    **dict.fromkeys(("fastapi", "starlette", "uvicorn", "multipart", "python_multipart"), ("serving", "serve")),
+}
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -40,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand; a `UserError` prints `error: ...` on one line and returns 2.
 
-    Set `RETRIEVAL_DEBUG=1` to see the traceback of a user error too.
+    So does a command that needs an extra this install lacks (`retrieval train` without torch): the
+    line names the extra. Set `RETRIEVAL_DEBUG=1` to see the traceback of either.
     """
     args = build_parser().parse_args(argv)
     try:
@@ -50,9 +61,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"error: {_one_line(exc)}", file=sys.stderr)
         return 2
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get((exc.name or "").partition(".")[0])
+        if extra is None or os.environ.get("RETRIEVAL_DEBUG"):
+            raise
+        what, name = extra
+        print(
+            f"error: {_command_line(args)} needs the {what} dependencies: pip install 'retrieval[{name}]'",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """`retrieval train`, `retrieval index build`: the command that ran, for a message."""
+    action = getattr(args, f"{args.command}_command", None)
+    return " ".join(["retrieval", args.command, *([action] if action else [])])
 
 
 def _one_line(exc: UserError) -> str:

@@ -61,6 +61,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="look this often for a new version of the index (`index add`/`remove`) and serve it without a "
         "restart (default: 1; 0: never)",
     )
+    parser.add_argument(
+        "--max-batch",
+        type=int,
+        default=16,
+        metavar="N",
+        help="embed up to N image queries that arrive together in one forward pass (default: 16; 1: each alone)",
+    )
+    parser.add_argument(
+        "--batch-wait-ms",
+        type=float,
+        default=2.0,
+        metavar="MS",
+        help="the first image query of a batch waits at most this long for others (default: 2)",
+    )
     _add_limits(parser)
 
 
@@ -95,6 +109,7 @@ def run(args: argparse.Namespace) -> int:
 
     from retrieval.index import parse_memory
     from retrieval.serve import ServeLimits, create_app
+    from retrieval.serve.batching import BatchPolicy
 
     limits = ServeLimits(
         max_upload_bytes=int(args.max_upload_mb * 2**20),
@@ -103,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
         decode_wait=args.decode_wait,
         body_timeout=args.body_timeout,
     )
+    batching = BatchPolicy(max_batch=args.max_batch, wait=args.batch_wait_ms / 1000)
     app = create_app(
         args.index,
         checkpoint=args.checkpoint,
@@ -115,6 +131,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         model_dir=args.model,
         rerank=args.rerank,
+        batching=batching,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)

@@ -4,7 +4,7 @@ It offers what `index build|add|query` and `serve` use of a checkpoint's `ImageE
 `retrieval.inference.interface.Encoder` protocol): images are read by `retrieval.images.load_image`
 (upright, transparency on white), preprocessed by `Preprocess` (numpy + Pillow, pixel for pixel the
 PyTorch eval transform) and embedded by onnxruntime. Nothing it imports imports torch, timm or
-torchvision, so a deployment needs only onnxruntime, numpy and Pillow (the `[onnx]` extra).
+torchvision, so a deployment needs only onnxruntime, numpy and Pillow (the `serve` extra).
 
 Example:
     encoder = OnnxEncoder.from_export("exported/")            # checks the files against the manifest
@@ -141,16 +141,15 @@ class OnnxEncoder:
 
 
 def onnx_encoder_for_index(
-    model_info: Mapping[str, Any],
-    model_dir: str | Path | None,
-    checkpoint: str | Path | None = None,
-    device: str = "auto",
+    model_info: Mapping[str, Any], model_dir: str | Path | None, device: str = "auto"
 ) -> OnnxEncoder:
     """The export an index was built with: its recorded directory, or `model_dir` if it holds the same model.onnx.
 
+    `model_info` is the index manifest's `model` section (`OnnxEncoder.info()` when it was built).
+
     Raises:
-        UserError: the index was built with a checkpoint (or given one), the export is missing or
-            broken, or its model.onnx is not the one the index recorded.
+        UserError: the index was built with a checkpoint, the export is missing or broken, or its
+            model.onnx is not the one the index recorded.
     """
     info = ModelInfo.read(model_info)
     recorded = info.onnx_sha256 or ""
@@ -159,8 +158,6 @@ def onnx_encoder_for_index(
             "this index was not built with an export; query it with its checkpoint (--checkpoint CKPT or none), "
             "or rebuild it with --model DIR"
         )
-    if checkpoint is not None:
-        raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
     directory = Path(model_dir) if model_dir is not None else Path(info.model_dir or "")
     encoder = OnnxEncoder.from_export(directory, device=device)
     if encoder.model_sha256 != recorded:
@@ -173,11 +170,11 @@ def onnx_encoder_for_index(
 
 
 def _onnxruntime() -> Any:
-    """The onnxruntime module, or a one-line error saying how to install it (it is the optional `[onnx]` extra)."""
+    """The onnxruntime module, or a one-line error saying how to install it (the `serve` and `onnx` extras have it)."""
     try:
         import onnxruntime
     except ImportError as exc:
-        raise UserError("onnxruntime is not installed; install it with: pip install 'retrieval[onnx]'") from exc
+        raise UserError("onnxruntime is not installed; install it with: pip install 'retrieval[serve]'") from exc
     return onnxruntime
 
 

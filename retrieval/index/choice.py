@@ -35,13 +35,13 @@ __all__ = [
 ]
 
 DEFAULT_TARGET_RECALL = 0.95  # approximate kinds are tuned to this 10-recall@10 unless the caller says otherwise
-FLAT_MAX_VECTORS = 20_000  # exact search over 20k 128-d vectors takes well under a millisecond
+FLAT_MAX_VECTORS = 20_000  # up to here exact search is fast enough to need no approximation or tuning
 TRAINING_VECTORS_PER_CENTROID = 39  # below this FAISS's k-means warns that its centroids are unreliable
 _ID_BYTES = 8  # an int64 id per vector, in the IDMap2 table or the inverted list
 _HNSW_M = 32  # links per node
-# Candidates kept while linking a new node. At 100k clustered 128-d vectors (tools/bench_index.py data),
-# 40 (FAISS's default) saturates at recall@10 0.99 and needs efSearch 256 for stored vectors to find
-# themselves 99.9% of the time; 160 builds 2.4x slower but reaches 0.9945 and 99.98% at efSearch 32.
+# Candidates kept while linking a new node. FAISS's default 40 caps recall on clustered vectors and needs a
+# large efSearch before stored vectors find themselves; 160 builds slower for a higher ceiling at a small
+# efSearch (docs/benchmarks.md, "Search index").
 _HNSW_EF_CONSTRUCTION = 160
 
 

@@ -1,9 +1,9 @@
 """Per-vector metadata (path, label, extra columns) in an Arrow IPC file keyed by id.
 
 The table is written uncompressed in the Arrow IPC file format, so `pa.memory_map` opens it
-without reading or copying the columns: a million rows open in milliseconds. Rows are kept
-sorted by their int64 `id` column (ids only grow), so id -> row is a vectorized binary search,
-never a row position that could drift from the index.
+without reading or copying the columns: opening does not grow with the row count
+(docs/benchmarks.md, "Search index"). Rows are kept sorted by their int64 `id` column (ids only
+grow), so id -> row is a vectorized binary search, never a row position that could drift from the index.
 """
 
 from __future__ import annotations

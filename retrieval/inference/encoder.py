@@ -2,7 +2,8 @@
 
 An index is only meaningful with the exact model and preprocessing that embedded its gallery, so
 the encoder records the checkpoint's sha256, its model config and a description of the transform
-(`info()`), and `encoder_for_index` refuses a checkpoint other than the one an index was built with.
+(`info()`), and `checkpoint_encoder_for_index` refuses a checkpoint other than the one an index was built
+with (`retrieval.encoders.encoder_for_index` chooses between it and an ONNX export's encoder).
 An encoder of a timm backbone without training (`ImageEncoder.from_backbone`) has no file: it
 records the config it was built from and the checksum of its weights, and is rebuilt from them.
 """
@@ -23,15 +24,14 @@ from retrieval.data.csv_dataset import ImageDataset, flatten_image
 from retrieval.data.loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
-from retrieval.export.onnx_encoder import onnx_encoder_for_index
 from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
-from retrieval.inference.interface import EmbeddedFiles, Encoder, ModelInfo
+from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
 
-__all__ = ["EmbeddedFiles", "ImageEncoder", "encoder_for_index"]
+__all__ = ["EmbeddedFiles", "ImageEncoder", "checkpoint_encoder_for_index"]
 
 
 class ImageEncoder:
@@ -180,17 +180,13 @@ class ImageEncoder:
         return EmbeddedFiles(embeddings[positions], positions, failures)
 
 
-def encoder_for_index(
-    model_info: Mapping[str, Any],
-    checkpoint: str | Path | None = None,
-    device: str = "auto",
-    model_dir: str | Path | None = None,
-) -> Encoder:
+def checkpoint_encoder_for_index(
+    model_info: Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
+) -> ImageEncoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
 
-    An index built with an export (`--model DIR`) gets its `OnnxEncoder` (`onnx_encoder_for_index`).
-
-    An index of a backbone without training (`--backbone`) records no checkpoint: its encoder is
+    `model_info` is the index manifest's `model` section (`ImageEncoder.info()` when it was built). An
+    index of a backbone without training (`--backbone`) records no checkpoint: its encoder is
     rebuilt from the recorded config, and its weights must have the recorded checksum.
 
     Raises:
@@ -198,8 +194,6 @@ def encoder_for_index(
             (embeddings of another model are not comparable with the index's).
     """
     info = ModelInfo.read(model_info)
-    if info.onnx_sha256 or model_dir is not None:
-        return onnx_encoder_for_index(model_info, model_dir, checkpoint, device)
     if info.backbone_config is not None:
         return _backbone_encoder(info, checkpoint, device)
     recorded = info.checkpoint_sha256

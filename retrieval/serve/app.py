@@ -34,6 +34,7 @@ from retrieval.errors import UserError
 from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
 from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
+from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy
 from retrieval.serve.database import database_views
 from retrieval.serve.errors import RequestError
@@ -62,6 +63,7 @@ def create_app(
     backend: str | None = None,
     model_dir: str | Path | None = None,
     rerank: str | None = None,
+    batching: BatchPolicy | None = None,
 ) -> FastAPI:
     """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
@@ -71,8 +73,8 @@ def create_app(
         device: where the model runs (`auto`, `cpu`, `cuda`).
         limits: request limits (`ServeLimits()` by default).
         search_threads: FAISS (OpenMP) threads per search. One: concurrent requests already use the
-            cores, and fanning a single query out over threads mostly adds wake-up latency (on a
-            busy 2-core machine, 0.2 ms with one thread vs 70 ms with two for a 20k flat search).
+            cores, and fanning a single query out over threads mostly adds their wake-up latency
+            (docs/benchmarks.md, "Search service").
         image_root: image paths are shown relative to this folder; images outside it are shown by
             id only (`path` null). Default: the deepest folder holding every image indexed at start
             (fixed for the server's life, so that a path a client kept stays valid; pass a root
@@ -84,6 +86,7 @@ def create_app(
         model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
         rerank: a re-ranking spec applied to every search (`qe:k=2,alpha=3`, `kreciprocal:...`; see
             `retrieval.rerank`), or None.
+        batching: how concurrent image queries share a forward pass (`BatchPolicy()`: up to 16, 2 ms).
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded, the limits contradict each other, or
@@ -105,7 +108,7 @@ def create_app(
         )
     else:
         raise UserError("serve either an index directory or a database backend URI, not both or neither")
-    searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads, reranker)
+    searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads, reranker, batching)
     static = Path(str(resources.files("retrieval.serve") / "static"))
     page = (static / "index.html").read_text()
 

@@ -1,7 +1,8 @@
 """`Searcher`: the blocking work behind each route (decode, embed, search, thumbnail), run in the threadpool.
 
 One lock serializes the model and one the index (FAISS and torch already use every core for one
-call, and search parameters are index state). Each method takes the current `IndexView` once and
+call, and search parameters are index state); uploads that arrive together share one forward pass
+(`EmbedBatcher`). Each method takes the current `IndexView` once and
 uses it to the end, so a reload in between never mixes two versions. The only image files ever
 read are the ones listed in the index's metadata, looked up by id; every decoded image holds its
 share of the `DecodeBudget` from decode to embedding.
@@ -18,13 +19,14 @@ from typing import Any
 import faiss
 import numpy as np
 
+from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filters import Filter
-from retrieval.inference.encoder import encoder_for_index
 from retrieval.inference.interface import Encoder, model_identity
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
+from retrieval.serve.batching import BatchPolicy, EmbedBatcher
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
 from retrieval.serve.images import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
@@ -76,6 +78,7 @@ class Searcher:
         limits: ServeLimits,
         search_threads: int,
         reranker: Reranker | None = None,
+        batching: BatchPolicy | None = None,
     ) -> None:
         self.live = live
         self.reranker = reranker  # `serve --rerank`: every search re-ranked (`retrieval.rerank`)
@@ -84,6 +87,7 @@ class Searcher:
         self.search_threads = search_threads
         self.decoding = DecodeBudget(limits.decode_memory, limits.decode_wait)
         self._model_lock = threading.Lock()
+        self.embedding = EmbedBatcher(batching or BatchPolicy(), self._model_lock)
         self._index_lock = threading.Lock()
         self.thumbnail = lru_cache(maxsize=limits.thumb_cache)(self._thumbnail_of_file)
 
@@ -100,9 +104,8 @@ class Searcher:
             image = open_image(data, self.limits.max_pixels)
             with self.decoding.hold(image.width * image.height * BYTES_PER_PIXEL):
                 try:
-                    load_pixels(image)
-                    with self._model_lock:
-                        vector = view.encoder.embed_images([image])
+                    # decoded before it joins a batch, so that a broken file fails alone
+                    vector = self.embedding.embed(view.encoder, image, decode=lambda: load_pixels(image))
                 finally:
                     image.close()  # frees the pixels before the memory is handed back
         except ImageTooLarge as exc:

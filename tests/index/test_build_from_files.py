@@ -14,12 +14,12 @@ import pytest
 from index_oracle import brute_force, overlap
 
 from retrieval.cli.main import main
+from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.embedding_files import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
-from retrieval.inference.encoder import encoder_for_index
 from retrieval.runtime.files import file_sha256
 
 PART_ROWS = 1000

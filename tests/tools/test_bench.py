@@ -81,3 +81,9 @@ def test_main_refuses_unknown_names_and_shared_extra_arguments(capsys: pytest.Ca
     assert "unknown benchmark(s) ['nope']" in capsys.readouterr().err
     assert bench.main(["losses", "eval", "--out", "x", "--", "--threads", "2"]) == 2
     assert "go to exactly one named benchmark" in capsys.readouterr().err
+
+
+def test_arguments_after_the_separator_reach_the_one_named_benchmark(tiny_benchmark: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert bench.main([tiny_benchmark, "--out", str(out), "--max-load", "1000", "--", "--quantize", "int8"]) == 0
+    assert "ratio 1.00x --default --quantize int8" in (out / f"{tiny_benchmark}.txt").read_text()

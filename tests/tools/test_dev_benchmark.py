@@ -139,7 +139,14 @@ def test_peer_script_is_self_contained() -> None:
     assert not [m for m in modules if m.split(".")[0] == "retrieval"]
 
 
-@pytest.mark.parametrize("loss", ["proxy_nca", "proxy_anchor", "triplet"])
+@pytest.mark.parametrize(
+    "loss",
+    ["proxy_nca", "proxy_anchor", "triplet"]
+    + [
+        pytest.param(name, marks=pytest.mark.slow)
+        for name in ("soft_triple", "multi_similarity", "supcon", "contrastive")
+    ],
+)
 def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> None:
     glyphs = load_tool("make_glyph_dataset")
     fonts = glyphs.find_fonts()

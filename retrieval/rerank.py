@@ -32,7 +32,7 @@ import numpy as np
 from retrieval.errors import UserError
 
 if TYPE_CHECKING:  # evaluation imports this module and must not load the index package
-    from retrieval.index.filters import Filter
+    from retrieval.index.filter_language import Filter
 
 __all__ = [
     "RERANK_METHODS",

@@ -33,7 +33,7 @@ import httpx
 import numpy as np
 
 from retrieval.index import SearchIndex, clustered_unit_vectors
-from retrieval.index.filters import MAX_FILTER_CHARS, parse_filter, parse_where
+from retrieval.index.filter_language import MAX_FILTER_CHARS, parse_filter, parse_where
 
 _CLIENTS = 4
 _PINGS = 50

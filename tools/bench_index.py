@@ -72,7 +72,7 @@ def bench_one(
     return {
         "N": f"{n:,}",
         "kind": label if label == index.kind else f"{label} → {index.kind}",
-        "params": ",".join(f"{k}={v}" for k, v in index.manifest["search_parameters"].items()) or "exact",
+        "params": ",".join(f"{k}={v}" for k, v in index.manifest.search_parameters.items()) or "exact",
         "build s": f"{build_seconds:.1f}",
         "bytes/vec": f"{per_vector:.0f}" + (f" ({resident:.0f} resident, mmap)" if resident != per_vector else ""),
         "p50 ms": f"{result['p50_ms']:.3f}",

@@ -145,7 +145,7 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     import faiss
 
     from retrieval.index import SearchIndex
-    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index.from_embeddings import open_embedding_files
 
     faiss.omp_set_num_threads(args.threads)
     kind, on_disk = args.kind.removesuffix("-on-disk"), args.kind.endswith("-on-disk")
@@ -167,10 +167,10 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
     built, cpu_seconds = time.perf_counter(), _cpu_seconds() - cpu_started
     index.save(args.index)
     shutil.rmtree(work, ignore_errors=True)
-    measured = index.manifest["measured"]
+    measured = index.manifest.measured
     return {
         "factory": index.factory,
-        "search_parameters": index.manifest["search_parameters"],
+        "search_parameters": index.manifest.search_parameters,
         "build_seconds": round(built - started, 1),
         "build_cpu_seconds": round(cpu_seconds, 1),
         "save_seconds": round(time.perf_counter() - built, 1),

@@ -48,7 +48,7 @@ def built_from_embeddings(
 ) -> Iterator[tuple[SearchIndex, str]]:
     """The index of `args.embeddings` and the line that says what it was built from, valid until the block ends.
 
-    `target_recall` and `default_target_recall` are `SearchIndex.build`'s, from `--target-recall`.
+    `target_recall` and `default_target_recall` are `IndexBuildOptions`', from `--target-recall`.
 
     The build's large files (`--on-disk`'s inverted lists, ivfpq's re-ranking vectors) are written
     to a working directory beside `--out`, removed when the block ends (once the index is saved, its
@@ -61,8 +61,9 @@ def built_from_embeddings(
         UserError: images or a checkpoint were given too, the files are unreadable (see `open_embedding_files`),
             or `--trained`/`--shard` do not fit them (see `shard_inputs`).
     """
-    from retrieval.index import SearchIndex, parse_memory
-    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index import SearchIndex
+    from retrieval.index.build import IndexBuildOptions
+    from retrieval.index.from_embeddings import open_embedding_files
 
     flags = (
         ("--checkpoint", args.checkpoint),
@@ -79,23 +80,23 @@ def built_from_embeddings(
     model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
     work = working_directory(args.out)
     try:
-        index = SearchIndex.build_streamed(
-            files.stream,
-            files.metadata(),
+        options = IndexBuildOptions(
             kind=args.type if trained is None else trained.manifest["kind"],
-            max_memory=parse_memory(args.max_memory) if args.max_memory else None,
+            max_memory=args.max_memory or None,
             target_recall=target_recall if trained is None else None,  # a shard is measured once merged
             default_target_recall=default_target_recall if trained is None else None,
+            nlist=None if trained is None else trained.manifest["parameters"]["nlist"],
             model_info=model,
             sources=files.sources(),
             on_disk=work if args.on_disk else None,
             refine_directory=work,
-            nlist=None if trained is None else trained.manifest["parameters"]["nlist"],
-            trained=None if trained is None else trained.index,
-            first_id=first_id,
+        )
+        trained_index = None if trained is None else trained.index
+        index = SearchIndex.build_streamed(
+            files.stream, files.metadata(), options, trained=trained_index, first_id=first_id
         )
         if trained is not None:  # `index merge` merges the shards of one trained index and one list of inputs only
-            index.manifest.update({"trained": trained.sha256, "shard": inputs.record})
+            index.manifest.trained, index.manifest.shard = trained.sha256, inputs.record
         yield (
             index,
             f"vectors: {index.ntotal} from {len(files.files)} embedding input(s)"

@@ -20,7 +20,7 @@ from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import working_directory
 
 if TYPE_CHECKING:
-    from retrieval.index.embedding_files import EmbeddingFiles
+    from retrieval.index.from_embeddings import EmbeddingFiles
     from retrieval.index.shards import TrainedIndex
 
 __all__ = [
@@ -85,7 +85,7 @@ def add_shard_arguments(build: argparse.ArgumentParser) -> None:
 
 def run_train(args: argparse.Namespace) -> int:
     """`index train`: sample, train, write TRAINED."""
-    from retrieval.index.embedding_files import open_embedding_files
+    from retrieval.index.from_embeddings import open_embedding_files
     from retrieval.index.shards import train_index
 
     files = open_embedding_files(args.embeddings)

@@ -25,6 +25,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from retrieval.index.build.options import IndexBuildOptions
     from retrieval.index.choice import (
         DEFAULT_TARGET_RECALL,
         IndexKind,
@@ -33,13 +34,16 @@ if TYPE_CHECKING:
         parse_memory,
         plan_index,
     )
+    from retrieval.index.manifest import IndexManifest
     from retrieval.index.search_index import SearchIndex
     from retrieval.index.synthetic import clustered_unit_vectors
     from retrieval.index.tuning import exact_neighbors, recall_at_k
 
 __all__ = [
     "DEFAULT_TARGET_RECALL",
+    "IndexBuildOptions",
     "IndexKind",
+    "IndexManifest",
     "IndexPlan",
     "SearchIndex",
     "choose_index",
@@ -52,7 +56,9 @@ __all__ = [
 
 _HOMES = {
     "DEFAULT_TARGET_RECALL": "choice",
+    "IndexBuildOptions": "build.options",
     "IndexKind": "choice",
+    "IndexManifest": "manifest",
     "IndexPlan": "choice",
     "SearchIndex": "search_index",
     "choose_index": "choice",

@@ -8,9 +8,9 @@ search filters out, and that the manifest lists, until `compact` drops it.
 
 from __future__ import annotations
 
-import datetime
+import dataclasses
 import os
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
@@ -19,45 +19,30 @@ from typing import Any
 import faiss
 import numpy as np
 import pyarrow as pa
-from tqdm.auto import tqdm
 
-from retrieval import __version__
 from retrieval.errors import UserError
-from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
-from retrieval.index.filtered import LabelSpace, search_passing
-from retrieval.index.filters import Filter
+from retrieval.index.build.add import add_in_chunks
+from retrieval.index.build.options import IndexBuildOptions
+from retrieval.index.build.pipeline import BuiltIndex, build_index
+from retrieval.index.choice import IndexKind
+from retrieval.index.evaluation import evaluate_index
+from retrieval.index.filter_language import Filter
+from retrieval.index.filtered_search import LabelSpace, search_passing
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
+from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata, MetadataInput
-from retrieval.index.on_disk import LISTS_FILE, ShardedLists, link_or_copy, lists_file, read_with_lists_beside
-from retrieval.index.refine_file import REFINE_FILE, RefineSpill, from_index_file, refine_file_bytes, without_refine
-from retrieval.index.storage import (
-    FORMAT,
-    FORMAT_VERSION,
-    INDEX_FILE,
-    METADATA_FILE,
-    read_verified_manifest,
-    write_index_directory,
-)
-from retrieval.index.streaming import VectorStream, exact_neighbors_streamed, gather_rows
-from retrieval.index.tuning import (
-    Measurement,
-    apply_search_parameters,
-    exact_neighbors,
-    find_index,
-    measure,
-    tune_search_parameters,
-)
+from retrieval.index.on_disk import LISTS_FILE, link_or_copy, lists_file, read_with_lists_beside
+from retrieval.index.refine_file import REFINE_FILE, from_index_file, without_refine
+from retrieval.index.storage import INDEX_FILE, METADATA_FILE, read_verified_manifest, write_index_directory
+from retrieval.index.stored_rows import ivf_directory, stored_rows
+from retrieval.index.streaming import VectorStream, unit_rows
+from retrieval.index.tuning import TUNED_K, set_search_parameters
+from retrieval.rerank import IndexGallery, augmentation_at_build
 
 __all__ = ["SearchIndex"]
 
-_ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 _LOAD_ATTEMPTS = 5  # loads of a directory that saves keep swapping under the reader, before its error stands
-_TUNING_QUERIES = 1000  # held-out queries sampled from the build set when none are given
-_TRAINING_CAP = 262144  # k-means on more vectors than this barely moves the centroids
 _NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
-_SHARD_BYTES = 1 << 30  # in-memory lists of an on-disk build, written out as a shard once this full (no budget)
-_SEED = 0
-_TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
 _MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
 
 
@@ -67,15 +52,15 @@ class SearchIndex:
     Build one with `SearchIndex.build`, open a saved one with `SearchIndex.load`.
 
     Attributes:
-        manifest: what `save` writes to `manifest.json` (kind, factory string, parameters,
-            measured recall and latency, model information, ...).
+        manifest: what `save` writes to `manifest.json` (`IndexManifest`: kind, factory string,
+            parameters, measured recall and latency, model information, ...).
     """
 
     def __init__(
         self,
         index: faiss.Index,
         metadata: Metadata,
-        manifest: dict[str, Any],
+        manifest: IndexManifest,
         read_only: bool = False,
         refine_file: Path | None = None,
     ) -> None:
@@ -85,10 +70,10 @@ class SearchIndex:
         self._refine_file = refine_file  # ivfpq's re-ranking vectors, mapped from this file (`refine_file`)
         self._metadata = metadata
         self.manifest = manifest
-        self._tombstones = np.asarray(sorted(manifest.get("removed_ids", [])), dtype=np.int64)
+        self._tombstones = np.asarray(sorted(manifest.removed_ids), dtype=np.int64)
         self._directory: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # ivf id -> (list, offset)
         self._labels: LabelSpace | None = None  # id <-> FAISS label, for filtered search
-        _set_search_parameters(index, manifest.get("search_parameters", {}))
+        set_search_parameters(index, manifest.search_parameters)
 
     # -- shape ---------------------------------------------------------------------------------
     @property
@@ -104,12 +89,12 @@ class SearchIndex:
     @property
     def kind(self) -> str:
         """`flat`, `hnsw`, `ivf` or `ivfpq` (what `auto` chose, for an auto build)."""
-        return str(self.manifest["kind"])
+        return self.manifest.kind
 
     @property
     def factory(self) -> str:
         """The `faiss.index_factory` string the index was built from."""
-        return str(self.manifest["factory"])
+        return self.manifest.factory
 
     def __repr__(self) -> str:
         return f"SearchIndex(kind={self.kind!r}, factory={self.factory!r}, ntotal={self.ntotal}, dim={self.dim})"
@@ -120,230 +105,86 @@ class SearchIndex:
         cls,
         embeddings: np.ndarray,
         metadata: MetadataInput = None,
+        options: IndexBuildOptions | None = None,
         *,
-        kind: str = "auto",
-        max_memory: int | str | None = None,
-        target_recall: float | None = None,
-        default_target_recall: float | None = DEFAULT_TARGET_RECALL,
         tuning_queries: np.ndarray | None = None,
-        model_info: dict[str, Any] | None = None,
-        match_threshold: dict[str, Any] | None = None,
-        progress: bool = True,
-        nlist: int | None = None,
-        hnsw_m: int | None = None,
-        pq_bytes: int | None = None,
+        **settings: Any,
     ) -> SearchIndex:
-        """Build an index over `embeddings`, measure it against exact search, and tune it if asked.
+        """Build an index over `embeddings`, measure it against exact search, and tune it (`IndexBuildOptions`).
 
         Args:
             embeddings: `(N, D)` float embeddings; rows are L2-normalized here (a zero row is an
-                error), and the manifest records whether they already were.
+                error), and the manifest records whether they already were. With database-side
+                augmentation, the stored vectors are their augmented versions.
             metadata: N rows of per-vector data (path, label, any extra columns) as an Arrow table
                 or a dict of columns; `None` stores ids only.
-            kind: `auto`, `flat`, `hnsw`, `ivf` or `ivfpq` (see `retrieval.index.choice`).
-            max_memory: budget in bytes (or `"4G"`) that `auto` must fit.
-            target_recall: tune search parameters to the cheapest ones reaching this 10-recall@10 on
-                the held-out queries while 99.9% of (a sample of) stored vectors find themselves first;
-                a target no setting reaches is an error.
-            default_target_recall: without `target_recall`, approximate kinds (hnsw, ivf, ivfpq) are tuned
-                to this target, best effort: the most accurate setting explored when none reaches it (their
-                fixed defaults, e.g. ivf's nprobe 16, can return half of the true neighbours). None keeps
-                the fixed defaults. The manifest records the target and whether it was given or the default.
+            options: how to build (kind, budget, recall target, augmentation, what to record).
             tuning_queries: `(Q, D)` held-out queries to measure and tune on. When `None`, up to
                 1,000 random build vectors are held out: the index is built without them,
                 measured and tuned with them as queries, then they are added.
-            model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
-            match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
-                `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
-            progress: show progress bars.
-            nlist: inverted lists (ivf, ivfpq); default about 4·sqrt(N).
-            hnsw_m: HNSW links per node; default 32.
-            pq_bytes: ivfpq re-ranking code bytes; default 32 (48 bytes a vector with ids and the fast-scan code).
+            settings: `IndexBuildOptions` fields, in place of (or changing) `options`: `kind="flat"`.
 
         Raises:
             UserError: bad shapes or values, a trained kind with too few vectors to train, a
                 memory budget nothing fits, or a recall target no setting reaches.
         """
-        vectors, were_unit = _unit_rows(embeddings, "embeddings")
-        return cls.build_streamed(
+        chosen = _options(options, settings)
+        vectors, were_unit = unit_rows(embeddings, "embeddings")
+        augmentation = chosen.augmentation()
+        if augmentation is not None:
+            vectors = augmentation.database(vectors)
+        built = build_index(
             VectorStream.of_array(vectors),
             metadata,
-            kind=kind,
-            max_memory=max_memory,
-            target_recall=target_recall,
-            default_target_recall=default_target_recall,
+            chosen,
             tuning_queries=tuning_queries,
-            model_info=model_info,
-            match_threshold=match_threshold,
-            progress=progress,
-            nlist=nlist,
-            hnsw_m=hnsw_m,
-            pq_bytes=pq_bytes,
             inputs_were_normalized=were_unit,
         )
+        return cls._of(built)
 
     @classmethod
     def build_streamed(
         cls,
         stream: VectorStream,
         metadata: MetadataInput = None,
+        options: IndexBuildOptions | None = None,
         *,
-        kind: str = "auto",
-        max_memory: int | str | None = None,
-        target_recall: float | None = None,
-        default_target_recall: float | None = DEFAULT_TARGET_RECALL,
         tuning_queries: np.ndarray | None = None,
-        model_info: dict[str, Any] | None = None,
-        match_threshold: dict[str, Any] | None = None,
-        progress: bool = True,
-        nlist: int | None = None,
-        hnsw_m: int | None = None,
-        pq_bytes: int | None = None,
-        chunk_rows: int = _ADD_CHUNK,
-        sources: list[dict[str, Any]] | None = None,
-        inputs_were_normalized: bool | None = None,
-        on_disk: Path | None = None,
-        refine_directory: Path | None = None,
         trained: faiss.Index | None = None,
         first_id: int = 0,
+        **settings: Any,
     ) -> SearchIndex:
         """`build` from vectors read in chunks: memory holds the index, its samples and one chunk, never all N rows.
 
-        Two passes over `stream`: the first gathers the sampled rows (the k-means/PQ training
-        sample FAISS trains on, the held-out queries, the stored vectors tuning checks), the
-        second adds every row in chunks and keeps, chunk by chunk, the held-out queries' exact
-        neighbours. Rows are numbered 0..N-1 in stream order; those numbers are the ids. Given
-        the same rows, the result is the same as `build`'s, whatever `chunk_rows` is.
+        Given the same rows, the result is the same as `build`'s, whatever `options.chunk_rows` is
+        (the phases: `retrieval.index.build.pipeline`).
 
         Args:
             stream: the N rows (see `retrieval.index.streaming.VectorStream`); each chunk is
                 L2-normalized as it is read.
-            metadata, kind, max_memory, target_recall, default_target_recall, tuning_queries, model_info,
-                match_threshold, progress, nlist, hnsw_m, pq_bytes: as for `build`.
-            chunk_rows: rows read, normalized and added at a time.
-            sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
-            inputs_were_normalized: recorded in the manifest; `None` records whether every chunk was.
-            on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
-                written there in shards of at most half of `max_memory` (default 1 GiB) and merged
-                into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
-                in memory. `save` links that file into the index directory; the index is read-only.
-            refine_directory: a working directory for an ivfpq build's float32 re-ranking vectors: written
-                there (`refine.faiss`) as they stream and searched memory-mapped, so that memory holds the
-                PQ codes and ids only (`retrieval.index.refine_file`). `save` links the file into the index
-                directory; the index is read-only. Other kinds ignore it.
+            metadata, options, tuning_queries, settings: as for `build`; `options.on_disk` and
+                `options.refine_directory` keep its large files in working directories.
             trained: a trained, empty index of the plan's factory (`retrieval.index.shards`) to add to
                 instead of training one: no training sample is read and, without `tuning_queries`, nothing is
                 held out or measured (a shard of a larger index, measured once merged).
             first_id: the id of the first row (a shard's offset in the full list of rows): ids run from first_id.
 
         Raises:
-            UserError: as `build`, and when the stream yields a number of rows other than `stream.count`.
+            UserError: as `build`, when the stream yields a number of rows other than `stream.count`, and for
+                database-side augmentation, which needs every vector at once.
         """
-        n, dim = stream.count, stream.dim
-        budget = parse_memory(max_memory)
-        plan = _plan(n, dim, kind, budget, nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes, on_disk=on_disk is not None)
-        if n < plan.min_training_vectors and trained is None:
-            raise UserError(_too_few_message(plan, n))
-        ids = np.arange(n, dtype=np.int64)  # row positions; the ids are first_id + positions
-        table = Metadata.from_rows(ids + first_id, metadata)
-        rng = np.random.default_rng(_SEED)
-        held_out = np.zeros(0, dtype=np.int64)
-        if tuning_queries is None and trained is None:
-            held_out = np.sort(rng.choice(n, size=min(_TUNING_QUERIES, n // 10), replace=False))
-        training = np.zeros(0, dtype=np.int64)
-        if plan.trained and trained is None:
-            training = np.sort(rng.choice(n, size=min(n, max(plan.min_training_vectors, _TRAINING_CAP)), replace=False))
-        inserted_count = n - len(held_out)
-        measuring = tuning_queries is not None or len(held_out) > 0
-        target, target_source = _tuning_target(plan, target_recall, default_target_recall)
-        checked = np.zeros(0, dtype=np.int64)
-        if measuring and target is not None:
-            inserted = np.setdiff1d(ids, held_out, assume_unique=True)
-            checked = rng.choice(inserted, size=min(_TUNING_QUERIES, inserted_count), replace=False)
+        chosen = _options(options, settings)
+        if chosen.database_augmentation is not None:
+            raise UserError("database-side augmentation (dba) needs every vector at once: build from an array")
+        built = build_index(stream, metadata, chosen, tuning_queries=tuning_queries, trained=trained, first_id=first_id)
+        return cls._of(built)
 
-        reader = _UnitChunks(stream, chunk_rows)
-        wanted = np.concatenate([held_out, training, checked])
-        sampled = reader.read("sampling", progress) if len(wanted) else iter(())  # a shard samples nothing
-        gathered = gather_rows(sampled, wanted, dim)
-        held_vectors, training_vectors, checked_vectors = np.split(
-            gathered, [len(held_out), len(held_out) + len(training)]
-        )
-        queries = held_vectors if tuning_queries is None else _unit_rows(tuning_queries, "tuning_queries", dim)[0]
-
-        if trained is None:
-            index = faiss.index_factory(dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
-        else:
-            index = faiss.clone_index(trained)
-        graph = find_index(index, faiss.IndexHNSW)
-        if graph is not None and "ef_construction" in plan.parameters:
-            graph.hnsw.efConstruction = plan.parameters["ef_construction"]
-        if plan.trained and trained is None:
-            index.train(training_vectors)
-        del gathered, training_vectors
-        depth = min(_TUNED_K, inserted_count)  # below _TUNED_K when fewer vectors are stored
-        shards = spill = None
-        if on_disk is not None:
-            shard_rows = max(chunk_rows, int((budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
-            shards = ShardedLists(index, on_disk, shard_rows)
-        elif refine_directory is not None and plan.kind is IndexKind.IVFPQ:
-            spill = RefineSpill(index, refine_directory)
-        adding = shards or spill or index
-        true_ids = _add_stream(adding, reader, held_out, queries if measuring else None, depth, progress, first_id)
-        if shards is not None:
-            index = shards.merge()
-        elif spill is not None:
-            index = spill.finish()
-        searchable, to_label = _label_space(index)
-
-        parameters, measured = dict(plan.search_parameters), None
-        if measuring:
-            if target is not None:
-                stored = (checked_vectors, to_label(checked + first_id))
-                parameters, _ = tune_search_parameters(
-                    searchable, queries, to_label(true_ids), target, depth, stored, best_effort=target_recall is None
-                )
-            _set_search_parameters(index, parameters)
-            measured = measure(lambda q, k: index.search(q, k), queries, true_ids, _TUNED_K)
-        held_ids = held_out + first_id
-        if shards is None and spill is None:
-            _add(index, held_vectors, held_ids, progress, "adding held-out queries")
-        elif shards is not None and len(held_out):
-            index = shards.add_and_merge(held_vectors, held_ids)
-        elif spill is not None and len(held_out):
-            del index, searchable  # unmapped before refine.faiss is mapped again: one mapping's pages resident
-            index = spill.add_and_finish(held_vectors, held_ids)
-
-        manifest = {
-            "format": FORMAT,
-            "version": FORMAT_VERSION,
-            "toolkit_version": __version__,
-            "faiss_version": faiss.__version__,
-            "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "kind": plan.kind.value,
-            "requested_kind": IndexKind.parse(kind).value,
-            "factory": plan.factory,
-            "parameters": plan.parameters,
-            "max_memory": budget,
-            "dimension": dim,
-            "metric": "inner_product",
-            "normalized": True,
-            "inputs_were_normalized": reader.were_unit if inputs_were_normalized is None else inputs_were_normalized,
-            "count": n,
-            "stored": int(index.ntotal),
-            "next_id": first_id + n,
-            **({"first_id": first_id} if first_id else {}),
-            "removed_ids": [],
-            "search_parameters": parameters,
-            "target_recall": target,
-            "target_recall_source": target_source,
-            "measured": _measured(measured, index, held_out, tuning_queries),
-            "model": dict(model_info or {}),
-            "match_threshold": match_threshold,
-            **({"sources": sources} if sources is not None else {}),
-        }
-        return cls(
-            index, table, manifest, read_only=spill is not None, refine_file=None if spill is None else spill.path
-        )
+    @classmethod
+    def _of(cls, built: BuiltIndex) -> SearchIndex:
+        """The `SearchIndex` of a build; read-only when its re-ranking vectors are mapped from a file."""
+        read_only = built.refine_file is not None
+        manifest = IndexManifest.of(built.manifest)
+        return cls(built.index, built.metadata, manifest, read_only=read_only, refine_file=built.refine_file)
 
     # -- searching -----------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -352,8 +193,8 @@ class SearchIndex:
         Args:
             vectors: `(Q, D)` or `(D,)` queries; normalized here.
             k: results per query, >= 1.
-            filter: metadata conditions (`retrieval.index.filters`), applied inside FAISS with an
-                `IDSelector` (see `retrieval.index.filtered`): the exact top-k of the passing vectors
+            filter: metadata conditions (`retrieval.index.filter_language`), applied inside FAISS with an
+                `IDSelector` (see `retrieval.index.filtered_search`): the exact top-k of the passing vectors
                 for flat, the tuned recall for the other kinds. `None` or no conditions: all vectors.
 
         Returns:
@@ -365,7 +206,7 @@ class SearchIndex:
             UserError: bad queries or k; a filter naming an unknown column or comparing a column
                 with a value of another type.
         """
-        queries, _ = _unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
+        queries, _ = unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
         if filter is not None and filter.conditions:
@@ -380,7 +221,7 @@ class SearchIndex:
         """FAISS's `(scores, ids)` for `queries`, removed ids moved last as -1; at least k columns when stored."""
         # Never a shorter list than the k the index was tuned for: re-ranking and graph search
         # shortlists scale with it, and the top 1 of a k=1 search should be the top 1 of k=10.
-        width = min(max(int(k), _TUNED_K) + len(self._tombstones), max(int(self._index.ntotal), 1))
+        width = min(max(int(k), TUNED_K) + len(self._tombstones), max(int(self._index.ntotal), 1))
         scores, ids = self._index.search(queries, width)
         if len(self._tombstones):
             keep = (ids >= 0) & ~np.isin(ids, self._tombstones)
@@ -396,8 +237,8 @@ class SearchIndex:
         if len(passing) == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         if self._labels is None:
-            self._labels = LabelSpace.of(self._index, int(self.manifest["next_id"]))
-        width = min(max(k, _TUNED_K), len(passing))  # the tuned shortlist length, as in `_search_all`
+            self._labels = LabelSpace.of(self._index, self.manifest.next_id)
+        width = min(max(k, TUNED_K), len(passing))  # the tuned shortlist length, as in `_search_all`
         return search_passing(self._labels, queries, width, passing, self.ntotal)
 
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - the public name is the API
@@ -405,7 +246,9 @@ class SearchIndex:
         self._metadata.rows_of([id])
         vector = np.empty(self.dim, dtype=np.float32)
         if isinstance(self._index, faiss.IndexIVF):
-            list_numbers, offsets, ids = self._ivf_directory()
+            if self._directory is None:  # cached until the index changes
+                self._directory = ivf_directory(self._index)
+            list_numbers, offsets, ids = self._directory
             position = np.searchsorted(ids, id)
             self._index.reconstruct_from_offset(
                 int(list_numbers[position]), int(offsets[position]), faiss.swig_ptr(vector)
@@ -446,21 +289,30 @@ class SearchIndex:
     def add(self, embeddings: np.ndarray, metadata: MetadataInput = None) -> np.ndarray:
         """Add vectors (trained kinds keep their quantizer) and their metadata; returns their new `(N,)` ids.
 
-        Ids continue after the largest id ever assigned, so a removed id is never reused.
+        Ids continue after the largest id ever assigned, so a removed id is never reused. An index built
+        with database-side augmentation stores each new vector augmented with its nearest stored ones, as
+        its build did (`DatabaseAugmentation.added`).
         """
         self._check_writable("add to")
-        vectors, _ = _unit_rows(embeddings, "embeddings", self.dim)
-        start = int(self.manifest["next_id"])
+        vectors, _ = unit_rows(embeddings, "embeddings", self.dim)
+        if self.manifest.database_augmentation:
+            augmentation = augmentation_at_build(self.manifest.database_augmentation)
+            vectors = augmentation.added(IndexGallery(self), vectors)
+        start = self.manifest.next_id
         ids = np.arange(start, start + len(vectors), dtype=np.int64)
         rows = Metadata.from_rows(ids, metadata)
         try:
             merged = self._metadata.appended(rows)
         except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
             raise UserError(f"new metadata columns do not match the index's: {exc}") from exc
-        _add(self._index, vectors, ids, progress=False, description="adding")
+        add_in_chunks(self._index, vectors, ids, progress=False, description="adding")
         self._metadata = merged
         self._directory = self._labels = None
-        self.manifest.update(count=len(merged), stored=int(self._index.ntotal), next_id=start + len(vectors))
+        self.manifest.count, self.manifest.stored, self.manifest.next_id = (
+            len(merged),
+            int(self._index.ntotal),
+            start + len(vectors),
+        )
         return ids
 
     def remove(self, ids: Sequence[int] | np.ndarray) -> int:
@@ -478,9 +330,8 @@ class SearchIndex:
             self._tombstones = np.union1d(self._tombstones, unique)
         self._metadata = remaining
         self._directory = self._labels = None
-        self.manifest.update(
-            count=len(remaining), stored=int(self._index.ntotal), removed_ids=self._tombstones.tolist()
-        )
+        self.manifest.count, self.manifest.stored = len(remaining), int(self._index.ntotal)
+        self.manifest.removed_ids = self._tombstones.tolist()
         return len(unique)
 
     def compact(self) -> int:
@@ -497,11 +348,11 @@ class SearchIndex:
             return 0
         ids, vectors = self._stored()
         self._index.reset()
-        _add(self._index, vectors, ids, progress=True, description="compacting")
+        add_in_chunks(self._index, vectors, ids, progress=True, description="compacting")
         dropped = len(self._tombstones)
         self._tombstones = np.zeros(0, dtype=np.int64)
         self._directory = self._labels = None
-        self.manifest.update(stored=int(self._index.ntotal), removed_ids=[])
+        self.manifest.stored, self.manifest.removed_ids = int(self._index.ntotal), []
         return dropped
 
     # -- measuring -----------------------------------------------------------------------------
@@ -516,38 +367,15 @@ class SearchIndex:
         Returns:
             `recall_at_k`, `k`, `neighbors`, `queries`, `p50_ms`, `p99_ms` (one query, one
             thread), `batch_qps`, `batch_threads`, `resident_bytes_per_vector` (in memory once
-            loaded) and `disk_bytes_per_vector` (its files; see `_bytes_per_vector`), `ntotal`,
+            loaded) and `disk_bytes_per_vector` (its files; see `bytes_per_vector`), `ntotal`,
             `kind`. Recall counts each query's exact top `neighbors`, which is k unless the index
             holds fewer candidates (leave-one-out: ntotal - 1): 10 vectors give 9 neighbours a
             query, all of them found is 1.0. With no candidate at all (one vector, leave-one-out)
             there is nothing to measure: `recall_at_k` is None. Every kind keeps the full vectors
             (ivfpq for re-ranking), so the exact reference is the same as at build time.
         """
-        ids, vectors = self._stored()
-        if len(ids) == 0:
-            raise UserError("the index is empty; add vectors before evaluating it")
-        if queries is None:
-            rng = np.random.default_rng(_SEED)
-            chosen = np.sort(rng.choice(len(ids), size=min(_TUNING_QUERIES, len(ids)), replace=False))
-            query_vectors, own = vectors[chosen], ids[chosen]
-            truth = ids[exact_neighbors(vectors, query_vectors, k + 1)]
-            true_ids = _without_own(truth, own, k)
-
-            def search(q: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-                scores, found = self.search(q, width + 1)
-                return scores, (_without_own(found, own, width) if len(q) == len(own) else found)
-
-            measured = measure(search, query_vectors, true_ids, k)
-        else:
-            query_vectors, _ = _unit_rows(queries, "queries", self.dim)
-            true_ids = ids[exact_neighbors(vectors, query_vectors, k)]
-            measured = measure(self.search, query_vectors, true_ids, k)
-        return {
-            **measured.as_dict(),
-            **_bytes_per_vector(self._index),
-            "ntotal": self.ntotal,
-            "kind": self.kind,
-        }
+        measured = evaluate_index(self._stored(), self.search, self._index, queries, k)
+        return {**measured, "ntotal": self.ntotal, "kind": self.kind}
 
     # -- disk ----------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -555,13 +383,12 @@ class SearchIndex:
 
         An existing index there is replaced only once the new one is complete on disk.
         """
-        manifest = dict(self.manifest)
         lists = lists_file(self._index)
         writers: dict[str, Callable[[Path], None]] = {} if lists is None else {LISTS_FILE: partial(link_or_copy, lists)}
         if self._refine_file is not None:
             writers[REFINE_FILE] = partial(link_or_copy, self._refine_file)
         writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
-        self.manifest = write_index_directory(directory, writers, manifest)
+        self.manifest = IndexManifest.of(write_index_directory(directory, writers, self.manifest.as_dict()))
         if self._refine_file is not None:  # the mapped file is now (also) this one: a build's working copy may go
             self._refine_file = Path(directory).absolute() / REFINE_FILE
 
@@ -623,27 +450,28 @@ class SearchIndex:
         """`load`'s reads, once; files of two versions give a `UserError` (sizes, checksums or counts disagree)."""
         manifest = read_verified_manifest(directory)  # before FAISS parses a byte
         path = Path(directory) / INDEX_FILE
-        expected_dim = manifest["dimension"]
+        expected_dim = manifest.dimension
         if dim is not None and dim != expected_dim:
             raise UserError(f"{directory} holds {expected_dim}-d vectors but the model makes {dim}-d embeddings")
         try:
-            on_disk = LISTS_FILE in manifest["files"]  # its lists are memory-mapped from beside the index file
+            on_disk = LISTS_FILE in manifest.files  # its lists are memory-mapped from beside the index file
             index = read_with_lists_beside(path) if on_disk else faiss.read_index(str(path), _MMAP_FLAGS if mmap else 0)
-            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest["files"] else None
+            refine_file = Path(directory).absolute() / REFINE_FILE if REFINE_FILE in manifest.files else None
             if refine_file is not None:  # ivfpq's re-ranking vectors, always memory-mapped
                 index = from_index_file(index, refine_file)
         except RuntimeError as exc:
             raise UserError(f"FAISS cannot read {path}: {str(exc).splitlines()[0]}") from exc
         if index.d != expected_dim:
             raise UserError(f"{path} holds {index.d}-d vectors, the manifest says {expected_dim}: wrong dimension")
-        stored = manifest.get("stored", manifest["count"])
-        if index.ntotal != stored:
-            raise UserError(f"{path} holds {index.ntotal} vectors, the manifest says {stored}: count mismatch")
+        if index.ntotal != manifest.stored_count:
+            raise UserError(
+                f"{path} holds {index.ntotal} vectors, the manifest says {manifest.stored_count}: count mismatch"
+            )
         metadata = Metadata.read(Path(directory) / METADATA_FILE)
-        if len(metadata) != manifest["count"]:
+        if len(metadata) != manifest.count:
             raise UserError(
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
-                f"{manifest['count']} vectors: count mismatch"
+                f"{manifest.count} vectors: count mismatch"
             )
         read_only = mmap or on_disk or refine_file is not None
         return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)
@@ -669,43 +497,10 @@ class SearchIndex:
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""
-        if isinstance(self._index, faiss.IndexIDMap2):
-            inner = faiss.downcast_index(self._index.index)
-            ids = faiss.vector_to_array(self._index.id_map)
-            # An explicit numpy buffer: with faiss.contrib.torch_utils imported (pytorch-metric-learning's
-            # accuracy calculator does), reconstruct_n without one returns a torch tensor.
-            vectors = inner.reconstruct_n(0, inner.ntotal, np.empty((inner.ntotal, self.dim), dtype=np.float32))
-        else:  # IVF-Flat: the inverted lists hold the raw float32 vectors
-            invlists, parts, id_parts = _inverted_lists(self._index), [], []
-            for number in range(invlists.nlist):
-                size = invlists.list_size(number)
-                if size:
-                    codes = faiss.rev_swig_ptr(invlists.get_codes(number), size * invlists.code_size)
-                    parts.append(codes.view(np.float32).reshape(size, self.dim))
-                    id_parts.append(faiss.rev_swig_ptr(invlists.get_ids(number), size))
-            ids = np.concatenate(id_parts) if id_parts else np.zeros(0, dtype=np.int64)
-            vectors = np.concatenate(parts) if parts else np.zeros((0, self.dim), np.float32)
+        ids, vectors = stored_rows(self._index)
         live = ~np.isin(ids, self._tombstones)
         order = np.argsort(ids[live])
         return ids[live][order], vectors[live][order]
-
-    def _ivf_directory(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """`(list numbers, offsets, ids)` of every vector of an IVF index, sorted by id; cached until changed."""
-        if self._directory is None:
-            invlists = _inverted_lists(self._index)
-            parts = []
-            for number in range(invlists.nlist):
-                size = invlists.list_size(number)
-                if size:
-                    ids = faiss.rev_swig_ptr(invlists.get_ids(number), size).copy()
-                    parts.append((np.full(size, number), np.arange(size), ids))
-            if parts:
-                list_numbers, offsets, ids = (np.concatenate(column) for column in zip(*parts, strict=True))
-            else:
-                list_numbers = offsets = ids = np.zeros(0, dtype=np.int64)
-            order = np.argsort(ids)
-            self._directory = (list_numbers[order], offsets[order], ids[order])
-        return self._directory
 
 
 def _identity(directory: str | Path) -> tuple[int, int] | None:
@@ -715,141 +510,6 @@ def _identity(directory: str | Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_dev, status.st_ino
-
-
-def _unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np.ndarray, bool]:
-    """`array` as C-contiguous float32 `(N, D)` unit rows, and whether the rows already were unit."""
-    matrix = np.asarray(array)
-    if matrix.ndim != 2 or matrix.shape[0] == 0:
-        raise UserError(f"{name} must be a non-empty (N, D) array, got shape {matrix.shape}")
-    if dim is not None and matrix.shape[1] != dim:
-        raise UserError(f"{name} have dimension {matrix.shape[1]}, the index holds {dim}-d vectors")
-    if not np.issubdtype(matrix.dtype, np.number):
-        raise UserError(f"{name} must be numeric, got dtype {matrix.dtype}")
-    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
-    if not np.isfinite(matrix).all():
-        raise UserError(f"{name} contain NaN or infinite values")
-    norms = np.linalg.norm(matrix, axis=1)
-    if (norms == 0).any():
-        raise UserError(f"{name} row {int(np.argmin(norms))} is all zeros and has no direction")
-    were_unit = bool(np.all(np.abs(norms - 1.0) < 1e-3))
-    return (matrix if were_unit else matrix / norms[:, None]), were_unit
-
-
-def _plan(n: int, dim: int, kind: str, budget: int | None, on_disk: bool, **options: int | None) -> IndexPlan:
-    """The plan `auto` chooses for N vectors within `budget`, or the explicit `kind`'s; `ivf` for lists on disk."""
-    requested = IndexKind.parse(kind)
-    if on_disk:
-        if requested not in (IndexKind.AUTO, IndexKind.IVF):
-            raise UserError(f"an on-disk index is of kind 'ivf' (IVF-Flat lists on disk), not {kind!r}; use --type ivf")
-        return plan_index(n, dim, IndexKind.IVF, **options)
-    if requested is IndexKind.AUTO:
-        return choose_index(n, dim, budget, **options)
-    return plan_index(n, dim, kind, **options)
-
-
-class _UnitChunks:
-    """Passes over a `VectorStream` as `(first row, unit rows)` pairs, each chunk checked and L2-normalized."""
-
-    def __init__(self, stream: VectorStream, chunk_rows: int) -> None:
-        self._stream, self._chunk_rows = stream, chunk_rows
-        self.were_unit = True  # every chunk read so far was already L2-normalized
-
-    def read(self, description: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
-        """One pass from the first row, with a progress bar; `UserError` if the rows do not number `count`."""
-        count, start = self._stream.count, 0
-        with tqdm(total=count, desc=description, unit="vec", disable=not progress or count < _ADD_CHUNK) as bar:
-            for chunk in self._stream.read(self._chunk_rows):
-                if start + len(chunk) > count:
-                    raise UserError(f"the embeddings hold more than the {count:,} rows their files announce")
-                if len(chunk):
-                    rows, unit = _unit_rows(chunk, f"embeddings (rows {start:,} on)", self._stream.dim)
-                    self.were_unit &= unit
-                    yield start, rows
-                    start += len(rows)
-                    bar.update(len(rows))
-        if start != count:
-            raise UserError(f"the embeddings hold {start:,} rows where their files announce {count:,}")
-
-
-def _add_stream(
-    index: faiss.Index | ShardedLists | RefineSpill,
-    reader: _UnitChunks,
-    held_out: np.ndarray,
-    queries: np.ndarray | None,
-    depth: int,
-    progress: bool,
-    first_id: int,
-) -> np.ndarray:
-    """Add every row but the `held_out` ones (sorted positions), ids = first_id + row numbers, in one pass.
-
-    Returns:
-        `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
-        by chunk as they are added; `(0, depth)` when `queries` is None.
-    """
-
-    def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        for start, rows in reader.read("indexing", progress):
-            positions = np.arange(start, start + len(rows), dtype=np.int64)
-            keep = ~np.isin(positions, held_out, assume_unique=True)
-            ids = positions[keep] + first_id
-            index.add_with_ids(rows[keep], ids)
-            yield ids, rows[keep]
-
-    if queries is None:
-        for _ in added():
-            pass
-        return np.zeros((0, depth), dtype=np.int64)
-    _, true_ids = exact_neighbors_streamed(added(), queries, depth)
-    return true_ids
-
-
-def _add(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, progress: bool, description: str) -> None:
-    bar = tqdm(total=len(vectors), desc=description, unit="vec", disable=not progress or len(vectors) < _ADD_CHUNK)
-    with bar:
-        for start in range(0, len(vectors), _ADD_CHUNK):
-            stop = min(start + _ADD_CHUNK, len(vectors))
-            index.add_with_ids(vectors[start:stop], ids[start:stop])
-            bar.update(stop - start)
-
-
-def _label_space(index: faiss.Index) -> tuple[faiss.Index, Any]:
-    """The index FAISS's `ParameterSpace` can tune, and a map from ids to its labels.
-
-    `ParameterSpace` does not look through `IndexIDMap2`, so tuning runs on the wrapped index,
-    whose labels are insertion positions.
-    """
-    if isinstance(index, faiss.IndexIDMap2):
-        id_map = faiss.vector_to_array(index.id_map)
-        order = np.argsort(id_map)
-        return faiss.downcast_index(index.index), lambda ids: order[np.searchsorted(id_map, ids, sorter=order)]
-    return index, lambda ids: ids
-
-
-def _tuning_target(plan: IndexPlan, given: float | None, default: float | None) -> tuple[float | None, str | None]:
-    """The recall target to tune to and where it comes from: `("given" | "default" | None)`.
-
-    Exact kinds have nothing to tune, so a default target does not apply to them (a given one is kept).
-    """
-    if given is not None:
-        return given, "given"
-    if default is not None and plan.search_parameters:
-        return default, "default"
-    return None, None
-
-
-def _set_search_parameters(index: faiss.Index, parameters: Mapping[str, int]) -> None:
-    if parameters:
-        target = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
-        apply_search_parameters(target, ",".join(f"{k}={v}" for k, v in parameters.items()))
-
-
-def _inverted_lists(index: faiss.Index) -> faiss.InvertedLists:
-    """The inverted lists of an IVF index (the index itself or the one it wraps)."""
-    invlists = faiss.extract_index_ivf(index).invlists
-    if invlists is None:
-        raise RuntimeError(f"{type(index).__name__} has no inverted lists")  # a built IVF index always has them
-    return invlists
 
 
 def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -863,60 +523,6 @@ def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np
     )
 
 
-def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
-    keep = found != own[:, None]
-    order = np.argsort(~keep, axis=1, kind="stable")
-    first = np.take_along_axis(found, order, axis=1)[:, :k]
-    return np.where(first == own[:, None], -1, first)
-
-
-def _bytes_per_vector(index: faiss.Index) -> dict[str, float]:
-    """`resident_bytes_per_vector` and `disk_bytes_per_vector` of `index`, over its vectors.
-
-    Resident: what a loaded index holds in memory to search, its `index.faiss`; on-disk inverted
-    lists (`lists.ivfdata`) and ivfpq's mapped re-ranking vectors (`refine.faiss`) stay in their
-    files, memory-mapped, and only the parts a search touches are read. Disk: all its FAISS files.
-    """
-    split = without_refine(index)
-    resident = _serialized_bytes(index if split is None else split[0])
-    disk = resident + (0 if split is None else refine_file_bytes(split[1]))
-    lists = lists_file(index)
-    if lists is not None:
-        disk += lists.stat().st_size
-    count = max(int(index.ntotal), 1)
-    return {"resident_bytes_per_vector": round(resident / count, 1), "disk_bytes_per_vector": round(disk / count, 1)}
-
-
-def _serialized_bytes(index: faiss.Index) -> int:
-    """The size of `index` as FAISS writes it, counted in FAISS's 1 MiB blocks (never a copy in memory)."""
-    size = 0
-
-    def count(block: bytes) -> int:
-        nonlocal size
-        size += len(block)
-        return len(block)
-
-    faiss.write_index(index, faiss.PyCallbackIOWriter(count))  # type: ignore[attr-defined]  # not in FAISS's stubs
-    return size
-
-
-def _measured(measured: Measurement | None, index: faiss.Index, held_out: np.ndarray, given: Any) -> dict[str, Any]:
-    if measured is None:
-        return {}
-    source = "given tuning queries" if given is not None else f"{len(held_out)} build vectors held out while measuring"
-    return {
-        **measured.as_dict(),
-        **_bytes_per_vector(index),
-        "queries_from": source,
-        "reference": "exact inner-product search over the original vectors",
-    }
-
-
-def _too_few_message(plan: IndexPlan, n: int) -> str:
-    lists = plan.parameters.get("nlist")
-    return (
-        f"kind {plan.kind.value!r} ({plan.factory}) needs at least {plan.min_training_vectors:,} vectors to train "
-        f"its centroids (39 per centroid, {lists} lists), got {n:,}; use kind 'flat' or 'hnsw', "
-        "a smaller nlist, or more vectors"
-    )
+def _options(options: IndexBuildOptions | None, settings: dict[str, Any]) -> IndexBuildOptions:
+    """`options` (default: the defaults) with the fields named in `settings` replaced."""
+    return dataclasses.replace(options or IndexBuildOptions(), **settings)

@@ -33,11 +33,13 @@ import pyarrow as pa
 
 from retrieval import __version__
 from retrieval.errors import UserError
+from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
-from retrieval.index.embedding_files import EmbeddingFiles
+from retrieval.index.from_embeddings import EmbeddingFiles
+from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
-from retrieval.index.search_index import SearchIndex, _UnitChunks
+from retrieval.index.search_index import SearchIndex
 from retrieval.index.storage import (
     FORMAT,
     FORMAT_VERSION,
@@ -47,15 +49,13 @@ from retrieval.index.storage import (
     read_verified_manifest,
     write_index_directory,
 )
-from retrieval.index.streaming import gather_rows
+from retrieval.index.streaming import UnitChunks, gather_rows
 from retrieval.runtime.files import file_sha256
 
 __all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_shards", "read_trained", "train_index"]
 
 TRAINED_FORMAT = "retrieval-trained-index"
-_TRAINING_CAP = 262144  # as SearchIndex.build_streamed: k-means on more vectors barely moves the centroids
 _CHUNK_ROWS = 65536
-_SEED = 0
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,8 @@ def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, prog
             f"{files.rows:,} rows cannot train {plan.parameters['nlist']:,} lists (39 rows a list); "
             "pass a smaller --nlist"
         )
-    rng = np.random.default_rng(_SEED)
-    size = min(files.rows, max(plan.min_training_vectors, _TRAINING_CAP))
-    wanted = np.sort(rng.choice(files.rows, size=size, replace=False))
-    sample = gather_rows(_UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
+    wanted = training_rows(files.rows, plan, np.random.default_rng(SEED))
+    sample = gather_rows(UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
     index = faiss.index_factory(files.dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
     index.train(sample)
     manifest = {
@@ -136,15 +134,15 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
             index, kind or dimension, or their ids overlap.
     """
     manifests = [read_verified_manifest(shard) for shard in shards]
-    _check_compatible(shards, manifests)
-    order = sorted(range(len(shards)), key=lambda i: int(manifests[i].get("first_id", 0)))
+    records = _check_compatible(shards, manifests)
+    order = sorted(range(len(shards)), key=lambda i: manifests[i].first_id or 0)
     shards, manifests = [shards[i] for i in order], [manifests[i] for i in order]
     for number in range(1, len(shards)):
-        if int(manifests[number].get("first_id", 0)) < int(manifests[number - 1]["next_id"]):
+        if (manifests[number].first_id or 0) < manifests[number - 1].next_id:
             raise UserError(
                 f"{shards[number - 1]} and {shards[number]} hold overlapping ids: merge each shard of one split once"
             )
-    _check_complete(manifests)
+    _check_complete(records)
     indexes = [_read_shard(shard, manifest) for shard, manifest in zip(shards, manifests, strict=True)]
     merged = merged_lists(
         _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
@@ -155,30 +153,37 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
 
 
-def _check_compatible(shards: list[Path], manifests: list[dict[str, Any]]) -> None:
-    """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension."""
+def _check_compatible(shards: list[Path], manifests: list[IndexManifest]) -> list[dict[str, Any]]:
+    """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension.
+
+    Returns:
+        Each shard's `shard` record (number, count, inputs), in the order of `shards`.
+    """
     first = manifests[0]
+    records = []
     for shard, manifest in zip(shards, manifests, strict=True):
-        if "trained" not in manifest:
+        if manifest.trained is None:
             raise UserError(f"{shard} is not a shard: build shards with `index build --trained TRAINED --shard K/M`")
         for field, what in (("kind", "kind"), ("dimension", "dimension"), ("trained", "trained index (sha256)")):
-            if manifest[field] != first[field]:
+            if getattr(manifest, field) != getattr(first, field):
                 raise UserError(
                     f"{shard} has another {what} than {shards[0]}: "
-                    f"{manifest[field]!r} vs {first[field]!r}; merge shards built with one TRAINED"
+                    f"{getattr(manifest, field)!r} vs {getattr(first, field)!r}; merge shards built with one TRAINED"
                 )
-        if (manifest.get("model") or {}) != (first.get("model") or {}):
+        if manifest.model != first.model:
             raise UserError(f"{shard} was embedded by another model than {shards[0]}; merge one model's shards")
-        if manifest.get("removed_ids"):
+        if manifest.removed_ids:
             raise UserError(f"{shard} has removed ids; build the shard again from its embedding files")
-        _check_same_inputs(shard, _shard_record(shard, manifest), shards[0], _shard_record(shards[0], first))
+        records.append(_shard_record(shard, manifest))
+        _check_same_inputs(shard, records[-1], shards[0], _shard_record(shards[0], first))
+    return records
 
 
-def _shard_record(shard: Path, manifest: dict[str, Any]) -> dict[str, Any]:
+def _shard_record(shard: Path, manifest: IndexManifest) -> dict[str, Any]:
     """The manifest's `shard` (number, count, inputs), checked for the fields the merge reads."""
-    if "merged_from" in manifest:
+    if manifest.merged_from is not None:
         raise UserError(f"{shard} is a merged index, not a shard; merge the shards it was merged from")
-    record = manifest.get("shard")
+    record = manifest.shard
     inputs = record.get("inputs") if isinstance(record, dict) else None
     if not (
         isinstance(record, dict)
@@ -215,18 +220,18 @@ def _check_same_inputs(shard: Path, record: dict[str, Any], first: Path, first_r
         )
 
 
-def _check_complete(manifests: list[dict[str, Any]]) -> None:
+def _check_complete(records: list[dict[str, Any]]) -> None:
     """Refuse a merge that misses shards of the split: its rows would be missing from the index without a word."""
-    count = int(manifests[0]["shard"]["count"])
-    missing = sorted(set(range(count)) - {int(manifest["shard"]["number"]) for manifest in manifests})
+    count = int(records[0]["count"])
+    missing = sorted(set(range(count)) - {int(record["number"]) for record in records})
     if missing:
         shown = ", ".join(f"{number}/{count}" for number in missing[:8]) + (", ..." if len(missing) > 8 else "")
         raise UserError(f"shard {shown} of the split is missing; merge all {count} shards")
 
 
-def _read_shard(shard: Path, manifest: dict[str, Any]) -> faiss.Index:
+def _read_shard(shard: Path, manifest: IndexManifest) -> faiss.Index:
     """The shard's FAISS index, its lists memory-mapped (on-disk lists beside it, or those inside index.faiss)."""
-    if LISTS_FILE in manifest["files"]:
+    if LISTS_FILE in manifest.files:
         return read_with_lists_beside(shard / INDEX_FILE)
     return faiss.read_index(str(shard / INDEX_FILE), faiss.IO_FLAG_MMAP)
 
@@ -240,37 +245,39 @@ def _empty_copy(index: faiss.Index) -> faiss.Index:
     return empty
 
 
-def _merged_manifest(shards: list[Path], manifests: list[dict[str, Any]], stored: int) -> dict[str, Any]:
+def _merged_manifest(shards: list[Path], manifests: list[IndexManifest], stored: int) -> IndexManifest:
     """The merged index's manifest: the shards' shape and settings, their counts and sources added up."""
     first = manifests[0]
     kept = ("kind", "requested_kind", "factory", "parameters", "dimension", "metric", "normalized", "trained")
-    start = int(first.get("first_id", 0))
-    return {
-        "format": FORMAT,
-        "version": FORMAT_VERSION,
-        "toolkit_version": __version__,
-        "faiss_version": faiss.__version__,
-        "created": _now(),
-        **{field: first[field] for field in kept},
-        "max_memory": None,
-        "inputs_were_normalized": all(manifest.get("inputs_were_normalized", False) for manifest in manifests),
-        "count": sum(int(manifest["count"]) for manifest in manifests),
-        "stored": stored,
-        "next_id": int(manifests[-1]["next_id"]),
-        **({"first_id": start} if start else {}),
-        "removed_ids": [],
-        "search_parameters": first["search_parameters"],
-        "target_recall": None,
-        "target_recall_source": None,
-        "measured": {},
-        "model": first.get("model") or {},
-        "match_threshold": None,
-        "sources": [source for manifest in manifests for source in manifest.get("sources", [])],
-        "merged_from": [
-            {"path": str(shard), "first_id": int(manifest.get("first_id", 0)), "count": int(manifest["count"])}
-            for shard, manifest in zip(shards, manifests, strict=True)
-        ],
-    }
+    start = first.first_id or 0
+    return IndexManifest.of(
+        {
+            "format": FORMAT,
+            "version": FORMAT_VERSION,
+            "toolkit_version": __version__,
+            "faiss_version": faiss.__version__,
+            "created": _now(),
+            **{field: getattr(first, field) for field in kept},
+            "max_memory": None,
+            "inputs_were_normalized": all(bool(manifest.inputs_were_normalized) for manifest in manifests),
+            "count": sum(manifest.count for manifest in manifests),
+            "stored": stored,
+            "next_id": manifests[-1].next_id,
+            **({"first_id": start} if start else {}),
+            "removed_ids": [],
+            "search_parameters": first.search_parameters,
+            "target_recall": None,
+            "target_recall_source": None,
+            "measured": {},
+            "model": first.model,
+            "match_threshold": None,
+            "sources": [source for manifest in manifests for source in manifest.sources or []],
+            "merged_from": [
+                {"path": str(shard), "first_id": manifest.first_id or 0, "count": manifest.count}
+                for shard, manifest in zip(shards, manifests, strict=True)
+            ],
+        }
+    )
 
 
 def _now() -> str:

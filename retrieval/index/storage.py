@@ -31,11 +31,13 @@ import stat
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval.errors import UserError
-from retrieval.index.manifest_schema import check_manifest_fields
 from retrieval.runtime.files import file_sha256
+
+if TYPE_CHECKING:
+    from retrieval.index.manifest import FileEntry, IndexManifest
 
 __all__ = [
     "FORMAT",
@@ -106,7 +108,7 @@ def write_index_directory(
     return manifest
 
 
-def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
+def read_verified_manifest(directory: str | Path) -> IndexManifest:
     """The manifest of `directory`, after checking it and the size and sha256 of every file it lists.
 
     Raises:
@@ -115,12 +117,12 @@ def read_verified_manifest(directory: str | Path) -> dict[str, Any]:
             truncated or grown file, a checksum mismatch.
     """
     manifest = read_manifest(directory)
-    for name, expected in manifest["files"].items():
+    for name, expected in manifest.files.items():
         _verify(Path(directory) / name, expected)
     return manifest
 
 
-def read_manifest(directory: str | Path) -> dict[str, Any]:
+def read_manifest(directory: str | Path) -> IndexManifest:
     """The manifest of `directory`, checked (fields, types, version, file names) but not the files it lists.
 
     For a quick look (the model an index was built with) before `read_verified_manifest` or `load`.
@@ -143,31 +145,33 @@ def read_manifest(directory: str | Path) -> dict[str, Any]:
     missing = [key for key in _REQUIRED_KEYS if key not in manifest]
     if missing:
         raise UserError(f"{manifest_path} lacks {', '.join(missing)}; rebuild the index")
-    check_manifest_fields(manifest, manifest_path)
-    version = manifest["version"]
+    from retrieval.index.manifest import IndexManifest  # pydantic: not for the command line's parsers
+
+    checked = IndexManifest.check(manifest, manifest_path)
+    version = checked.version
     if version < 1 or version > FORMAT_VERSION:
         raise UserError(
             f"{directory} has index format version {version!r}; this toolkit reads versions 1 to {FORMAT_VERSION}: "
             f"upgrade retrieval (written by {manifest.get('toolkit_version', 'an unknown version')})"
         )
     for name in (INDEX_FILE, METADATA_FILE):
-        if name not in manifest["files"]:
+        if name not in checked.files:
             raise UserError(f"{manifest_path} does not list {name}; rebuild the index")
-    for name in manifest["files"]:
+    for name in checked.files:
         if Path(name).name != name or name in (".", "..", MANIFEST_FILE):
             raise UserError(f"{manifest_path} lists a file outside the index directory ({name!r}); rebuild the index")
-    return manifest
+    return checked
 
 
-def _verify(path: Path, expected: Mapping[str, Any]) -> None:
+def _verify(path: Path, expected: FileEntry) -> None:
     if not path.is_file():
         raise UserError(f"{path} is missing; the index directory is incomplete: rebuild or restore it")
     size = path.stat().st_size
-    if size < expected["size"]:
-        raise UserError(f"{path} is truncated: {size:,} bytes, the manifest says {expected['size']:,}")
-    if size > expected["size"]:
-        raise UserError(f"{path} has {size:,} bytes, the manifest says {expected['size']:,}: it was modified")
-    if file_sha256(path) != expected["sha256"]:
+    if size < expected.size:
+        raise UserError(f"{path} is truncated: {size:,} bytes, the manifest says {expected.size:,}")
+    if size > expected.size:
+        raise UserError(f"{path} has {size:,} bytes, the manifest says {expected.size:,}: it was modified")
+    if file_sha256(path) != expected.sha256:
         raise UserError(f"{path} is corrupt: its sha256 does not match the manifest; rebuild or restore it")
 
 

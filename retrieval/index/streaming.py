@@ -2,7 +2,7 @@
 
 A `VectorStream` is N rows of dimension D that can be read again from the start, in the same
 order each time, a chunk of rows at a time: an in-memory array (`VectorStream.of_array`), a
-memory-mapped `.npy`, parquet row groups (`retrieval.index.embedding_files`). Building an index
+memory-mapped `.npy`, parquet row groups (`retrieval.index.from_embeddings`). Building an index
 reads it twice: once to gather the rows it samples (training vectors, held-out queries), once to
 add every row, so peak memory is the index, the samples and one chunk, whatever N is.
 """
@@ -14,8 +14,13 @@ from dataclasses import dataclass
 
 import faiss
 import numpy as np
+from tqdm.auto import tqdm
 
-__all__ = ["VectorStream", "exact_neighbors_streamed", "gather_rows"]
+from retrieval.errors import UserError
+
+__all__ = ["ADD_CHUNK", "UnitChunks", "VectorStream", "exact_neighbors_streamed", "gather_rows", "unit_rows"]
+
+ADD_CHUNK = 65536  # vectors per `add` call: a progress bar that moves, bounded temporaries
 
 
 @dataclass(frozen=True)
@@ -41,6 +46,49 @@ class VectorStream:
                 yield array[start : start + chunk_rows]
 
         return cls(count=int(array.shape[0]), dim=int(array.shape[1]), read=read)
+
+
+def unit_rows(array: np.ndarray, name: str, dim: int | None = None) -> tuple[np.ndarray, bool]:
+    """`array` as C-contiguous float32 `(N, D)` unit rows, and whether the rows already were unit."""
+    matrix = np.asarray(array)
+    if matrix.ndim != 2 or matrix.shape[0] == 0:
+        raise UserError(f"{name} must be a non-empty (N, D) array, got shape {matrix.shape}")
+    if dim is not None and matrix.shape[1] != dim:
+        raise UserError(f"{name} have dimension {matrix.shape[1]}, the index holds {dim}-d vectors")
+    if not np.issubdtype(matrix.dtype, np.number):
+        raise UserError(f"{name} must be numeric, got dtype {matrix.dtype}")
+    matrix = np.ascontiguousarray(matrix, dtype=np.float32)
+    if not np.isfinite(matrix).all():
+        raise UserError(f"{name} contain NaN or infinite values")
+    norms = np.linalg.norm(matrix, axis=1)
+    if (norms == 0).any():
+        raise UserError(f"{name} row {int(np.argmin(norms))} is all zeros and has no direction")
+    were_unit = bool(np.all(np.abs(norms - 1.0) < 1e-3))
+    return (matrix if were_unit else matrix / norms[:, None]), were_unit
+
+
+class UnitChunks:
+    """Passes over a `VectorStream` as `(first row, unit rows)` pairs, each chunk checked and L2-normalized."""
+
+    def __init__(self, stream: VectorStream, chunk_rows: int) -> None:
+        self._stream, self._chunk_rows = stream, chunk_rows
+        self.were_unit = True  # every chunk read so far was already L2-normalized
+
+    def read(self, description: str, progress: bool) -> Iterator[tuple[int, np.ndarray]]:
+        """One pass from the first row, with a progress bar; `UserError` if the rows do not number `count`."""
+        count, start = self._stream.count, 0
+        with tqdm(total=count, desc=description, unit="vec", disable=not progress or count < ADD_CHUNK) as bar:
+            for chunk in self._stream.read(self._chunk_rows):
+                if start + len(chunk) > count:
+                    raise UserError(f"the embeddings hold more than the {count:,} rows their files announce")
+                if len(chunk):
+                    rows, unit = unit_rows(chunk, f"embeddings (rows {start:,} on)", self._stream.dim)
+                    self.were_unit &= unit
+                    yield start, rows
+                    start += len(rows)
+                    bar.update(len(rows))
+        if start != count:
+            raise UserError(f"the embeddings hold {start:,} rows where their files announce {count:,}")
 
 
 def gather_rows(chunks: Iterable[tuple[int, np.ndarray]], wanted: np.ndarray, dim: int) -> np.ndarray:

@@ -11,9 +11,9 @@ reaches the target.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import faiss
 import numpy as np
@@ -22,17 +22,23 @@ from retrieval.errors import UserError
 
 __all__ = [
     "MIN_SELF_RECALL",
+    "TUNED_K",
+    "TUNING_QUERIES",
     "Measurement",
     "apply_search_parameters",
     "exact_neighbors",
     "find_index",
+    "label_space",
     "measure",
     "recall_at_k",
     "search_parameter_ranges",
+    "set_search_parameters",
     "tune_search_parameters",
 ]
 
 MIN_SELF_RECALL = 0.999  # share of stored vectors that must find themselves first under tuned parameters
+TUNED_K = 10  # search parameters are tuned and measured for 10-recall@10
+TUNING_QUERIES = 1000  # queries sampled from the stored or build vectors when none are given
 _LATENCY_QUERIES = 1000  # single-query timings per measurement: enough for a stable p99
 
 IndexT = TypeVar("IndexT", bound=faiss.Index)
@@ -253,6 +259,26 @@ def apply_search_parameters(index: faiss.Index, setting: str) -> None:
     """Set `index`'s search parameters from a string such as `"nprobe=32,k_factor_rf=4"` (FAISS's `ParameterSpace`)."""
     # The stub declares the (index, int) and (index, str) variants without @overload, so only the int one is seen.
     faiss.ParameterSpace().set_index_parameters(index, setting)  # type: ignore[arg-type]
+
+
+def set_search_parameters(index: faiss.Index, parameters: Mapping[str, int]) -> None:
+    """Set `parameters` (`{"nprobe": 32}`) on `index`, or on the index an `IndexIDMap2` wraps; none: nothing."""
+    if parameters:
+        target = faiss.downcast_index(index.index) if isinstance(index, faiss.IndexIDMap2) else index
+        apply_search_parameters(target, ",".join(f"{k}={v}" for k, v in parameters.items()))
+
+
+def label_space(index: faiss.Index) -> tuple[faiss.Index, Callable[[np.ndarray], Any]]:
+    """The index FAISS's `ParameterSpace` can tune, and a map from ids to its labels.
+
+    `ParameterSpace` does not look through `IndexIDMap2`, so tuning runs on the wrapped index,
+    whose labels are insertion positions.
+    """
+    if isinstance(index, faiss.IndexIDMap2):
+        id_map = faiss.vector_to_array(index.id_map)
+        order = np.argsort(id_map)
+        return faiss.downcast_index(index.index), lambda ids: order[np.searchsorted(id_map, ids, sorter=order)]
+    return index, lambda ids: ids
 
 
 def find_index(index: faiss.Index, kind: type[IndexT]) -> IndexT | None:

@@ -1,7 +1,7 @@
 """The search service: a FastAPI app over one index directory and the model that built it.
 
 Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
-optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filters`,
+optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filter_language`,
 and an optional `min_score`, a number or "stored", below which results are dropped:
 `retrieval.index.threshold`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);

@@ -12,7 +12,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import numpy as np
 
-from retrieval.index.filters import Filter
+from retrieval.index.filter_language import Filter
 
 __all__ = ["FixedView", "SearchBackend", "Views"]
 

@@ -19,7 +19,7 @@ from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
 from retrieval.errors import UserError
-from retrieval.index.filters import Filter, parse_filter, parse_where
+from retrieval.index.filter_language import Filter, parse_filter, parse_where
 from retrieval.serve.errors import RequestError
 from retrieval.validation import user_error
 

@@ -22,7 +22,7 @@ import numpy as np
 from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.filters import Filter
+from retrieval.index.filter_language import Filter
 from retrieval.inference.interface import Encoder, model_identity
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
@@ -59,13 +59,13 @@ def load_view(
         UserError: the index or its checkpoint cannot be loaded.
     """
     index = SearchIndex.load(path, mmap=True)  # served read-only: vectors mapped, shared through the page cache
-    model_info = index.manifest.get("model") or {}
+    model_info = index.manifest.model
     recorded = model_identity(model_info)
     if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:
         encoder: Encoder | None = previous.encoder
     else:
         encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
-    return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
+    return IndexView(index, encoder, public_info(index.manifest.as_dict(), index.metadata_schema))
 
 
 class Searcher:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 
 from retrieval.errors import UserError
-from retrieval.index.filters import Filter
+from retrieval.index.filter_language import Filter
 from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb.qdrant_filters import to_qdrant_filter
 from retrieval.vectordb.qdrant_store import QdrantStore
@@ -101,7 +101,7 @@ class CollectionIndex:
         Args:
             vectors: `(Q, D)` or `(D,)` queries (any norm: cosine similarity normalizes them).
             k: results per query, >= 1.
-            filter: a metadata filter (`retrieval.index.filters`), run by the database; None: every point.
+            filter: a metadata filter (`retrieval.index.filter_language`), run by the database; None: every point.
 
         Returns:
             `(scores, ids)` as `SearchIndex.search` returns them: `(Q, k)` float32 cosine

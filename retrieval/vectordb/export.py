@@ -75,7 +75,8 @@ def export_index(
         raise UserError(f"batch size must be >= 1, got {batch_size}")
     index = SearchIndex.load(index_dir, mmap=True)
     ids, vectors = index.stored_vectors()
-    record = CollectionRecord.of_index(index.manifest, index_version(index.manifest), index.metadata_schema)
+    manifest = index.manifest.as_dict()
+    record = CollectionRecord.of_index(manifest, index_version(manifest), index.metadata_schema)
     with QdrantStore.open(location) as store:
         present = _prepared(store, record, recreate)
         stale = np.setdiff1d(present, ids, assume_unique=True)

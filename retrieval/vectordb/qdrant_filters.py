@@ -21,7 +21,7 @@ from collections.abc import Iterable
 import pyarrow as pa
 
 from retrieval.errors import UserError
-from retrieval.index.filters import Condition, Filter, Node, Not
+from retrieval.index.filter_language import Condition, Filter, Node, Not
 from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb._qdrant import models
 

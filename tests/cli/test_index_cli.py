@@ -16,7 +16,7 @@ import pytest
 from index_faults import file_size_limit, lock_released_after
 from PIL import Image
 
-from retrieval.cli import index as index_cli
+from retrieval.cli._index_common import format_measurement
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.locking import writer_lock
@@ -105,7 +105,7 @@ def test_build_with_dba_stores_augmented_vectors_and_add_augments_new_ones(built
     args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--type", "flat"]
     assert main([*args, "--out", str(tmp_path / "dba"), "--rerank", "dba:k=3,alpha=1", *NO_WORKERS]) == 0
     plain, dba = SearchIndex.load(plain_dir), SearchIndex.load(tmp_path / "dba")
-    assert dba.manifest["database_augmentation"] == "dba:k=3,alpha=1"
+    assert dba.manifest.database_augmentation == "dba:k=3,alpha=1"
     ids = plain.ids
     expected = augment_vectors(np.stack([plain.reconstruct(i) for i in ids]), 3, 1.0)
     np.testing.assert_allclose(np.stack([dba.reconstruct(i) for i in ids]), expected, atol=1e-5)
@@ -416,7 +416,7 @@ def test_a_measurement_of_an_index_smaller_than_k_says_what_it_counts() -> None:
         "resident_bytes_per_vector": 520.0,
         "disk_bytes_per_vector": 520.0,
     }
-    lines = index_cli._format_measurement(measured).splitlines()
+    lines = format_measurement(measured).splitlines()
     assert lines[0] == (
         "recall@200 vs exact: 1.0000 (150 queries); each query has only 149 other vectors to find, "
         "so recall counts those 149"
@@ -426,7 +426,7 @@ def test_a_measurement_of_an_index_smaller_than_k_says_what_it_counts() -> None:
         "batch throughput: 5,000 queries/s (2 threads)",
         "bytes/vector: 520.0 in memory, 520.0 on disk",
     ]
-    lines = index_cli._format_measurement({**measured, "queries": 99}).splitlines()
+    lines = format_measurement({**measured, "queries": 99}).splitlines()
     assert lines[0].startswith("recall@200 vs exact: not measured: too few vectors") and "queries/s" not in lines[1]
 
 

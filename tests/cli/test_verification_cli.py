@@ -58,7 +58,7 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     index = tmp_path / "index"
     build = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(csv_dataset), "--out", str(index)]
     assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
-    assert SearchIndex.load(index).manifest["match_threshold"] == saved.match_threshold
+    assert SearchIndex.load(index).manifest.as_dict()["match_threshold"] == saved.match_threshold
     image = csv_dataset.parent / "images" / "train_2_3.png"
     query = ["index", "query", "--index", str(index), "--image", str(image), "--json", "--num-workers", "0"]
     capsys.readouterr()

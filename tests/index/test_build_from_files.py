@@ -17,7 +17,7 @@ from retrieval.cli.main import main
 from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.embedding_files import open_embedding_files
+from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
 from retrieval.runtime.files import file_sha256
@@ -49,8 +49,8 @@ def test_a_streamed_build_in_tiny_chunks_equals_the_build_from_the_whole_array(k
         VectorStream.of_array(vectors), kind=kind, target_recall=0.9, progress=False, chunk_rows=97
     )
     np.testing.assert_array_equal(streamed.ids, whole.ids)
-    assert streamed.manifest["search_parameters"] == whole.manifest["search_parameters"]
-    assert streamed.manifest["measured"]["recall_at_k"] == whole.manifest["measured"]["recall_at_k"]
+    assert streamed.manifest.search_parameters == whole.manifest.search_parameters
+    assert streamed.manifest.measured["recall_at_k"] == whole.manifest.measured["recall_at_k"]
     for expected, got in zip(whole.search(queries, 10), streamed.search(queries, 10), strict=True):
         np.testing.assert_array_equal(got, expected)
 
@@ -91,7 +91,7 @@ def test_the_cli_builds_from_a_parquet_file_without_a_model(data, tmp_path, caps
     )
     assert "vectors: 4000 from 1 embedding input(s)" in capsys.readouterr().out
     index = SearchIndex.load(out)
-    assert index.manifest["sources"][0]["rows"] == 4000 and index.manifest["model"] == {}
+    assert index.manifest.sources[0]["rows"] == 4000 and index.manifest.model == {}
     assert index.metadata_for([17])[0] == {"id": 17, "path": "/img/17.png", "label": "class17"}
     _, found = index.search(queries, 10)
     assert overlap(found, brute_force(vectors, np.arange(len(vectors)), queries, 10)) >= 0.9
@@ -103,8 +103,8 @@ def test_the_cli_builds_from_a_parts_directory_in_part_order(data, tmp_path, cap
     out = tmp_path / "index"
     assert main(["index", "build", "--embeddings", str(tmp_path / "parts"), "--out", str(out), "--type", "flat"]) == 0
     index = SearchIndex.load(out)
-    assert index.manifest["model"] == {"checkpoint_sha256": "ab" * 32}
-    assert index.manifest["sources"] == [{"path": str(tmp_path / "parts"), "rows": len(vectors)}]
+    assert index.manifest.model == {"checkpoint_sha256": "ab" * 32}
+    assert index.manifest.sources == [{"path": str(tmp_path / "parts"), "rows": len(vectors)}]
     _, found = index.search(queries, 10)
     np.testing.assert_array_equal(found, brute_force(vectors, np.arange(len(vectors)), queries, 10))
     assert index.metadata_for([2500])[0]["path"] == "/img/2500.png"
@@ -134,7 +134,7 @@ def test_a_build_killed_while_saving_leaves_the_previous_index_intact(data, tmp_
     killer = (
         "import os, signal, sys\n"
         "from retrieval.index import SearchIndex\n"
-        "from retrieval.index.embedding_files import open_embedding_files\n"
+        "from retrieval.index.from_embeddings import open_embedding_files\n"
         "def write_half(self, path):\n"
         "    path.write_bytes(b'half an index')\n"
         "    os.kill(os.getpid(), signal.SIGKILL)\n"
@@ -167,7 +167,7 @@ def test_shards_merged_into_on_disk_lists_search_like_one_in_memory_build(data, 
         max_memory=300_000,  # shards of 300,000 / 2 / 136 bytes = 1,102 rows: 4 shards, then the held-out rows
         on_disk=tmp_path / "work",
     )
-    assert merged.manifest["search_parameters"] == whole.manifest["search_parameters"]
+    assert merged.manifest.search_parameters == whole.manifest.search_parameters
     merged.save(tmp_path / "index")
     (tmp_path / "index").rename(tmp_path / "moved")
     loaded = SearchIndex.load(tmp_path / "moved")

@@ -11,7 +11,7 @@ from index_oracle import N, brute_force, overlap
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
-from retrieval.index.filters import parse_where
+from retrieval.index.filter_language import parse_where
 from retrieval.index.storage import INDEX_FILE
 
 TARGET = 0.9
@@ -54,9 +54,9 @@ def test_compact_keeps_the_survivors_results_and_shrinks_the_index(kind: str, da
     np.testing.assert_array_equal(compacted.search(vectors[survivors[:200]], 1)[1][:, 0], survivors[:200])
     np.testing.assert_array_equal(compacted.ids, survivors)
     assert compacted.metadata_for([survivors[5]]) == index.metadata_for([survivors[5]])
-    manifest = compacted.manifest
+    manifest = compacted.manifest.as_dict()
     assert manifest["removed_ids"] == [] and manifest["stored"] == manifest["count"] == len(survivors)
-    assert manifest["search_parameters"] == index.manifest["search_parameters"]
+    assert manifest["search_parameters"] == index.manifest.search_parameters
     assert (tmp_path / "gallery" / INDEX_FILE).stat().st_size < 0.8 * size_before
     filtered = compacted.search(queries, 10, filter=parse_where("label = 3"))[1]
     assert {row["label"] for row in compacted.metadata_for(filtered[filtered >= 0])} == {3}
@@ -82,7 +82,7 @@ def test_a_concurrent_reader_never_sees_a_half_compacted_index(data, tmp_path: P
         while not done.is_set():
             try:
                 reader = SearchIndex.load(tmp_path / "gallery")
-                counts.add(int(reader.manifest["stored"]))
+                counts.add(int(reader.manifest.stored))
                 assert not np.isin(reader.search(queries[:20], 10)[1], REMOVED).any()
             except BaseException as exc:  # noqa: BLE001 - any failure of the reader fails the test
                 failures.append(exc)
@@ -98,7 +98,7 @@ def test_a_concurrent_reader_never_sees_a_half_compacted_index(data, tmp_path: P
         reader.join()
     assert not failures, failures[0]
     assert counts <= {N, N - len(REMOVED)}
-    assert SearchIndex.load(tmp_path / "gallery").manifest["stored"] == N - len(REMOVED)
+    assert SearchIndex.load(tmp_path / "gallery").manifest.stored == N - len(REMOVED)
 
 
 def test_the_command_says_what_it_dropped(data, tmp_path: Path, capsys) -> None:

@@ -26,23 +26,23 @@ def test_ivf_over_random_vectors_reaches_the_default_target_without_being_asked(
     vectors, queries = random_vectors
     truth = brute_force(vectors, np.arange(len(vectors)), queries, 10)
     untuned = SearchIndex.build(vectors, kind="ivf", default_target_recall=None, progress=False)
-    assert untuned.manifest["target_recall"] is None and untuned.manifest["search_parameters"] == {"nprobe": 16}
+    assert untuned.manifest.target_recall is None and untuned.manifest.search_parameters == {"nprobe": 16}
     assert overlap(untuned.search(queries, 10)[1], truth) < 0.7  # the fixed nprobe misses about half
 
     index = SearchIndex.build(vectors, kind="ivf", progress=False)
     assert overlap(index.search(queries, 10)[1], truth) >= 0.95
-    assert index.manifest["target_recall"] == DEFAULT_TARGET_RECALL == 0.95
-    assert index.manifest["target_recall_source"] == "default"
-    assert index.manifest["measured"]["recall_at_k"] >= 0.95  # on the 500 build vectors held out to tune
+    assert index.manifest.target_recall == DEFAULT_TARGET_RECALL == 0.95
+    assert index.manifest.target_recall_source == "default"
+    assert index.manifest.measured["recall_at_k"] >= 0.95  # on the 500 build vectors held out to tune
 
 
 def test_a_given_target_is_recorded_as_given_and_exact_kinds_have_no_target(random_vectors) -> None:
     vectors, _ = random_vectors
     given = SearchIndex.build(vectors, kind="ivf", target_recall=0.5, progress=False)
-    assert given.manifest["target_recall"] == 0.5 and given.manifest["target_recall_source"] == "given"
-    assert given.manifest["search_parameters"]["nprobe"] < 128  # cheaper than scanning every list
+    assert given.manifest.target_recall == 0.5 and given.manifest.target_recall_source == "given"
+    assert given.manifest.search_parameters["nprobe"] < 128  # cheaper than scanning every list
     flat = SearchIndex.build(vectors[:100], kind="flat", progress=False)
-    assert flat.manifest["target_recall"] is None and flat.manifest["target_recall_source"] is None
+    assert flat.manifest.target_recall is None and flat.manifest.target_recall_source is None
 
 
 def test_best_effort_tuning_takes_the_most_accurate_setting_instead_of_raising(random_vectors) -> None:

@@ -9,8 +9,8 @@ import pytest
 from index_oracle import KINDS, N, brute_force, overlap
 
 from retrieval.errors import UserError
-from retrieval.index import SearchIndex, filtered
-from retrieval.index.filters import Filter, parse_filter, parse_where
+from retrieval.index import SearchIndex, filtered_search
+from retrieval.index.filter_language import Filter, parse_filter, parse_where
 
 TARGET = 0.9
 TOLERANCE = 0.02
@@ -71,7 +71,7 @@ def test_approximate_kinds_keep_the_tuned_recall_among_passing_items(
     kind: str, share: str, approximate: bool, indexes, data, monkeypatch
 ) -> None:
     if approximate:  # the widened approximate path, which otherwise needs more than 20,000 passing items
-        monkeypatch.setattr(filtered, "EXACT_MAX_PASSING", 0)
+        monkeypatch.setattr(filtered_search, "EXACT_MAX_PASSING", 0)
     vectors, queries = data
     index = indexes[kind]
     passing = passing_rows(index, SELECTIVE[share])

@@ -58,7 +58,7 @@ def test_concurrent_adds_and_removes_in_separate_processes_lose_nothing(small_in
     removed = {f"start-{i}" for i in range(WORKERS // 2 * ROUNDS)}
     added = {f"w{w}-r{r}" for w in range(0, WORKERS, 2) for r in range(ROUNDS)}
     assert paths == ({f"start-{i}" for i in range(START)} - removed) | added
-    assert index.ntotal == START and index.manifest["next_id"] == START + len(added)
+    assert index.ntotal == START and index.manifest.next_id == START + len(added)
 
 
 def test_a_blocked_writer_gives_up_after_its_timeout_naming_the_holder(small_index: Path) -> None:

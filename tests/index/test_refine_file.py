@@ -31,8 +31,8 @@ def test_a_spilled_build_gives_the_in_memory_builds_ids_and_scores(built, data) 
     in_memory, spilled, _ = built
     _, queries = data
     assert without_refine(spilled._index) is not None and without_refine(in_memory._index) is None
-    assert spilled.manifest["search_parameters"] == in_memory.manifest["search_parameters"]
-    assert spilled.manifest["measured"]["recall_at_k"] == in_memory.manifest["measured"]["recall_at_k"]
+    assert spilled.manifest.search_parameters == in_memory.manifest.search_parameters
+    assert spilled.manifest.measured["recall_at_k"] == in_memory.manifest.measured["recall_at_k"]
     expected_scores, expected_ids = in_memory.search(queries, 10)
     scores, ids = spilled.search(queries, 10)
     np.testing.assert_array_equal(ids, expected_ids)
@@ -55,8 +55,8 @@ def test_saved_and_loaded_it_searches_the_same_and_is_read_only(built, data, tmp
     in_memory, spilled, work = built
     _, queries = data
     spilled.save(tmp_path / "index")
-    assert REFINE_FILE in spilled.manifest["files"]
-    size = spilled.manifest["files"]["index.faiss"]["size"]
+    assert REFINE_FILE in spilled.manifest.files
+    size = spilled.manifest.files["index.faiss"].size
     assert size < 60 * spilled.ntotal + 200_000  # codes and ids, not the 4·D bytes of float32 vectors
     for mmap in (False, True):
         loaded = SearchIndex.load(tmp_path / "index", mmap=mmap)

@@ -35,7 +35,7 @@ def test_every_kind_finds_the_oracle_neighbours_with_exact_scores(kind: str, dat
     assert recall == 1.0 if kind == "flat" else recall >= 0.95
     np.testing.assert_allclose(scores, np.einsum("qd,qkd->qk", queries, vectors[ids]), atol=1e-5)
     assert np.all(np.diff(scores, axis=1) <= 1e-6)
-    assert index.manifest["factory"] == index.factory and index.kind == kind
+    assert index.manifest.factory == index.factory and index.kind == kind
 
 
 @pytest.mark.parametrize("kind", ["hnsw", "ivf", "ivfpq"])
@@ -46,10 +46,10 @@ def test_target_recall_is_reached_on_held_out_queries_at_the_cheapest_setting(ki
     for index, target in ((loose, 0.7), (strict, 0.98)):
         recall = overlap(index.search(queries, 10)[1], truth)
         assert recall >= target
-        assert index.manifest["measured"]["recall_at_k"] == pytest.approx(recall, abs=1e-4)
-        assert index.manifest["target_recall"] == target
+        assert index.manifest.measured["recall_at_k"] == pytest.approx(recall, abs=1e-4)
+        assert index.manifest.target_recall == target
     name = "efSearch" if kind == "hnsw" else "nprobe"
-    assert loose.manifest["search_parameters"][name] <= strict.manifest["search_parameters"][name]
+    assert loose.manifest.search_parameters[name] <= strict.manifest.search_parameters[name]
 
 
 def test_an_unreachable_or_invalid_recall_target_says_so(data) -> None:
@@ -135,8 +135,8 @@ def test_too_few_training_vectors_say_how_many_are_needed(data) -> None:
 def test_auto_picks_flat_for_small_collections_and_ivfpq_under_a_tight_budget(data) -> None:
     assert build("auto", data).kind == "flat"
     tight = build("auto", data, max_memory=40 * N, target_recall=0.9)
-    assert tight.kind == "ivfpq" and tight.manifest["requested_kind"] == "auto"
-    assert tight.manifest["max_memory"] == 40 * N
+    assert tight.kind == "ivfpq" and tight.manifest.requested_kind == "auto"
+    assert tight.manifest.max_memory == 40 * N
 
 
 def test_metadata_rows_come_back_by_id_with_extra_columns(data) -> None:
@@ -154,7 +154,7 @@ def test_metadata_rows_come_back_by_id_with_extra_columns(data) -> None:
 def test_unnormalized_inputs_are_normalized_and_recorded(data) -> None:
     vectors, queries = data
     index = SearchIndex.build(vectors * 3.0, kind="flat", progress=False)
-    assert index.manifest["normalized"] and not index.manifest["inputs_were_normalized"]
+    assert index.manifest.normalized and not index.manifest.inputs_were_normalized
     scores, ids = index.search(queries * 0.5, k=1)
     np.testing.assert_array_equal(ids[:, 0], brute_force(vectors, np.arange(N), queries, 1)[:, 0])
     assert np.all(scores <= 1.0 + 1e-5)
@@ -211,7 +211,7 @@ def test_an_index_smaller_than_k_counts_only_the_neighbours_it_has(data) -> None
     """10 vectors leave each query 9 others: finding all 9 is recall 1.0, not 9/10."""
     vectors, _ = data
     index = SearchIndex.build(vectors[:10], kind="flat", progress=False)
-    measured = index.manifest["measured"]  # one vector held out at build, searched among the other 9
+    measured = index.manifest.measured  # one vector held out at build, searched among the other 9
     assert (measured["recall_at_k"], measured["neighbors"], measured["queries"]) == (1.0, 9, 1)
     for k, neighbors in ((10, 9), (9, 9), (5, 5)):
         result = index.evaluate(k=k)

@@ -61,7 +61,7 @@ def test_merged_shards_search_like_one_build_with_the_trained_index(split, data)
     merged = SearchIndex.load(split["root"] / "merged")
     reference = faiss.clone_index(read_trained(split["trained"]).index)  # FAISS itself, all rows in one process
     reference.add_with_ids(vectors, np.arange(len(vectors)))
-    reference.nprobe = merged.manifest["search_parameters"]["nprobe"]
+    reference.nprobe = merged.manifest.search_parameters["nprobe"]
     expected_scores, expected_ids = reference.search(queries, 10)
     scores, ids = merged.search(queries, 10)
     np.testing.assert_array_equal(ids, expected_ids)
@@ -72,7 +72,7 @@ def test_merged_shards_search_like_one_build_with_the_trained_index(split, data)
         {"id": 2999, "path": "/img/2999.png", "label": 2800},
         {"id": 3000, "path": None, "label": None},  # the .npy holds vectors only
     ]
-    assert sorted(merged.manifest["files"]) == ["index.faiss", "lists.ivfdata", "metadata.arrow"]
+    assert sorted(merged.manifest.files) == ["index.faiss", "lists.ivfdata", "metadata.arrow"]
 
 
 def test_the_merge_equals_a_one_process_build_from_the_same_trained_index(split, data, tmp_path) -> None:
@@ -99,7 +99,7 @@ def test_shards_take_contiguous_runs_of_whole_parts(split) -> None:
     ranges = []
     for k in range(3):
         manifest = SearchIndex.load(split[f"shard{k}"]).manifest
-        ranges.append((manifest.get("first_id", 0), manifest["next_id"]))
+        ranges.append((manifest.first_id or 0, manifest.next_id))
     assert ranges == [(0, 1400), (1400, 2800), (2800, 4000)]  # parts of 700 rows, then the .npy's 1,000
 
 
@@ -205,7 +205,7 @@ def test_shards_of_inputs_in_another_order_or_of_other_content_are_refused(data,
     assert "built from 3 inputs" in error
     assert not (tmp_path / "merged").exists()
     assert main(["index", "merge", first, shard([a, b], "1/2", "s1ab"), "--out", merged]) == 0
-    assert SearchIndex.load(tmp_path / "merged").manifest["next_id"] == 3000
+    assert SearchIndex.load(tmp_path / "merged").manifest.next_id == 3000
 
 
 def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(split, tmp_path, capsys) -> None:
@@ -223,7 +223,7 @@ def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(s
 
 
 def test_shards_record_their_number_count_and_every_input(split) -> None:
-    record = SearchIndex.load(split["shard1"]).manifest["shard"]
+    record = SearchIndex.load(split["shard1"]).manifest.shard
     assert (record["number"], record["count"]) == (1, 3)
     assert [(Path(item["path"]).name, item["rows"]) for item in record["inputs"]] == [
         ("parts", 3000),

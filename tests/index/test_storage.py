@@ -297,6 +297,9 @@ def put_file_size(manifest) -> None:
         (put("search_parameters", {"nprobe": "8"}), "search_parameters"),
         (put("version", "1"), "version"),
         (put("model", "best.pt"), "model"),
+        (put("stored", None), "stored"),
+        (put("target_recall", 1.5), "target_recall"),
+        (put("match_threshold", {"score": "0.5"}), "match_threshold"),
     ],
 )
 def test_a_hand_edited_field_of_the_wrong_type_is_named(saved: Path, edit, field: str) -> None:
@@ -317,3 +320,30 @@ def test_a_missing_field_is_named(saved: Path, key: str) -> None:
     path.write_text(json.dumps(manifest))
     with pytest.raises(UserError, match=rf"lacks {key}; rebuild the index"):
         SearchIndex.load(saved)
+
+
+FIRST_FORMAT_KEYS = (
+    "format",
+    "version",
+    "dimension",
+    "metric",
+    "normalized",
+    "factory",
+    "kind",
+    "count",
+    "next_id",
+    "files",
+)
+
+
+def test_a_manifest_of_the_first_format_loads_searches_and_saves_as_it_was(saved: Path) -> None:
+    # Version 1 as first written: none of the fields added since (stored, removed ids, tuning, model, threshold).
+    path = saved / MANIFEST_FILE
+    first = {key: value for key, value in json.loads(path.read_text()).items() if key in FIRST_FORMAT_KEYS}
+    path.write_text(json.dumps(first))
+    index = SearchIndex.load(saved)
+    assert index.manifest.as_dict() == first and index.ntotal == 500
+    assert index.search(index.reconstruct(7), k=1)[1][0, 0] == 7
+    index.remove([3])
+    index.save(saved)
+    assert SearchIndex.load(saved).ntotal == 499

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 from retrieval.column_types import typed_table
-from retrieval.index.embedding_files import open_embedding_files
+from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.inference.embeddings_file import read_embeddings, write_embeddings
 
 ROWS = typed_table(

@@ -127,7 +127,7 @@ def test_specs_round_trip_and_refuse_unknown_names():
 
 def test_a_search_index_reranks_like_the_exact_gallery_and_keeps_its_filter(data):
     from retrieval.index import SearchIndex
-    from retrieval.index.filters import parse_where
+    from retrieval.index.filter_language import parse_where
     from retrieval.rerank import IndexGallery, rerank_at_query
 
     gallery, queries, labels = data

@@ -42,7 +42,7 @@ def client(thresholded, serving, serve_limits):
 
 
 def test_index_build_copies_the_checkpoint_threshold_into_the_manifest_and_info(thresholded, client):
-    assert SearchIndex.load(thresholded).manifest["match_threshold"] == STORED
+    assert SearchIndex.load(thresholded).manifest.as_dict()["match_threshold"] == STORED
     assert client.get("/info").json()["match_threshold"] == STORED
 
 

@@ -9,7 +9,7 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors, exact_neighbors
-from retrieval.index.filters import parse_where
+from retrieval.index.filter_language import parse_where
 from retrieval.rerank import IndexGallery, KReciprocal
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex
@@ -63,7 +63,7 @@ def test_vectors_come_back_in_the_order_asked_and_rerank_like_faiss(exported, co
 
 
 def test_the_record_identifies_the_index(exported, collection):
-    manifest = exported.index.manifest
+    manifest = exported.index.manifest.as_dict()
     record = collection.record
     assert record.complete and record.dimension == 16
     assert record.manifest["created"] == manifest["created"] and record.model == manifest["model"]
@@ -164,7 +164,7 @@ def test_another_index_is_refused_unless_recreate(tmp_path, build_index, local_u
     assert main(["index", "export", "--index", str(tmp_path / "one"), "--to", uri]) == 0
     assert "20 vectors (20 written, 0 already there, 0 removed)" in capsys.readouterr().out
     two = SearchIndex.load(tmp_path / "two")
-    two.manifest["created"] = "2000-01-01T00:00:00+00:00"  # a rebuild within the same second would share its time
+    two.manifest.created = "2000-01-01T00:00:00+00:00"  # a rebuild within the same second would share its time
     two.save(tmp_path / "two")
     assert main(["index", "export", "--index", str(tmp_path / "two"), "--to", uri]) == 2
     assert "holds another index" in capsys.readouterr().err

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 
 from retrieval.errors import UserError
-from retrieval.index.filters import (
+from retrieval.index.filter_language import (
     MAX_DEPTH,
     MAX_FILTER_CHARS,
     Condition,

@@ -1,0 +1,136 @@
+"""What several `retrieval index` subcommands share: image inputs, model and lock flags, write errors, measurements."""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import math
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from retrieval.cli._common import add_column_types_argument
+from retrieval.errors import UserError
+from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT
+from retrieval.inference.splits import SPLITS
+
+__all__ = [
+    "add_checkpoint_check",
+    "add_image_inputs",
+    "add_lock_timeout",
+    "format_measurement",
+    "well_measured",
+    "writing",
+]
+
+# Fewer queries than this measure recall too coarsely for its 4 decimals, and time a batch too small
+# for its queries/s to be more than the cost of one call: such figures are not printed.
+_MIN_QUERIES = 100
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on its file system and retry",
+    errno.EDQUOT: "free space within your disk quota and retry",
+    errno.EFBIG: "raise the file size limit (ulimit -f) and retry",
+    errno.EROFS: "it is on a read-only file system: copy it somewhere writable and update the copy",
+    errno.EACCES: "make the index directory and its parent folder writable by this user",
+    errno.EPERM: "make the index directory and its parent folder writable by this user",
+}
+_SPLIT_HELP = (
+    "CSV rows to index: all (default: every row, whatever its split), train, val, test, or gallery "
+    "(test rows with is_gallery=1; every test row when the CSV has no is_gallery column)"
+)
+
+
+def add_image_inputs(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    """`--csv` or `--images`, `--split` and `--column-types`: the images `index build` and `index add` embed."""
+    group = parser.add_mutually_exclusive_group(required=required)
+    group.add_argument("--csv", type=Path, metavar="FILE", help="dataset CSV: path,label,split[,...] (see --split)")
+    group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR; label = its subfolder")
+    parser.add_argument("--split", default="all", choices=SPLITS, help=_SPLIT_HELP)
+    add_column_types_argument(parser)
+
+
+def add_checkpoint_check(parser: argparse.ArgumentParser) -> None:
+    """`--checkpoint` or `--model` of the subcommands that embed with the model the index records."""
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
+        "--checkpoint", type=Path, metavar="CKPT", help="default: the one the index records (must be the same file)"
+    )
+    model.add_argument(
+        "--model", type=Path, metavar="EXPORT_DIR", help="for an index built from an export: default the one it records"
+    )
+
+
+def add_lock_timeout(parser: argparse.ArgumentParser) -> None:
+    """`--lock-timeout` of the subcommands that write an index."""
+    parser.add_argument(
+        "--lock-timeout",
+        type=_seconds,
+        default=DEFAULT_LOCK_TIMEOUT,
+        metavar="SECONDS",
+        help=f"wait this long for another writer of the index to finish (default: {DEFAULT_LOCK_TIMEOUT:g})",
+    )
+
+
+def _seconds(text: str) -> float:
+    """A `--lock-timeout` value: a finite number of seconds >= 0."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds < 0:
+        raise argparse.ArgumentTypeError(f"takes a number of seconds >= 0, like 60, got {text!r}")
+    return seconds
+
+
+@contextmanager
+def writing(directory: Path) -> Iterator[None]:
+    """Turn an `OSError` while locking, reading or saving the index at `directory` into a one-line `UserError`.
+
+    Saves are atomic, so the message can promise that the previous index is unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        hint = _WRITE_HINTS.get(exc.errno or 0, "check that the index's folder is writable and retry")
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write index {directory}: {reason}{where}; {hint}; the index is unchanged") from exc
+
+
+def well_measured(measured: dict[str, Any] | None) -> bool:
+    """Whether a measurement counted enough queries for its recall and speed to be printed."""
+    return measured is not None and len(measured) > 0 and measured["queries"] >= _MIN_QUERIES
+
+
+def format_measurement(measured: dict[str, Any]) -> str:
+    """Recall, latency, throughput and size lines of a `SearchIndex` measurement (speed from enough queries only)."""
+    size = (
+        f"bytes/vector: {measured['resident_bytes_per_vector']:.1f} in memory, "
+        f"{measured['disk_bytes_per_vector']:.1f} on disk"
+    )
+    if measured["recall_at_k"] is None or measured["queries"] < _MIN_QUERIES:
+        return f"{_recall_line(measured)}\nlatency, throughput: not measured (too few vectors)\n{size}"
+    return "\n".join(
+        [
+            _recall_line(measured),
+            f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
+            f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
+            size,
+        ]
+    )
+
+
+def _recall_line(measured: dict[str, Any]) -> str:
+    """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
+    k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
+    if measured["recall_at_k"] is None or queries < _MIN_QUERIES:
+        held = measured.get("ntotal", queries)
+        return (
+            f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
+            f"among the others, and measuring needs {_MIN_QUERIES} queries)"
+        )
+    line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
+    if neighbors < k:
+        line += f"; each query has only {neighbors} other vectors to find, so recall counts those {neighbors}"
+    return line

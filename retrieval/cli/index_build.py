@@ -1,0 +1,184 @@
+"""`retrieval index build`: embed images with a model (or read embedding files) and write an index directory."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
+from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
+from retrieval.cli.index_shards import add_shard_arguments
+from retrieval.config import load_config
+from retrieval.errors import UserError
+from retrieval.index.choice import DEFAULT_TARGET_RECALL
+from retrieval.index.locking import writer_lock
+
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
+    from retrieval.index.manifest import IndexManifest
+    from retrieval.inference.interface import Encoder
+
+__all__ = ["add_parser", "run"]
+
+_KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+
+
+def add_parser(actions: argparse._SubParsersAction) -> None:
+    """`index build`."""
+    build = actions.add_parser(
+        "build",
+        help="embed images with a checkpoint and write an index directory",
+        description="Embed images with a checkpoint's model and eval transform and write INDEX_DIR (index.faiss, "
+        "metadata, manifest.json recording the checkpoint's path and sha256). CSV paths are relative to the CSV's "
+        "folder; every CSV column becomes metadata. Unreadable images are skipped and listed on stderr. "
+        "--embeddings builds from the files `retrieval embed` wrote instead, streamed, without a model.",
+    )
+    model = build.add_mutually_exclusive_group()
+    model.add_argument("--checkpoint", type=Path, metavar="CKPT", help="a run's checkpoints/best.pt")
+    model.add_argument("--model", type=Path, metavar="EXPORT_DIR", help="a `retrieval export` directory (onnxruntime)")
+    model.add_argument(
+        "--backbone",
+        metavar="NAME",
+        help="a timm model without training (pooled features); image size and transform from --config/--set",
+    )
+    build.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
+    add_config_arguments(build)
+    add_image_inputs(build, required=False)
+    add_embeddings_arguments(build)
+    add_shard_arguments(build)
+    build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
+    build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
+    build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
+    build.add_argument(
+        "--rerank",
+        metavar="dba[:k=K,alpha=A]",
+        help="store database-side augmented vectors (exact kNN over the gallery: up to ~100k images); recorded, "
+        "and index add augments new images the same way",
+    )
+    build.add_argument(
+        "--target-recall",
+        type=_target_recall,
+        metavar="R|none",
+        help=f"tune search parameters to this 10-recall@10 (default: {DEFAULT_TARGET_RECALL} for hnsw/ivf/ivfpq, "
+        "best effort); none: keep the kind's fixed defaults",
+    )
+    add_lock_timeout(build)
+    add_embedding_arguments(build)
+
+
+def _target_recall(text: str) -> float | str:
+    """A `--target-recall` value: a recall in (0, 1], or `none`."""
+    if text == "none":
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"takes a recall in (0, 1], like 0.95, or none, got {text!r}")
+    return value
+
+
+def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
+    """`IndexBuildOptions`' `(target_recall, default_target_recall)` for `--target-recall` (None: not given)."""
+    if target is None:
+        return None, DEFAULT_TARGET_RECALL
+    if target == "none":
+        return None, None
+    return float(target), DEFAULT_TARGET_RECALL
+
+
+def run(args: argparse.Namespace) -> int:
+    """`index build`: from images with a model, or streamed from `--embeddings` files."""
+    from retrieval.column_types import parse_column_types
+    from retrieval.index import SearchIndex
+    from retrieval.index.build import IndexBuildOptions
+    from retrieval.inference.sources import embed_source, read_source
+
+    if args.embeddings:
+        if args.column_types:
+            raise UserError(
+                "--column-types types the columns of --csv/--images; embedding files keep the types embed gave"
+            )
+        if args.rerank:
+            raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
+        with built_from_embeddings(args, *_tuning(args.target_recall)) as (index, inputs):
+            return _save_built(args, index, inputs)
+    if args.trained or args.shard:
+        raise UserError("--trained and --shard build shards from embedding files: pass --embeddings PATH...")
+    if args.checkpoint is None and args.model is None and args.backbone is None:
+        raise UserError(
+            "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone NAME) and --csv FILE "
+            "or --images DIR, or --embeddings PATH... (no model)"
+        )
+    if args.csv is None and args.images is None:
+        raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+    target_recall, default_target_recall = _tuning(args.target_recall)
+    options = IndexBuildOptions(
+        kind=args.type,
+        max_memory=args.max_memory or None,
+        target_recall=target_recall,
+        default_target_recall=default_target_recall,
+    )
+    encoder = _build_encoder(args)
+    options = dataclasses.replace(
+        options, database_augmentation=args.rerank, model_info=encoder.info(), match_threshold=encoder.match_threshold
+    )
+    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
+    embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
+    index = SearchIndex.build(embeddings, rows, options)
+    skipped = len(source.paths) - index.ntotal
+    inputs = f"vectors: {index.ntotal} of {len(source.paths)} images" + (
+        f" ({skipped} unreadable, skipped)" if skipped else ""
+    )
+    return _save_built(args, index, inputs)
+
+
+def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> int:
+    """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
+    with writing(args.out), writer_lock(args.out, args.lock_timeout):
+        index.save(args.out)
+    # Measured while building, on held-out vectors; a build too small to hold out enough of them is measured
+    # as index eval measures it: every stored vector (up to 1,000) searched for among the others.
+    shard = index.manifest.trained is not None  # a shard (index build --trained) is measured once merged
+    measured = index.manifest.measured
+    if not shard and not well_measured(measured):
+        measured = index.evaluate(k=10)
+    print(f"index: {args.out} ({index.kind}: {index.factory})")
+    print(inputs)
+    print(format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
+    print(_tuning_line(index.manifest))
+    return 0
+
+
+def _tuning_line(manifest: IndexManifest) -> str:
+    """`search parameters: nprobe=64 (tuned to recall@10 0.95, the default target)`, or why they are fixed."""
+    parameters = ", ".join(f"{name}={value}" for name, value in manifest.search_parameters.items())
+    if not parameters:
+        return "search parameters: none (exact search)"
+    target, source = manifest.target_recall, manifest.target_recall_source
+    if target is None:
+        return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
+    which = "the default target" if source == "default" else "--target-recall"
+    return f"search parameters: {parameters} (tuned to recall@10 {target}, {which})"
+
+
+def _build_encoder(args: argparse.Namespace) -> Encoder:
+    """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
+    from retrieval.export.onnx_encoder import OnnxEncoder
+
+    if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
+        raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
+    if args.model is not None:
+        return OnnxEncoder.from_export(args.model, device=args.device)
+    from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it
+    from retrieval.inference.encoder import ImageEncoder
+
+    if args.backbone is None:
+        return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
+    return ImageEncoder.from_backbone(config, device=args.device)

@@ -1,0 +1,119 @@
+"""`retrieval index query`: search an index with images, embedded by the model the index records."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._index_common import add_checkpoint_check
+from retrieval.errors import UserError
+from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
+
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(actions: argparse._SubParsersAction) -> None:
+    """`index query`."""
+    query = actions.add_parser("query", help="search the index with images")
+    query.add_argument("--index", type=Path, required=True, metavar="INDEX_DIR")
+    group = query.add_mutually_exclusive_group(required=True)
+    group.add_argument("--image", type=Path, nargs="+", metavar="PATH", help="query image file(s)")
+    group.add_argument("--images", type=Path, metavar="DIR", help="every image under DIR is a query")
+    query.add_argument("-k", type=int, default=10, help="results per query (default: 10)")
+    query.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    query.add_argument(
+        "--where",
+        metavar="EXPR|FILE.json",
+        help='search only items whose metadata passes, e.g. "label in (3, 5) and price < 50" or a JSON filter file',
+    )
+    query.add_argument(
+        "--min-score",
+        type=_min_score,
+        metavar=f"S|{STORED}",
+        help="drop results scoring below S (a cosine), or below the threshold the index stores (evaluate "
+        "--save-threshold); default: none",
+    )
+    query.add_argument(
+        "--rerank",
+        metavar="SPEC",
+        help="re-rank results: qe or kreciprocal, with the parameters evaluate --rerank chose, e.g. qe:k=2,alpha=3",
+    )
+    add_checkpoint_check(query)
+    add_embedding_arguments(query)
+
+
+def _min_score(text: str) -> float | str | None:
+    """A `--min-score` value: a cosine in [-1, 1] or `stored`."""
+    try:
+        return parse_min_score(text)
+    except UserError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    """`index query`: embed the query images, search (filtered, re-ranked), print a table or JSON."""
+    from retrieval.encoders import encoder_for_index
+    from retrieval.index import SearchIndex
+    from retrieval.index.filter_language import load_filter
+    from retrieval.inference.sources import image_files
+    from retrieval.rerank import IndexGallery, rerank_at_query
+
+    if not 1 <= args.k <= 1000:
+        raise UserError(f"-k must be between 1 and 1000, got {args.k}")
+    where = load_filter(args.where) if args.where is not None else None
+    index = SearchIndex.load(args.index, mmap=True)  # read-only: vectors stay in the page cache, shared
+    if where is not None:
+        where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
+    min_score = resolve_min_score(args.min_score, index.manifest.as_dict())
+    reranker = rerank_at_query(args.rerank) if args.rerank else None
+    encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
+    paths = list(args.image) if args.image else image_files(args.images)
+    if not paths:
+        raise UserError(f"no images in {args.images}; pass query images with --image or --images")
+    embedded = encoder.embed_files(paths, args.batch_size, args.num_workers, progress=False)
+    if embedded.failures:
+        path, reason = embedded.failures[0]
+        raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
+    if reranker is None:
+        scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
+    else:
+        scores, ids = reranker.search(IndexGallery(index, where), embedded.embeddings, args.k)
+    answers = [
+        {
+            "query": str(path),
+            "min_score": min_score,
+            "results": keep_matches(_results(index, scores[row], ids[row]), min_score),
+        }
+        for row, path in enumerate(paths)
+    ]
+    print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer) for answer in answers))
+    return 0
+
+
+def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[dict[str, Any]]:
+    found = ids >= 0  # FAISS pads with -1 when fewer than k vectors are stored
+    rows = index.metadata_for(ids[found])
+    return [
+        {"rank": rank, "score": float(score), **row}
+        for rank, (score, row) in enumerate(zip(scores[found], rows, strict=True), start=1)
+    ]
+
+
+def _table(answer: dict[str, Any]) -> str:
+    lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path"]
+    if not answer["results"] and answer.get("min_score") is not None:
+        lines.append(no_match_text(answer["min_score"]))
+    for result in answer["results"]:
+        label = str(result.get("label") or "")
+        lines.append(
+            f"{result['rank']:>4}  {result['score']:>7.4f}  {result['id']:>8}  {label:<16}  {result.get('path', '')}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,67 @@
+"""`SearchIndex.evaluate`: recall@k of a saved index against exact search over its own vectors, and its costs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from retrieval.errors import UserError
+from retrieval.index.build.describe import bytes_per_vector
+from retrieval.index.build.sample import SEED
+from retrieval.index.streaming import unit_rows
+from retrieval.index.tuning import TUNING_QUERIES, exact_neighbors, measure
+
+if TYPE_CHECKING:
+    import faiss
+
+__all__ = ["evaluate_index"]
+
+Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
+
+
+def evaluate_index(
+    stored: tuple[np.ndarray, np.ndarray], search: Search, index: faiss.Index, queries: np.ndarray | None, k: int
+) -> dict[str, Any]:
+    """Recall@k of `search` against exact search over the `stored` `(ids, vectors)`, latency, QPS, bytes a vector.
+
+    Args:
+        stored: `(ids (N,), vectors (N, D))` of the searchable vectors.
+        search: the index's `search(queries, k)`.
+        index: the FAISS index, for its size.
+        queries: `(Q, D)` queries; `None` takes up to 1,000 stored vectors as queries and leaves each
+            one's own id out of both result lists (leave-one-out).
+        k: the k of k-recall@k.
+
+    Returns:
+        See `SearchIndex.evaluate` (without `ntotal` and `kind`).
+    """
+    ids, vectors = stored
+    if len(ids) == 0:
+        raise UserError("the index is empty; add vectors before evaluating it")
+    if queries is None:
+        rng = np.random.default_rng(SEED)
+        chosen = np.sort(rng.choice(len(ids), size=min(TUNING_QUERIES, len(ids)), replace=False))
+        query_vectors, own = vectors[chosen], ids[chosen]
+        truth = ids[exact_neighbors(vectors, query_vectors, k + 1)]
+        true_ids = _without_own(truth, own, k)
+
+        def leave_one_out(q: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+            scores, found = search(q, width + 1)
+            return scores, (_without_own(found, own, width) if len(q) == len(own) else found)
+
+        measured = measure(leave_one_out, query_vectors, true_ids, k)
+    else:
+        query_vectors, _ = unit_rows(queries, "queries", vectors.shape[1])
+        true_ids = ids[exact_neighbors(vectors, query_vectors, k)]
+        measured = measure(search, query_vectors, true_ids, k)
+    return {**measured.as_dict(), **bytes_per_vector(index)}
+
+
+def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
+    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
+    keep = found != own[:, None]
+    order = np.argsort(~keep, axis=1, kind="stable")
+    first = np.take_along_axis(found, order, axis=1)[:, :k]
+    return np.where(first == own[:, None], -1, first)

@@ -4,8 +4,8 @@ Each field carries its default, a comment and what it accepts: a `Literal[...]` 
 choices, an `accepts(...)` rule in its `Annotated[...]` type holds its range. A section checks its
 fields when it is built, from a file, the command line or Python; the few rules that tie two fields
 together live in `_check_across_fields`. Unknown keys, wrong types and values out of range are
-one-line `UserError`s that say what is accepted (`_user_error` words every pydantic error): a typo is
-never silently dropped, and an unknown key names its nearest valid key.
+one-line `UserError`s that say what is accepted (`retrieval.validation.user_error` words them): a
+typo is never silently dropped, and an unknown key names its nearest valid key.
 
 Defaults follow the published recipe for the standard benchmarks (design.md): a pretrained
 ResNet-50, 224 px, AdamW at 1e-4 with 100x on proxies, batch 128, 60 epochs. The digits demo
@@ -75,7 +75,7 @@ class _Section(Record):
     """Base of the config sections: building one checks each field's type, choices and range rule.
 
     Numbers also come as strings (`--set data.path=123` is the text "123"). The validators are built
-    when a config is first built, not at import: `retrieval --help` imports this module.
+    when a config is first built, not at import, which stays cheap for the commands that import this.
     """
 
     model_config = ConfigDict(extra="forbid", coerce_numbers_to_str=True, defer_build=True)

@@ -42,7 +42,7 @@ import torch
 from torch import Tensor
 
 from retrieval import __version__
-from retrieval.config import Config, ModelConfig, apply_overrides, config_from_dict, load_config
+from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.runtime.files import atomic_write
@@ -97,9 +97,9 @@ class Checkpoint:
         """Size D of the embeddings the model outputs (the backbone's width when the model has no head)."""
         if self.model_config.embedding_dim is not None:
             return self.model_config.embedding_dim
-        config = dataclasses.replace(self.model_config, pretrained=False, weights=None)
+        config = self.model_config.model_copy(update={"pretrained": False, "weights": None})
         with torch.device("meta"):  # the architecture alone: no memory, no initialization
-            return Embedder(**dataclasses.asdict(config)).embedding_dim
+            return Embedder(**config.model_dump()).embedding_dim
 
     @property
     def proxies(self) -> Tensor | None:
@@ -116,10 +116,10 @@ class Checkpoint:
 
         `flip_average` replaces the model's test-time flip averaging (`--set model.flip_average`); None keeps it.
         """
-        config = dataclasses.replace(self.model_config, pretrained=False, weights=None)
+        update = {"pretrained": False, "weights": None}
         if flip_average is not None:
-            config = dataclasses.replace(config, flip_average=flip_average)
-        model = Embedder(**dataclasses.asdict(config))
+            update["flip_average"] = flip_average
+        model = Embedder(**self.model_config.model_copy(update=update).model_dump())
         model.load_state_dict(self.model)
         return model.eval()
 
@@ -136,11 +136,13 @@ class Checkpoint:
         for override in overrides:
             _refuse_trained_key(override)
         if config_file is None:
-            return config_from_dict(apply_overrides(_plain_copy(self.run_config), overrides))
+            return config_with_overrides(_plain_copy(self.run_config), overrides)
         chosen, trained = load_config(config_file, overrides), config_from_dict(_plain_copy(self.run_config))
         flip_average = chosen.model.flip_average if _sets(overrides, "model.flip_average") else None
-        model = trained.model if flip_average is None else dataclasses.replace(trained.model, flip_average=flip_average)
-        return dataclasses.replace(chosen, model=model, loss=trained.loss)
+        model = (
+            trained.model if flip_average is None else trained.model.model_copy(update={"flip_average": flip_average})
+        )
+        return chosen.model_copy(update={"model": model, "loss": trained.loss})
 
     def save(self, path: str | Path) -> None:
         """Write the checkpoint with its manifest to `path` atomically (temporary file + rename)."""
@@ -160,7 +162,7 @@ class Checkpoint:
                 "version": CHECKPOINT_VERSION,
                 "toolkit_version": self.toolkit_version,
                 "embedding_dim": self.embedding_dim,
-                "model_config": dataclasses.asdict(self.model_config),
+                "model_config": self.model_config.model_dump(),
                 "checksum": state_checksum(self.model),
             },
         }
@@ -286,7 +288,7 @@ def _tensor_bytes(tensor: Tensor) -> bytes:
 
 def _model_config(values: dict[str, Any]) -> ModelConfig:
     """The manifest's model config as a `ModelConfig`; keys a newer toolkit added are refused by name."""
-    known = {f.name for f in dataclasses.fields(ModelConfig)}
+    known = set(ModelConfig.model_fields)
     unknown = sorted(set(values) - known)
     if unknown:
         raise ValueError(f"unknown model_config keys {unknown}; a newer toolkit wrote it")

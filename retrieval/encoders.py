@@ -9,18 +9,19 @@ sits above both encoders and imports only down: neither of them imports the othe
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import onnx_encoder_for_index
-from retrieval.inference.interface import Encoder
+from retrieval.inference.interface import Encoder, ModelInfo
 
 __all__ = ["encoder_for_index"]
 
 
 def encoder_for_index(
-    model_info: dict[str, Any],
+    model_info: Mapping[str, Any],
     checkpoint: str | Path | None = None,
     device: str = "auto",
     model_dir: str | Path | None = None,
@@ -37,7 +38,7 @@ def encoder_for_index(
         UserError: a checkpoint for an index built with an export or the reverse, or a model that is
             missing or not the one the index recorded.
     """
-    built_with_export = bool(model_info.get("onnx_sha256"))
+    built_with_export = bool(ModelInfo.read(model_info).onnx_sha256)
     if built_with_export and checkpoint is not None:
         raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
     if built_with_export or model_dir is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -52,7 +51,7 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **mod
     model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False, **model_options)
     config = Config(model=model_config)
     config.data.image_size = image_size
-    model = Embedder(**dataclasses.asdict(model_config))
+    model = Embedder(**model_config.model_dump())
     Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(path)
     return path
 

@@ -36,7 +36,7 @@ def test_round_trip_with_manifest_and_no_temporary_left(tmp_path):
     assert loaded.epoch == 4 and torch.equal(loaded.model["w"], _checkpoint().model["w"])
     manifest = torch.load(path, weights_only=True)["manifest"]
     assert manifest["version"] == CHECKPOINT_VERSION and manifest["embedding_dim"] == 8
-    assert manifest["model_config"] == dataclasses.asdict(MODEL_CONFIG) and len(manifest["checksum"]) == 64
+    assert manifest["model_config"] == MODEL_CONFIG.model_dump() and len(manifest["checksum"]) == 64
     assert loaded.model_config == MODEL_CONFIG and loaded.embedding_dim == 8
     assert [p.name for p in path.parent.iterdir()] == ["best.pt"]
 

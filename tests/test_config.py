@@ -1,6 +1,5 @@
 """Config loading: every shipped config builds, typos and wrong types fail with the valid keys."""
 
-import dataclasses
 import re
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from retrieval.config import (
     load_config,
     save_config,
 )
+from retrieval.data import loader
 from retrieval.errors import UserError
 from retrieval.losses import LOSSES, build_loss
 from retrieval.models.pooling import POOLINGS
@@ -243,7 +243,7 @@ def test_resolved_augment_round_trips_through_yaml(tmp_path):
     save_config(config, tmp_path / "config.yaml")
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     assert saved["augment"]["crop_scale"] == [0.5, 1.0] and saved["augment"]["preset"] == "document"
-    assert set(saved["augment"]) == {f.name for f in dataclasses.fields(AugmentConfig)}
+    assert set(saved["augment"]) == set(AugmentConfig.model_fields)
     assert config_from_dict(saved) == config
 
 
@@ -312,9 +312,49 @@ def test_choice_lists_match_the_modules_that_implement_them():
     assert typing.get_args(typing.get_type_hints(ModelConfig)["pooling"]) == POOLINGS
     assert tuple(PRESETS) == typing.get_args(PresetName)
     assert BAD_IMAGE_POLICIES == ("fail", "skip") and SCHEDULES == ("cosine", "step", "constant")
+    assert BAD_IMAGE_POLICIES == loader.BAD_IMAGE_POLICIES
 
 
 def test_importing_the_config_imports_neither_torch_nor_timm():
     code = "import sys, retrieval.config; print(sorted({'torch', 'timm', 'retrieval.data'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.epoch=3", "unknown config key train.epoch; valid keys in train: epochs, lr, "),
+        ("augment.hlfip=0.5", "unknown config key augment.hlfip; valid keys in augment: preset, "),
+        ("loss.gama=8", "unknown config key loss.gama for loss 'anchor'; valid parameters: beta, "),
+    ],
+)
+def test_an_unknown_key_names_the_nearest_valid_one(override, message):
+    key = override.partition("=")[0]
+    nearest = {"train.epoch": "train.epochs", "augment.hlfip": "augment.hflip", "loss.gama": "loss.gamma"}[key]
+    with pytest.raises(UserError, match=re.escape(message)) as caught:
+        load_config(None, [override])
+    assert str(caught.value).endswith(f"; did you mean {nearest}?") and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("train.epochs=true", "train.epochs must be int, got 'true'"),
+        ("train.epochs=2.0", "train.epochs must be int, got '2.0'"),
+        ("train.lr=yes", "train.lr must be float, got 'yes'"),
+        ("loss.gamma=false", "loss.gamma must be float, got 'false'"),
+    ],
+)
+def test_a_bool_or_a_fraction_is_never_read_as_a_number(override, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config(None, [override])
+
+
+def test_set_values_are_parsed_first_and_the_whole_config_is_checked_once(tmp_path):
+    """`--set` values join the file's before anything is checked: the rules across keys see both."""
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({"data": {"name": "digits", "val_classes": 2}}))
+    with pytest.raises(UserError, match="data.val_classes and data.val_fraction are both set"):
+        load_config(path, ["data.val_fraction=0.1"])
+    assert load_config(path, ["data.val_fraction=0.1", "data.val_classes=0"]).data.val_fraction == 0.1

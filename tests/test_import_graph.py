@@ -8,6 +8,8 @@ training stack. Imports inside functions are allowed: they run only when a comma
 `inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
 serve --model BUNDLE` answers searches in an interpreter where torch and the other training
 packages cannot be imported, as with `pip install "retrieval[serve]"`.
+The top-level subpackages (and modules) of `retrieval` import each other without a cycle: each
+layer imports only the layers under it.
 """
 
 from __future__ import annotations
@@ -53,9 +55,42 @@ def _imports(nodes: list[ast.stmt] | list[ast.AST]) -> list[str]:
     for node in nodes:
         if isinstance(node, ast.Import):
             names += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "retrieval":
+            names += [f"retrieval.{alias.name}" for alias in node.names]  # `from retrieval import data`
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names.append(node.module)
     return names
+
+
+def _layer_graph() -> dict[str, set[str]]:
+    """Top-level subpackage or module of `retrieval` -> the others its files import at module level."""
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        layer = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
+        if layer == "__init__":
+            continue
+        imported = {name.split(".")[1] for name in _module_level_imports(path) if name.startswith("retrieval.")}
+        graph.setdefault(layer, set()).update(imported - {layer})
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles of `graph`: each strongly connected set of two or more layers, sorted."""
+    reaches = {layer: _reachable(graph, layer) for layer in graph}
+    groups = {tuple(sorted(other for other in reaches[layer] if layer in reaches.get(other, ()))) for layer in graph}
+    return sorted(list(group) for group in groups if len(group) > 1)
+
+
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    """The layers `start` imports, directly or through others (itself included when it is on a cycle)."""
+    seen: set[str] = set()
+    todo = list(graph.get(start, ()))
+    while todo:
+        layer = todo.pop()
+        if layer not in seen:
+            seen.add(layer)
+            todo += graph.get(layer, ())
+    return seen
 
 
 def _files(entry: str) -> list[Path]:
@@ -80,6 +115,18 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\nfrom torch.utils.data import Dataset\n\ndef f():\n    import timm\n")
     assert _module_level_imports(module) == ["os", "torch.utils.data"]
+
+
+def test_no_import_cycle_between_the_subpackages() -> None:
+    assert _cycles(_layer_graph()) == []
+
+
+def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text("from retrieval import config\nfrom retrieval.data.loader import ImageLoader\n")
+    assert _module_level_imports(module) == ["retrieval.config", "retrieval.data.loader"]
+    graph = {"config": {"runtime"}, "runtime": {"config", "errors"}, "data": {"config"}, "errors": set()}
+    assert _cycles(graph) == [["config", "runtime"]]
 
 
 def test_inference_never_imports_export() -> None:

@@ -22,7 +22,6 @@ images with it, starts two servers on the same index, `--max-batch 16 --batch-wa
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import io
 import json
 import os
@@ -180,7 +179,7 @@ def _exported_index(args: argparse.Namespace, images: Path, root: Path) -> Path:
     model_config = ModelConfig(backbone=args.backbone, embedding_dim=128, pretrained=False)
     config = Config(model=model_config)
     config.data.image_size = args.image_size
-    model = Embedder(**dataclasses.asdict(model_config))
+    model = Embedder(**model_config.model_dump())
     Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(root / "model.pt")
     export = ["export", "--checkpoint", str(root / "model.pt"), "--out", str(root / "onnx")]
     build = ["index", "build", "--model", str(root / "onnx"), "--images", str(images), "--out", str(root / "index")]

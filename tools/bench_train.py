@@ -68,7 +68,8 @@ def toolkit_step(args: argparse.Namespace, run_dir: Path) -> tuple[Callable[[Ten
         f"train.threads={args.threads}",
     ]
     config = load_config(None, overrides)
-    configure_process(config.train)  # the thread count of both sides, as `retrieval train` sets it
+    train = config.train  # the thread count of both sides, as `retrieval train` sets it
+    configure_process(threads=train.threads, deterministic=train.deterministic, seed=train.seed)
     trainer = Trainer.from_config(config, run_dir)
     trainer.begin_epoch(0)
     parts = trainer.parts

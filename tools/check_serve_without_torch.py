@@ -15,7 +15,6 @@ loopback port and sends `POST /search` with an image and with a vector. `.ci/run
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import re
 import subprocess
 import sys
@@ -68,7 +67,7 @@ def _export_and_index(folder: Path) -> tuple[Path, Path, list[Path]]:
     model_config = ModelConfig(backbone="resnet10t", embedding_dim=_DIM, pretrained=False)
     config = Config(model=model_config)
     config.data.image_size = 32
-    model = Embedder(**dataclasses.asdict(model_config))
+    model = Embedder(**model_config.model_dump())
     checkpoint = Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0)
     checkpoint.save(folder / "best.pt")
     rng = np.random.default_rng(0)

@@ -150,7 +150,7 @@ def _tiny_checkpoint(path: Path) -> Path:
     model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False)
     config = Config(model=model_config)
     config.data.image_size = 32
-    model = Embedder(**dataclasses.asdict(model_config))
+    model = Embedder(**model_config.model_dump())
     Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(path)
     return path
 

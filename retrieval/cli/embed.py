@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
-from retrieval.config import DataConfig
 from retrieval.errors import UserError
 from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
 from retrieval.inference.splits import SPLITS
 
 if TYPE_CHECKING:
     from retrieval.checkpoint import Checkpoint
+    from retrieval.config import DataConfig
     from retrieval.inference.sources import ImageSource
 
 __all__ = ["DEFAULT_PART_ROWS", "add_parser", "run"]

@@ -21,13 +21,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from retrieval.cli._common import add_config_arguments
-from retrieval.config import Config, load_config
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
 
 if TYPE_CHECKING:
     from retrieval.checkpoint import Checkpoint
+    from retrieval.config import Config
     from retrieval.data import EvalSplit, RetrievalData
     from retrieval.evaluate.proxy_classifier import ProxyClassifier
     from retrieval.models import Embedder
@@ -204,6 +204,7 @@ def _verification(
 def _model_and_config(args: argparse.Namespace) -> tuple[Checkpoint, Config]:
     """The `--checkpoint` with its run's config, or the `--backbone` on the config of `--config` / `--set`."""
     from retrieval.checkpoint import Checkpoint
+    from retrieval.config import load_config
     from retrieval.inference.backbone import backbone_checkpoint, backbone_config
 
     if args.backbone is not None and args.save_threshold is not None:

@@ -12,7 +12,6 @@ from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_shard_arguments
-from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL
 from retrieval.index.locking import writer_lock
@@ -180,5 +179,7 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
 
     if args.backbone is None:
         return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    from retrieval.config import load_config  # pydantic: only a backbone's config needs it
+
     config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
     return ImageEncoder.from_backbone(config, device=args.device)

@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 from retrieval.cli._common import add_config_arguments, seed_list
-from retrieval.config import load_config
 from retrieval.errors import UserError
 
 __all__ = ["add_parser", "run"]
@@ -37,6 +36,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.config import load_config
     from retrieval.sweep import parse_grid, plan_cells, run_cells, summarize, write_reports
 
     if args.jobs < 1:

@@ -7,7 +7,6 @@ by `configure_process`, before each run's `Trainer` is built: the library never 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import time
 from pathlib import Path
@@ -15,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.cli._progress import showing_progress
-from retrieval.config import Config, load_config
 from retrieval.errors import UserError
 
 if TYPE_CHECKING:
+    from retrieval.config import Config, TrainConfig
     from retrieval.runtime.distributed import DistributedContext
     from retrieval.train.trainer import TrainResult
 
@@ -53,29 +52,36 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace) -> int:
+    from retrieval.config import load_config
     from retrieval.runtime.distributed import process_group
-    from retrieval.runtime.environment import configure_process
     from retrieval.train.trainer import Trainer
 
     config = load_config(args.config, args.overrides)
     with process_group(config.train.device) as context:
         run_dir = args.output_dir or _default_run_dir(config, context)
         if not args.seeds:
-            configure_process(config.train)
+            _configure_process(config.train)
             result = Trainer.from_config(config, run_dir).fit()
             _print_result(config, run_dir, result, context)
             return 0
         results = []
         for seed in args.seeds:
-            seeded = dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed))
+            seeded = config.model_copy(update={"train": config.train.model_copy(update={"seed": seed})})
             if context.is_main:
                 print(f"seed {seed}", flush=True)
-            configure_process(seeded.train)
+            _configure_process(seeded.train)
             results.append(Trainer.from_config(seeded, run_dir / f"seed-{seed}").fit())
             _print_result(seeded, run_dir / f"seed-{seed}", results[-1], context)
         if context.is_main:
             print(_seed_summary(args.seeds, results))
         return 0
+
+
+def _configure_process(train: TrainConfig) -> None:
+    """Threads, determinism and seeds of the process, as section `train` sets them."""
+    from retrieval.runtime.environment import configure_process
+
+    configure_process(threads=train.threads, deterministic=train.deterministic, seed=train.seed)
 
 
 def _resume(args: argparse.Namespace) -> int:
@@ -85,7 +91,6 @@ def _resume(args: argparse.Namespace) -> int:
     """
     from retrieval.checkpoint import Checkpoint
     from retrieval.runtime.distributed import process_group
-    from retrieval.runtime.environment import configure_process
     from retrieval.train.trainer import Trainer
 
     path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
@@ -104,7 +109,7 @@ def _resume(args: argparse.Namespace) -> int:
     with process_group(config.train.device) as context:
         if complete and context.is_main:
             logging.getLogger(__name__).info("%s: scoring its selected checkpoint again ...", complete)
-        configure_process(config.train)
+        _configure_process(config.train)
         trainer = Trainer.from_config(config, run_dir, resuming=True)
         trainer.resume(checkpoint, best)
         result = trainer.fit()

@@ -21,10 +21,12 @@ from torch import Tensor
 from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 from tqdm import tqdm
 
-from retrieval.config import BAD_IMAGE_POLICIES
 from retrieval.errors import UserError
 
 __all__ = ["BAD_IMAGE_POLICIES", "BadImage", "BadImageLog", "ImageLoader", "collate_images"]
+
+# What to do with an unreadable image, the choices of `data.on_bad_image` (the config lists the same; a test checks).
+BAD_IMAGE_POLICIES = ("fail", "skip")
 
 
 class BadImage(NamedTuple):

@@ -13,7 +13,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,7 @@ from retrieval.errors import UserError
 from retrieval.export.bundle import read_export
 from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
-from retrieval.inference.interface import EmbeddedFiles
+from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 
 __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
 
@@ -50,7 +50,7 @@ class OnnxEncoder:
         self,
         model_path: str | Path,
         preprocess: Preprocess,
-        info: dict[str, Any] | None = None,
+        info: Mapping[str, Any] | None = None,
         device: str = "auto",
         threads: int | None = None,
     ) -> None:
@@ -60,7 +60,7 @@ class OnnxEncoder:
             options.intra_op_num_threads = threads
         self.session = _load_session(ort, Path(model_path), options, _providers(device, ort))
         self.preprocess = preprocess
-        self._info = dict(info or {})
+        self._info = ModelInfo.read(info or {})
         self._input = self.session.get_inputs()[0].name
         self._dim = _embedding_dim(self.session, Path(model_path), preprocess)
         self.match_threshold: dict[str, Any] | None = None  # the source checkpoint's, from the export's manifest
@@ -91,11 +91,11 @@ class OnnxEncoder:
     @property
     def model_sha256(self) -> str:
         """The sha256 of model.onnx (empty for a model not loaded by `from_export`)."""
-        return str(self._info.get("onnx_sha256") or "")
+        return self._info.onnx_sha256 or ""
 
     def info(self) -> dict[str, Any]:
         """What the index manifest records about the model that embedded it (JSON-ready)."""
-        return dict(self._info)
+        return self._info.record()
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
@@ -141,7 +141,7 @@ class OnnxEncoder:
 
 
 def onnx_encoder_for_index(
-    model_info: dict[str, Any], model_dir: str | Path | None, device: str = "auto"
+    model_info: Mapping[str, Any], model_dir: str | Path | None, device: str = "auto"
 ) -> OnnxEncoder:
     """The export an index was built with: its recorded directory, or `model_dir` if it holds the same model.onnx.
 
@@ -151,13 +151,14 @@ def onnx_encoder_for_index(
         UserError: the index was built with a checkpoint, the export is missing or broken, or its
             model.onnx is not the one the index recorded.
     """
-    recorded = str(model_info.get("onnx_sha256") or "")
+    info = ModelInfo.read(model_info)
+    recorded = info.onnx_sha256 or ""
     if not recorded:
         raise UserError(
             "this index was not built with an export; query it with its checkpoint (--checkpoint CKPT or none), "
             "or rebuild it with --model DIR"
         )
-    directory = Path(model_dir) if model_dir is not None else Path(model_info.get("model_dir", ""))
+    directory = Path(model_dir) if model_dir is not None else Path(info.model_dir or "")
     encoder = OnnxEncoder.from_export(directory, device=device)
     if encoder.model_sha256 != recorded:
         raise UserError(

@@ -23,7 +23,6 @@ embeddings, and an export whose embeddings differ by more than `PARITY_TOLERANCE
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import importlib.metadata
 import importlib.util
@@ -128,7 +127,7 @@ def _manifest(
         "backbone": config.backbone,
         "embedding_dim": encoder.dim,
         "flip_average": config.flip_average,
-        "model_config": dataclasses.asdict(config),
+        "model_config": config.model_dump(),
         "opset": opset,
         "input": {"name": INPUT_NAME, "shape": ["batch", preprocess.in_chans, *(preprocess.image_size,) * 2]},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", encoder.dim], "l2_normalized": True},

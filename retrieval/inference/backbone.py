@@ -8,7 +8,6 @@ where the weights come from differs.
 
 from __future__ import annotations
 
-import dataclasses
 import warnings
 from pathlib import Path
 
@@ -28,8 +27,8 @@ def backbone_config(config: Config, backbone: str, weights: Path | None = None) 
     network is untrained (random at `train.seed`), which is allowed and warned about. Pooling,
     channels, data and evaluation transform stay the config's.
     """
-    model = dataclasses.replace(
-        config.model, backbone=backbone, embedding_dim=None, weights=None if weights is None else str(weights)
+    model = config.model.model_copy(
+        update={"backbone": backbone, "embedding_dim": None, "weights": None if weights is None else str(weights)}
     )
     if weights is None and not model.pretrained:
         warnings.warn(
@@ -37,7 +36,7 @@ def backbone_config(config: Config, backbone: str, weights: Path | None = None) 
             "network: a floor, not a baseline; give --weights FILE or --set model.pretrained=true (needs network)",
             stacklevel=2,
         )
-    return dataclasses.replace(config, model=model)
+    return config.model_copy(update={"model": model})
 
 
 def backbone_checkpoint(config: Config) -> Checkpoint:
@@ -48,5 +47,5 @@ def backbone_checkpoint(config: Config) -> Checkpoint:
             weights offline (from `retrieval.models.create_backbone`).
     """
     with torch_seeded(config.train.seed):
-        model = Embedder(**dataclasses.asdict(config.model))
+        model = Embedder(**config.model.model_dump())
     return Checkpoint(model.state_dict(), config.model, config_to_dict(config), num_classes=0)

@@ -23,7 +23,7 @@ import torch
 from tqdm import tqdm
 
 from retrieval.errors import UserError
-from retrieval.inference.embedding_parts import finish_parts, part_finished, start_parts, write_part
+from retrieval.inference.embedding_parts import EmbedJob, finish_parts, part_finished, start_parts, write_part
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable
 from retrieval.runtime.distributed import DistributedContext
@@ -71,13 +71,13 @@ def embed_in_parts(
     Raises:
         UserError: `directory` holds parts of another job, or no image of the source could be read.
     """
-    job = {
-        "source": dict(source_info),
-        "checkpoint_sha256": encoder.checkpoint_sha256,
-        "part_rows": part_rows,
-        "input_rows": len(source.paths),
-        "dim": encoder.dim,
-    }
+    job = EmbedJob(
+        source=dict(source_info),
+        checkpoint_sha256=encoder.checkpoint_sha256,
+        part_rows=part_rows,
+        input_rows=len(source.paths),
+        dim=encoder.dim,
+    )
     _on_main(context, lambda: start_parts(directory, job))
     count = -(-len(source.paths) // part_rows)
     todo = [part for part in range(context.rank, count, context.world_size) if not part_finished(directory, part)]
@@ -93,7 +93,7 @@ def embed_in_parts(
     context.barrier()
     embedded = int(context.sum(torch.tensor(len(todo), device=encoder.device)).item())
     success = _on_main(context, lambda: finish_parts(directory, job))
-    return PartsSummary(success["rows"], success["dim"], count, embedded, success["skipped"])
+    return PartsSummary(success.rows, success.dim, count, embedded, success.skipped)
 
 
 def _part_rows(part: int, part_rows: int, input_rows: int) -> range:

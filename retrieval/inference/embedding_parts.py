@@ -15,15 +15,16 @@ and, to float32 rounding, the same vectors however many processes wrote them. `f
 `rows` the rows it holds (fewer than the input rows it covers when images were unreadable:
 `skipped`). A part's parquet is written atomically and its `.json` after it, so a part whose
 `.json` exists and whose sha256 matches is finished; `_SUCCESS` is written last, when every part
-is. Readers here use numpy and pyarrow only (no torch), so index builds can stream parts.
+is. The three records are pydantic models (`EmbedJob`, `PartRecord`, `EmbedSuccess`), checked when
+read back. Readers here use numpy and pyarrow only (no torch), so index builds can stream parts.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,10 +32,14 @@ import pyarrow as pa
 from retrieval.errors import UserError
 from retrieval.inference.embeddings_file import read_embeddings, write_embeddings
 from retrieval.runtime.files import file_sha256, write_text
+from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = [
     "JOB_FILE",
     "SUCCESS_FILE",
+    "EmbedJob",
+    "EmbedSuccess",
+    "PartRecord",
     "finish_parts",
     "iter_embedding_parts",
     "part_finished",
@@ -47,6 +52,44 @@ __all__ = [
 
 SUCCESS_FILE = "_SUCCESS"
 JOB_FILE = "_job.json"
+_REWRITE = "rerun the same embed command to rewrite it"
+
+
+class EmbedJob(Record):
+    """What the parts of a directory are of (`_job.json`); a rerun resumes the same job only."""
+
+    source: dict[str, Any]  # what the images are: `--csv`, `--images` or `--set`, and `--split`
+    checkpoint_sha256: str | None  # the model's file (a backbone without training: its weights' checksum)
+    part_rows: Annotated[int, at_least(1)]  # input rows per part
+    input_rows: Annotated[int, at_least(0)]  # rows of the source, readable or not
+    dim: Annotated[int, at_least(1)]  # D
+
+
+class PartRecord(Record):
+    """The `.json` beside a part's parquet, written after it: the part is finished when its sha256 matches."""
+
+    part: int
+    first_row: int  # the input row the part starts at
+    rows: int  # rows it holds: its readable images
+    sha256: str  # of the parquet file
+    dim: int
+    skipped: int = 0  # its input rows that could not be read
+
+
+class EmbedSuccess(Record):
+    """`_SUCCESS`, written once every part is: what the parts hold together, and the job they are of."""
+
+    rows: int
+    dim: int
+    parts: list[str]  # the parquet files, in input order
+    checkpoint_sha256: str | None = None
+    source: dict[str, Any] | None = None
+    part_rows: int | None = None
+    input_rows: int | None = None
+    skipped: int = 0
+
+
+_Record = TypeVar("_Record", bound=Record)
 
 
 def part_path(directory: Path, part: int) -> Path:
@@ -54,7 +97,7 @@ def part_path(directory: Path, part: int) -> Path:
     return directory / f"part-{part:05d}.parquet"
 
 
-def start_parts(directory: Path, job: Mapping[str, Any]) -> None:
+def start_parts(directory: Path, job: EmbedJob) -> None:
     """Record `job` in `directory/_job.json`, or check that the parts already there are of the same job.
 
     Resuming a job also deletes the temporary files of parts a killed process was writing (called
@@ -67,7 +110,8 @@ def start_parts(directory: Path, job: Mapping[str, Any]) -> None:
     recorded_path = directory / JOB_FILE
     if recorded_path.is_file():
         recorded = json.loads(recorded_path.read_text(encoding="utf-8"))
-        changed = [key for key in sorted({*recorded, *job}) if recorded.get(key) != job.get(key)]
+        wanted = job.model_dump()
+        changed = [key for key in sorted({*recorded, *wanted}) if recorded.get(key) != wanted.get(key)]
         if changed:
             raise UserError(
                 f"{directory} holds the parts of another embed job (its {', '.join(changed)} differ); "
@@ -78,16 +122,22 @@ def start_parts(directory: Path, job: Mapping[str, Any]) -> None:
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        write_text(recorded_path, json.dumps(dict(job), indent=2) + "\n")
+        write_text(recorded_path, job.model_dump_json(indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write {directory}: {exc.strerror}; choose another --out DIR/") from exc
 
 
 def part_finished(directory: Path, part: int) -> bool:
-    """Whether part `part` was written whole: its `.json` exists and names the sha256 of its parquet."""
+    """Whether part `part` was written whole: its `.json` exists and names the sha256 of its parquet.
+
+    A damaged `.json` counts as unfinished, so the rerun the readers ask for writes the part again.
+    """
     path = part_path(directory, part)
-    manifest = _read_manifest(path)
-    return manifest is not None and path.is_file() and file_sha256(path) == manifest.get("sha256")
+    try:
+        manifest = _read_manifest(path)
+    except UserError:
+        return False
+    return manifest is not None and path.is_file() and file_sha256(path) == manifest.sha256
 
 
 def write_part(
@@ -112,25 +162,25 @@ def write_part(
     path = part_path(directory, part)
     extra = {name: columns[name] for name in columns.column_names if name not in ("path", "label")}
     write_embeddings(path, embeddings, columns["path"], columns["label"], extra)
-    manifest = {
-        "part": part,
-        "first_row": first_row,
-        "rows": len(embeddings),
-        "sha256": file_sha256(path),
-        "dim": int(embeddings.shape[1]),
-        "skipped": skipped,
-    }
-    write_text(path.with_suffix(".json"), json.dumps(manifest) + "\n")
+    manifest = PartRecord(
+        part=part,
+        first_row=first_row,
+        rows=len(embeddings),
+        sha256=file_sha256(path),
+        dim=int(embeddings.shape[1]),
+        skipped=skipped,
+    )
+    write_text(path.with_suffix(".json"), manifest.model_dump_json() + "\n")
 
 
-def finish_parts(directory: Path, job: Mapping[str, Any]) -> dict[str, Any]:
+def finish_parts(directory: Path, job: EmbedJob) -> EmbedSuccess:
     """Write `_SUCCESS` once every part of `job` has its `.json`; return what it records.
 
     Raises:
         UserError: a part has no `.json` (a process failed before writing it, or wrote it where this
             one cannot see it), or no part holds a row.
     """
-    count = -(-int(job["input_rows"]) // int(job["part_rows"]))
+    count = -(-job.input_rows // job.part_rows)
     manifests = [_read_manifest(part_path(directory, part)) for part in range(count)]
     missing = [part for part, manifest in enumerate(manifests) if manifest is None]
     if missing:
@@ -139,19 +189,19 @@ def finish_parts(directory: Path, job: Mapping[str, Any]) -> dict[str, Any]:
             "machines need DIR on a shared file system); rerun the same embed command to resume it"
         )
     written = [manifest for manifest in manifests if manifest is not None]
-    if not any(int(manifest["rows"]) for manifest in written):
-        raise UserError(f"none of the {job['input_rows']} images could be read; check the files")
-    success = {
-        "rows": sum(int(manifest["rows"]) for manifest in written),
-        "dim": int(job["dim"]),
-        "parts": [part_path(directory, part).name for part in range(count)],
-        "source": job["source"],
-        "checkpoint_sha256": job["checkpoint_sha256"],
-        "part_rows": job["part_rows"],
-        "input_rows": job["input_rows"],
-        "skipped": sum(int(manifest["skipped"]) for manifest in written),
-    }
-    write_text(directory / SUCCESS_FILE, json.dumps(success, indent=2) + "\n")
+    if not any(manifest.rows for manifest in written):
+        raise UserError(f"none of the {job.input_rows} images could be read; check the files")
+    success = EmbedSuccess(
+        rows=sum(manifest.rows for manifest in written),
+        dim=job.dim,
+        parts=[part_path(directory, part).name for part in range(count)],
+        source=job.source,
+        checkpoint_sha256=job.checkpoint_sha256,
+        part_rows=job.part_rows,
+        input_rows=job.input_rows,
+        skipped=sum(manifest.skipped for manifest in written),
+    )
+    write_text(directory / SUCCESS_FILE, success.model_dump_json(indent=2) + "\n")
     return success
 
 
@@ -168,7 +218,7 @@ def iter_embedding_parts(directory: str | Path) -> Iterator[dict[str, np.ndarray
     for name in read_success(directory)["parts"]:
         path = directory / name
         manifest = _read_manifest(path)
-        if manifest is None or not path.is_file() or file_sha256(path) != manifest.get("sha256"):
+        if manifest is None or not path.is_file() or file_sha256(path) != manifest.sha256:
             raise UserError(
                 f"embedding part {path} is missing or does not match its .json (sha256); "
                 "rerun the same embed command to rewrite it"
@@ -187,10 +237,11 @@ def read_embedding_parts(directory: str | Path) -> dict[str, np.ndarray]:
 
 
 def read_success(directory: str | Path) -> dict[str, Any]:
-    """The `_SUCCESS` record of a finished parts directory (rows, dim, parts, checkpoint_sha256, ...).
+    """The `_SUCCESS` record of a finished parts directory (rows, dim, parts, checkpoint_sha256, ...), checked.
 
     Raises:
-        UserError: `directory` is missing, or has no `_SUCCESS` (the embed job did not finish).
+        UserError: `directory` is missing, has no `_SUCCESS` (the embed job did not finish), or a
+            damaged one.
     """
     directory = Path(directory)
     if not directory.is_dir():
@@ -198,14 +249,18 @@ def read_success(directory: str | Path) -> dict[str, Any]:
     path = directory / SUCCESS_FILE
     if not path.is_file():
         raise UserError(f"embedding {directory} is incomplete: rerun the same embed command to resume it")
-    record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return record
+    return _read_record(EmbedSuccess, path).model_dump(exclude_unset=True)
 
 
-def _read_manifest(part: Path) -> dict[str, Any] | None:
+def _read_manifest(part: Path) -> PartRecord | None:
     """The `.json` beside the parquet file `part`, or None when it has not been written."""
     path = part.with_suffix(".json")
-    if not path.is_file():
-        return None
-    manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return manifest
+    return _read_record(PartRecord, path) if path.is_file() else None
+
+
+def _read_record(model: type[_Record], path: Path) -> _Record:
+    """The record `model` in JSON file `path`; damage (not JSON, a key missing or of the wrong type) is one line."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        raise user_error(model, exc, str(path), _REWRITE) from None

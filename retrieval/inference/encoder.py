@@ -10,8 +10,7 @@ records the config it was built from and the checksum of its weights, and is reb
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ from retrieval.data.transforms import build_eval_transform, describe_eval_transf
 from retrieval.errors import UserError
 from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
-from retrieval.inference.interface import EmbeddedFiles
+from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
@@ -118,7 +117,7 @@ class ImageEncoder:
         where = resolve_device(device)
         return cls(
             checkpoint.embedder(),
-            dataclasses.replace(checkpoint.model_config, pretrained=False, weights=None),
+            checkpoint.model_config.model_copy(update={"pretrained": False, "weights": None}),
             config.data.image_size,
             config.augment,
             where,
@@ -136,15 +135,17 @@ class ImageEncoder:
 
     def info(self) -> dict[str, Any]:
         """What the index manifest records about the model that embedded it (JSON-ready)."""
-        info = {
-            "checkpoint": None if self.checkpoint_path is None else str(self.checkpoint_path),
-            "checkpoint_sha256": self.checkpoint_sha256,
-            "model_config": dataclasses.asdict(self.model_config),
-            "embedding_dim": self.dim,
-            "image_size": self.image_size,
-            "transform": self.transform_info,
-        }
-        return info if self.backbone_config is None else {**info, "backbone_config": self.backbone_config}
+        info = ModelInfo(
+            checkpoint=None if self.checkpoint_path is None else str(self.checkpoint_path),
+            checkpoint_sha256=self.checkpoint_sha256,
+            model_settings=self.model_config.model_dump(),
+            embedding_dim=self.dim,
+            image_size=self.image_size,
+            transform=self.transform_info,
+        )
+        if self.backbone_config is not None:
+            info.backbone_config = self.backbone_config
+        return info.record()
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""
@@ -180,7 +181,7 @@ class ImageEncoder:
 
 
 def checkpoint_encoder_for_index(
-    model_info: dict[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
+    model_info: Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
 ) -> ImageEncoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
 
@@ -192,17 +193,18 @@ def checkpoint_encoder_for_index(
         UserError: the checkpoint is missing, or its sha256 is not the one the index recorded
             (embeddings of another model are not comparable with the index's).
     """
-    if "backbone_config" in model_info:
-        return _backbone_encoder(model_info, checkpoint, device)
-    recorded = model_info.get("checkpoint_sha256")
+    info = ModelInfo.read(model_info)
+    if info.backbone_config is not None:
+        return _backbone_encoder(info, checkpoint, device)
+    recorded = info.checkpoint_sha256
     if not recorded:
         raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")
-    if checkpoint is None and not model_info.get("checkpoint"):
+    if checkpoint is None and not info.checkpoint:
         raise UserError(
             "the index records its checkpoint's sha256 but not its path (built from embedding files); "
             "pass the checkpoint that made the embeddings with --checkpoint CKPT"
         )
-    path = Path(checkpoint) if checkpoint is not None else Path(model_info["checkpoint"])
+    path = Path(checkpoint) if checkpoint is not None else Path(str(info.checkpoint))
     if not path.is_file():
         how = "pass it" if checkpoint is not None else "pass the checkpoint the index was built with"
         raise UserError(f"checkpoint not found: {path}; {how} with --checkpoint CKPT")
@@ -215,14 +217,14 @@ def checkpoint_encoder_for_index(
     return ImageEncoder.from_checkpoint(path, device=device, sha256=actual)
 
 
-def _backbone_encoder(model_info: dict[str, Any], checkpoint: str | Path | None, device: str) -> ImageEncoder:
+def _backbone_encoder(info: ModelInfo, checkpoint: str | Path | None, device: str) -> ImageEncoder:
     """The encoder of an index built with `--backbone`, rebuilt from its recorded config and checked against it."""
-    config = config_from_dict(model_info["backbone_config"])
+    config = config_from_dict(dict(info.backbone_config or {}))
     name = config.model.backbone
     if checkpoint is not None:
         raise UserError(f"this index was built from the timm backbone {name} without training; leave out --checkpoint")
     encoder = ImageEncoder.from_backbone(config, device=device)
-    if encoder.checkpoint_sha256 != model_info.get("checkpoint_sha256"):
+    if encoder.checkpoint_sha256 != info.checkpoint_sha256:
         source = config.model.weights or ("timm's pretrained weights" if config.model.pretrained else "a seeded init")
         raise UserError(
             f"the weights of backbone {name} ({source}) are not the ones this index was built with; "

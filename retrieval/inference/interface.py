@@ -2,21 +2,24 @@
 
 Two encoders satisfy it: `retrieval.inference.encoder.ImageEncoder` (a PyTorch checkpoint) and
 `retrieval.export.onnx_encoder.OnnxEncoder` (an ONNX export run by onnxruntime, without torch).
-An index manifest records `encoder.info()`; `model_identity` reads the sha256 of the model file
-from it (`checkpoint_sha256` or `onnx_sha256`), so an index is only ever searched with embeddings
-of the model file that built it. Torch-free, so the ONNX path can import it.
+An index manifest records `encoder.info()` (a `ModelInfo`); `model_identity` reads the sha256 of
+the model file from it (`checkpoint_sha256` or `onnx_sha256`), so an index is only ever searched
+with embeddings of the model file that built it. Torch-free, so the ONNX path can import it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from PIL import Image
+from pydantic import ConfigDict, Field, ValidationError
 
-__all__ = ["EmbeddedFiles", "Encoder", "model_identity"]
+from retrieval.validation import Record, user_error
+
+__all__ = ["EmbeddedFiles", "Encoder", "ModelInfo", "model_identity"]
 
 
 class EmbeddedFiles(NamedTuple):
@@ -53,11 +56,58 @@ class Encoder(Protocol):
         ...
 
 
-def model_identity(model_info: dict[str, Any]) -> str | None:
+class ModelInfo(Record):
+    """What an index manifest records about the model that embedded it (its `model` entry, `Encoder.info()`).
+
+    A checkpoint's encoder records its path, sha256, model config, image size and transform (and
+    `backbone_config` for a backbone without training); an export's, its directory and model.onnx's
+    sha256; an index of embedding files, only the checkpoint's sha256. Keys of other versions are kept.
+    """
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    checkpoint: str | None = None  # the checkpoint file
+    checkpoint_sha256: str | None = None
+    model_dir: str | None = None  # the export directory
+    onnx_sha256: str | None = None  # its model.onnx
+    source_checkpoint_sha256: str | None = None  # the checkpoint an export was made from
+    model_settings: dict[str, Any] | None = Field(
+        default=None, validation_alias="model_config", serialization_alias="model_config"
+    )  # `ModelConfig`, as dicts
+    embedding_dim: int | None = None
+    image_size: int | None = None
+    transform: dict[str, Any] | None = None  # the evaluation transform
+    backbone_config: dict[str, Any] | None = None  # the run config of a backbone without training
+
+    @classmethod
+    def read(cls, record: Mapping[str, Any]) -> ModelInfo:
+        """The `model` entry of a manifest, checked.
+
+        Raises:
+            UserError: a key holds a value of the wrong type (a damaged manifest), naming it.
+        """
+        try:
+            return cls.model_validate(dict(record))
+        except ValidationError as exc:
+            raise user_error(
+                cls, exc, "the index's model record", "the manifest is damaged: rebuild the index"
+            ) from None
+
+    @property
+    def identity(self) -> str | None:
+        """The sha256 of the model file (an export's model.onnx or a checkpoint), if any."""
+        return self.onnx_sha256 or self.checkpoint_sha256 or None
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready, with the keys it was given (the manifest's layout)."""
+        return self.model_dump(by_alias=True, exclude_unset=True)
+
+
+def model_identity(model_info: Mapping[str, Any]) -> str | None:
     """The sha256 of the model file recorded in `Encoder.info()` (an export's model.onnx or a checkpoint), if any.
 
     Example:
         >>> model_identity({"checkpoint_sha256": "ab12"}), model_identity({"onnx_sha256": "cd34"}), model_identity({})
         ('ab12', 'cd34', None)
     """
-    return model_info.get("onnx_sha256") or model_info.get("checkpoint_sha256") or None
+    return ModelInfo.read(model_info).identity

@@ -22,22 +22,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from retrieval.config import TrainConfig
-
 __all__ = ["configure_process", "describe_environment", "seed_everything", "torch_seeded"]
 
 _PACKAGES = ("torch", "torchvision", "timm", "faiss-cpu", "pytorch-metric-learning", "numpy", "retrieval")
 
 
-def configure_process(train: TrainConfig) -> None:
-    """Set the CPU thread count and deterministic algorithms as configured, and seed every RNG (process-wide)."""
-    if train.threads is not None:
-        torch.set_num_threads(train.threads)
-    if train.deterministic:
+def configure_process(*, threads: int | None, deterministic: bool, seed: int) -> None:
+    """Set the CPU thread count (None: torch's default) and deterministic algorithms, and seed every RNG.
+
+    Process-wide; the values are `train.threads`, `train.deterministic` and `train.seed`.
+    """
+    if threads is not None:
+        torch.set_num_threads(threads)
+    if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # cuBLAS needs it for determinism
         torch.backends.cudnn.benchmark = False
-    torch.use_deterministic_algorithms(train.deterministic)
-    seed_everything(train.seed)
+    torch.use_deterministic_algorithms(deterministic)
+    seed_everything(seed)
 
 
 def seed_everything(seed: int) -> None:

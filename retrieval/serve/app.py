@@ -40,7 +40,7 @@ from retrieval.serve.database import database_views
 from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
-from retrieval.serve.parsing import MAX_K, parse_filter_field, parse_id, parse_k, read_body, read_json, read_upload
+from retrieval.serve.parsing import MAX_K, parse_filter_field, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
@@ -158,14 +158,14 @@ def create_app(
             results = await run_in_threadpool(searcher.by_image, data, k, where)
         elif content_type == "application/json":
             payload = await run_in_threadpool(read_json, body)  # up to the body limit: not on the event loop
-            k = parse_k(payload.get("k", 10))
-            where = await run_in_threadpool(parse_filter_field, payload.get("filter"))
-            minimum = _min_score(payload.get("min_score"), live.current())
-            if "vector" in payload:
+            k = payload.k
+            where = await run_in_threadpool(parse_filter_field, payload.filter)
+            minimum = _min_score(payload.min_score, live.current())
+            if payload.id is None:
                 query = {"type": "vector"}
-                results = await run_in_threadpool(searcher.by_vector, payload["vector"], k, where)
+                results = await run_in_threadpool(searcher.by_vector, payload.vector, k, where)
             else:
-                item_id = parse_id(payload["id"])
+                item_id = payload.id
                 query = {"type": "id", "id": item_id}
                 results = await run_in_threadpool(searcher.by_id, item_id, k, where)
         else:

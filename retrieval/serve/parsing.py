@@ -10,21 +10,24 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 from fastapi import Request
+from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, model_validator
 from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
 from retrieval.errors import UserError
 from retrieval.index.filter_language import Filter, parse_filter, parse_where
 from retrieval.serve.errors import RequestError
+from retrieval.validation import user_error
 
 __all__ = [
     "INT64_MAX",
     "INT64_MIN",
     "MAX_K",
+    "SearchBody",
     "parse_id",
     "parse_filter_field",
     "parse_k",
@@ -102,17 +105,18 @@ def _form_json(value: Any) -> Any:
     return value
 
 
-def read_json(body: bytes) -> dict[str, Any]:
-    """A JSON object with either `vector` or `id`; any other JSON (or none) is a 400."""
+def read_json(body: bytes) -> SearchBody:
+    """A JSON search body (`SearchBody`); any other JSON (or none) is a 400."""
     try:
         payload = json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(400, f"invalid JSON: {exc}") from exc
     except RecursionError as exc:
         raise RequestError(400, "invalid JSON: nested too deeply") from exc
-    if not isinstance(payload, dict) or ("vector" in payload) == ("id" in payload):
-        raise RequestError(400, 'JSON body must be an object with either "vector" or "id" (and optional "k")')
-    return payload
+    try:
+        return SearchBody.model_validate(payload)
+    except ValidationError as exc:  # the fields raise RequestError themselves; this is a safety net
+        raise RequestError(400, str(user_error(SearchBody, exc, "body"))) from None
 
 
 def parse_k(k: Any) -> int:
@@ -127,6 +131,31 @@ def parse_id(item_id: Any) -> int:
     if isinstance(item_id, bool) or not isinstance(item_id, int):
         raise RequestError(400, f"id must be an integer, got {_short(item_id)}")
     return item_id
+
+
+class SearchBody(BaseModel):
+    """A JSON search request: a query `vector` or the `id` of an indexed item, and optional `k`, `filter`, `min_score`.
+
+    `k` and `id` are checked here (`parse_k`, `parse_id`); the vector needs the index's dimension
+    (`parse_vector`), the filter a worker thread (`parse_filter_field`) and `min_score` the index's
+    threshold, so those are checked where the search runs. Other keys are ignored. The checks raise
+    `RequestError`, which pydantic passes through: the 400s say what they said before the model.
+    """
+
+    model_config = ConfigDict(extra="ignore")
+
+    k: Annotated[int, PlainValidator(parse_k)] = 10
+    filter: Any = None
+    min_score: Any = None
+    vector: Any = None
+    id: Annotated[int | None, PlainValidator(parse_id)] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_query(cls, payload: Any) -> Any:
+        if not isinstance(payload, dict) or ("vector" in payload) == ("id" in payload):
+            raise RequestError(400, 'JSON body must be an object with either "vector" or "id" (and optional "k")')
+        return payload
 
 
 def parse_filter_field(value: Any) -> Filter | None:

@@ -13,7 +13,6 @@ builds the same weights and the caller's random stream is left alone.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import warnings
 from dataclasses import dataclass, field
@@ -96,14 +95,14 @@ def build_embedder(model: ModelConfig, train: TrainConfig, resuming: bool = Fals
     Warns when `train.freeze_bn` would freeze BatchNorm layers that start from scratch.
     """
     if resuming:
-        model = dataclasses.replace(model, pretrained=False, weights=None)
+        model = model.model_copy(update={"pretrained": False, "weights": None})
     elif train.freeze_bn and not (model.pretrained or model.weights):
         warnings.warn(
             "train.freeze_bn is set but the backbone starts from scratch: its BatchNorm statistics and "
             "affine parameters will never be learned; set train.freeze_bn=false",
             stacklevel=3,
         )
-    return Embedder(**dataclasses.asdict(model))
+    return Embedder(**model.model_dump())
 
 
 def assemble_training(

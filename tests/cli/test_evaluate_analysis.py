@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np
@@ -25,7 +24,7 @@ def _digits_checkpoint(path, loss_name: str):
     config.data.name, config.data.image_size, config.data.val_fraction = "digits", 16, 0.2
     config.data.num_workers = 0
     config.loss.name, config.train.device = loss_name, "cpu"
-    model = Embedder(**dataclasses.asdict(model_config))
+    model = Embedder(**model_config.model_dump())
     loss = build_loss(loss_name, {}, 10, 16)
     Checkpoint(model.state_dict(), model_config, config_to_dict(config), 10, loss=loss.state_dict()).save(path)
     return path

@@ -23,7 +23,7 @@ from retrieval.export.onnx_encoder import onnx_encoder_for_index
 from retrieval.index import SearchIndex
 index_dir, out, paths = sys.argv[1], sys.argv[2], sys.argv[3:]
 index = SearchIndex.load(index_dir)
-encoder = onnx_encoder_for_index(index.manifest["model"], None, device="cpu")
+encoder = onnx_encoder_for_index(index.manifest.model, None, device="cpu")
 embeddings = encoder.embed_files(paths, batch_size=3, progress=False).embeddings
 np.save(out, embeddings)
 scores, ids = index.search(embeddings, k=1)

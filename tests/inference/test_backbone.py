@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
@@ -64,8 +63,8 @@ def test_config_accepts_null_and_the_checkpoint_knows_the_width(tmp_path: Path) 
 def test_backbone_config_takes_the_weights_and_warns_when_untrained(weights: Path) -> None:
     demo = load_config(None)  # model.pretrained: false
     config = backbone_config(demo, "resnet10t", weights)
-    assert config.model == dataclasses.replace(
-        demo.model, backbone="resnet10t", embedding_dim=None, weights=str(weights)
+    assert config.model == demo.model.model_copy(
+        update={"backbone": "resnet10t", "embedding_dim": None, "weights": str(weights)}
     )
     assert config.data == demo.data and config.augment == demo.augment
     with pytest.warns(UserWarning, match="untrained, random network"):

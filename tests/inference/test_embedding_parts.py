@@ -14,6 +14,7 @@ from retrieval.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.inference.embedding_parts import (
     SUCCESS_FILE,
+    EmbedJob,
     finish_parts,
     iter_embedding_parts,
     part_finished,
@@ -23,13 +24,7 @@ from retrieval.inference.embedding_parts import (
     write_part,
 )
 
-JOB = {
-    "source": {"csv": "/data.csv", "split": "all"},
-    "checkpoint_sha256": "abc",
-    "part_rows": 3,
-    "input_rows": 7,
-    "dim": 4,
-}
+JOB = EmbedJob(source={"csv": "/data.csv", "split": "all"}, checkpoint_sha256="abc", part_rows=3, input_rows=7, dim=4)
 
 
 def _rows(first: int, count: int) -> pa.Table:
@@ -57,9 +52,9 @@ def parts(tmp_path):
 def test_parts_read_back_whole_and_one_by_one_with_one_label_type(parts):
     directory, written = parts
     success = finish_parts(directory, JOB)
-    assert success["rows"] == 4 and success["skipped"] == 3 + 2
-    assert success["parts"] == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
-    assert json.loads((directory / SUCCESS_FILE).read_text()) == success
+    assert success.rows == 4 and success.skipped == 3 + 2
+    assert success.parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
+    assert json.loads((directory / SUCCESS_FILE).read_text()) == success.model_dump()
     assert json.loads(part_path(directory, 2).with_suffix(".json").read_text())["first_row"] == 6
 
     each = list(iter_embedding_parts(directory))
@@ -99,7 +94,7 @@ def test_a_changed_part_is_refused_and_no_longer_counts_as_finished(parts):
 def test_a_missing_part_or_another_job_is_refused(parts):
     directory, _ = parts
     with pytest.raises(UserError, match="holds the parts of another embed job \\(its checkpoint_sha256, part_rows"):
-        start_parts(directory, {**JOB, "part_rows": 4, "checkpoint_sha256": "def"})
+        start_parts(directory, JOB.model_copy(update={"part_rows": 4, "checkpoint_sha256": "def"}))
     left_by_a_kill = directory / f".{part_path(directory, 1).name}.4242.tmp"
     left_by_a_kill.write_bytes(b"half a part")
     start_parts(directory, JOB)  # the same job: resumed
@@ -111,7 +106,7 @@ def test_a_missing_part_or_another_job_is_refused(parts):
 
 
 def test_no_readable_image_at_all_writes_no_success(tmp_path):
-    job = {**JOB, "input_rows": 3}
+    job = JOB.model_copy(update={"input_rows": 3})
     start_parts(tmp_path, job)
     write_part(tmp_path, 0, 0, np.zeros((0, 4), np.float32), _rows(0, 0), 3)
     with pytest.raises(UserError, match="none of the 3 images could be read"):
@@ -121,3 +116,28 @@ def test_no_readable_image_at_all_writes_no_success(tmp_path):
 def test_the_readers_import_no_torch():
     code = "import sys, retrieval.inference.embedding_parts; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"part": 2', r"part-00002.json is not valid JSON \(EOF while parsing"),
+        ('{"part": 2}', r"part-00002.json.first_row is missing; rerun the same embed command to rewrite it"),
+        ('{"part": 2, "first_row": 6, "rows": "one", "sha256": "x", "dim": 4}', "part-00002.json.rows must be int"),
+    ],
+)
+def test_a_damaged_part_record_is_one_line_naming_the_file_and_the_part_is_written_again(parts, text, message):
+    directory, _ = parts
+    part_path(directory, 2).with_suffix(".json").write_text(text)
+    with pytest.raises(UserError, match=message) as caught:
+        finish_parts(directory, JOB)
+    assert "\n" not in str(caught.value)
+    assert not part_finished(directory, 2)  # the rerun the message asks for rewrites it
+
+
+def test_a_damaged_success_record_is_one_line(parts):
+    directory, _ = parts
+    finish_parts(directory, JOB)
+    (directory / SUCCESS_FILE).write_text('{"rows": 4, "dim": 4}')
+    with pytest.raises(UserError, match=r"_SUCCESS.parts is missing; rerun the same embed command"):
+        read_embedding_parts(directory)

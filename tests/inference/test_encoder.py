@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 
 import numpy as np
@@ -31,7 +30,7 @@ def images(tmp_path_factory, csv_dataset_factory):
 def _reference(checkpoint_path, paths) -> np.ndarray:
     """One image at a time through a freshly built Embedder and the run's eval transform, as evaluation reads it."""
     checkpoint = Checkpoint.load(checkpoint_path)
-    model = Embedder(**{**dataclasses.asdict(checkpoint.model_config), "pretrained": False, "weights": None}).eval()
+    model = Embedder(**{**checkpoint.model_config.model_dump(), "pretrained": False, "weights": None}).eval()
     model.load_state_dict(checkpoint.model)
     config = config_from_dict(checkpoint.run_config)
     transform = build_eval_transform(config.augment, config.data.image_size, model.data_config(), config.model.in_chans)

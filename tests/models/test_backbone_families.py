@@ -8,7 +8,6 @@ resampled to 2x2 patches at 32 px.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,8 +42,8 @@ def dataset(tmp_path_factory, csv_dataset_factory) -> Path:
 def _config(backbone: str, dataset: Path) -> Config:
     """A run config of `backbone` on the CSV dataset at 32 px, from scratch, as `retrieval train` would save it."""
     config = Config(model=ModelConfig(backbone=backbone, embedding_dim=16, pooling="avg", pretrained=False))
-    config.data = dataclasses.replace(
-        config.data, name="csv", path=str(dataset), image_size=32, num_workers=0, val_fraction=0.0, eval_batch_size=8
+    config.data = config.data.model_copy(
+        update=dict(name="csv", path=str(dataset), image_size=32, num_workers=0, val_fraction=0.0, eval_batch_size=8)
     )
     return config
 
@@ -65,7 +64,7 @@ def trained(request, dataset, tmp_path_factory) -> Trained:
     backbone = request.param
     config = _config(backbone, dataset)
     torch.manual_seed(0)
-    model = Embedder(**dataclasses.asdict(config.model))
+    model = Embedder(**config.model.model_dump())
     loss = build_loss("proxy_nca", {}, CLASSES, model.embedding_dim)
     optimizer = torch.optim.Adam([*model.parameters(), *loss.parameters()], lr=1e-5)  # small: a ViT diverges at 1e-3
     images, labels = torch.rand(CLASSES * PER_CLASS, 3, 32, 32), torch.arange(CLASSES).repeat_interleave(PER_CLASS)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from retrieval.index.build import IndexBuildOptions
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
+from retrieval.index.build import IndexBuildOptions
 from retrieval.index.streaming import VectorStream
 from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 

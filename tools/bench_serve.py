@@ -32,6 +32,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import faiss
@@ -88,8 +89,10 @@ def main() -> None:
             send, floor = _json_post("/search", bodies), _get("/healthz")
             for clients in args.clients:
                 _load(base, send, clients, 2 * clients, 10)  # warm-up
-                search = _load(base, send, clients, args.requests, args.duration)
-                health = _load(base, floor, clients, args.requests, args.duration)
+                search = _with_server_cpu(server.pid, partial(_load, base, send, clients, args.requests, args.duration))
+                health = _with_server_cpu(
+                    server.pid, partial(_load, base, floor, clients, args.requests, args.duration)
+                )
                 _vector_table(args.k, clients, search, health, direct)
         finally:
             server.terminate()
@@ -97,19 +100,34 @@ def main() -> None:
 
 
 def _vector_table(k: int, clients: int, search: dict, health: dict, direct: dict) -> None:
-    print(f"{'':<34}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}")
+    print(f"{'':<34}{'requests':>9}{'errors':>8}{'p50 ms':>9}{'p99 ms':>9}{'req/s':>9}{'server CPU ms/req':>19}")
     for name, result in (
         (f"POST /search (vector, k={k})", search),
         ("GET /healthz (HTTP floor)", health),
         ("SearchIndex.search, 1 thread", direct),
     ):
+        cpu = f"{result['cpu_ms']:.3f}" if "cpu_ms" in result else "-"
         print(
             f"{name:<34}{result['requests']:>9}{result['errors']:>8}"
-            f"{result['p50']:>9.2f}{result['p99']:>9.2f}{result['rps']:>9.0f}"
+            f"{result['p50']:>9.2f}{result['p99']:>9.2f}{result['rps']:>9.0f}{cpu:>19}"
         )
     print(f"search p50 / HTTP floor p50: {search['p50'] / health['p50']:.2f}x")
     print(f"search p50 / in-process search p50: {search['p50'] / direct['p50']:.1f}x")
     print(f"settings: {clients} clients (threads, keep-alive httpx) and the server share this machine's cores")
+
+
+def _with_server_cpu(pid: int, load: Callable[[], dict]) -> dict:
+    """`load()`'s result plus `cpu_ms`: the server process's CPU time a request (Linux /proc), which other
+    processes on the machine barely change, unlike latency."""
+    before = _cpu_seconds(pid)
+    result = load()
+    return {**result, "cpu_ms": (_cpu_seconds(pid) - before) / max(result["requests"], 1) * 1000}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process `pid` and its threads so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _uploads(args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ in the threadpool (`Searcher`), never on the event loop. Every refusal is one JS
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from fastapi import FastAPI, Request
+from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
@@ -145,38 +147,52 @@ def create_app(
         content, media_type = await run_in_threadpool(searcher.thumb, item_id)
         return Response(content, media_type=media_type, headers={"Cache-Control": "public, max-age=3600"})
 
-    @app.post("/search")
-    async def search(request: Request) -> dict[str, Any]:
+    def search_json(body: bytes, started: float) -> Response:
+        payload = read_json(body)  # up to the body limit: off the event loop, as is all of this
+        where = parse_filter_field(payload.filter)
+        minimum = _min_score(payload.min_score, live.current())
+        if payload.id is None:
+            query: dict[str, Any] = {"type": "vector"}
+            results = searcher.by_vector(payload.vector, payload.k, where)
+        else:
+            query = {"type": "id", "id": payload.id}
+            results = searcher.by_id(payload.id, payload.k, where)
+        return _answer(started, query, payload.k, minimum, results)
+
+    def search_image(data: bytes, k: int, raw_filter: Any, min_score: Any, started: float) -> Response:
+        where = parse_filter_field(raw_filter)
+        minimum = _min_score(min_score, live.current())
+        return _answer(started, {"type": "image"}, k, minimum, searcher.by_image(data, k, where))
+
+    # One worker-thread hop a request (parse, search, answer): each hop hands the request between the
+    # event loop and a thread, which costs more than a small index's search (docs/benchmarks.md,
+    # "Search service").
+    @app.post("/search", response_model=None)
+    async def search(request: Request) -> Response:
         started = time.perf_counter()
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
             data, k, raw_filter, min_score = await read_upload(request, body)
-            where = await run_in_threadpool(parse_filter_field, raw_filter)
-            minimum = _min_score(min_score, live.current())
-            query: dict[str, Any] = {"type": "image"}
-            results = await run_in_threadpool(searcher.by_image, data, k, where)
-        elif content_type == "application/json":
-            payload = await run_in_threadpool(read_json, body)  # up to the body limit: not on the event loop
-            k = payload.k
-            where = await run_in_threadpool(parse_filter_field, payload.filter)
-            minimum = _min_score(payload.min_score, live.current())
-            if payload.id is None:
-                query = {"type": "vector"}
-                results = await run_in_threadpool(searcher.by_vector, payload.vector, k, where)
-            else:
-                item_id = payload.id
-                query = {"type": "id", "id": item_id}
-                results = await run_in_threadpool(searcher.by_id, item_id, k, where)
-        else:
-            raise RequestError(
-                415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'
-            )
-        results = keep_matches(results, minimum)
-        took_ms = (time.perf_counter() - started) * 1000
-        return {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": round(took_ms, 3)}
+            return await run_in_threadpool(search_image, data, k, raw_filter, min_score, started)
+        if content_type == "application/json":
+            return await run_in_threadpool(search_json, body, started)
+        raise RequestError(
+            415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'
+        )
 
     return app
+
+
+def _answer(
+    started: float, query: dict[str, Any], k: int, minimum: float | None, results: list[dict[str, Any]]
+) -> Response:
+    """The search response, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
+    results = keep_matches(results, minimum)
+    took_ms = round((time.perf_counter() - started) * 1000, 3)
+    content = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
+    text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
+    return Response(text.encode("utf-8"), media_type="application/json")
 
 
 def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint]]:

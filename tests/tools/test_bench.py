@@ -62,7 +62,9 @@ def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: 
     output, header = bench.run_benchmark(tiny_benchmark, ["--x"], max_load=0.5, allow_busy=True, load=lambda: 3.0)
     assert output == "ratio 1.00x --default --x\n" and header["busy"] is True
     assert bench._result_text(output, header, {}).startswith("BUSY")
-    output, header = bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 0.2)
+    output, header = bench.run_benchmark(
+        tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 0.2, machine_busy=bench.children_cpu_seconds
+    )
     assert header["busy"] is False and header["cores_before"] == 0.2
     assert not bench._result_text(output, header, {}).startswith("BUSY")
 

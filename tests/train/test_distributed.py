@@ -14,7 +14,6 @@ import pytest
 import torch
 
 from retrieval.config import load_config
-from retrieval.runtime.distributed import DistributedContext, shard_range
 from retrieval.train.trainer import Trainer
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
@@ -87,11 +86,3 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
     assert json.loads((run / "result.json").read_text())["test"]["recall@1"] > 0
     environment = json.loads((run / "environment.json").read_text())
     assert environment["world_size"] == 2
-
-
-def test_shards_cover_every_item_once_in_order():
-    for size in (0, 1, 5, 8, 11):
-        for world_size in (1, 2, 3, 4):
-            shards = [shard_range(size, DistributedContext(rank, world_size)) for rank in range(world_size)]
-            assert [i for shard in shards for i in shard] == list(range(size))
-            assert max(map(len, shards)) - min(map(len, shards)) <= 1

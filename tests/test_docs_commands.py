@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from official_layouts import write_cars, write_cub, write_inshop, write_sop
 from PIL import Image
-from tool_modules import load_tool
 
 from retrieval.cli.main import main
+from tests.data.official_layouts import write_cars, write_cub, write_inshop, write_sop
+from tests.tools.tool_modules import load_tool
 
 pytestmark = pytest.mark.slow
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from official_layouts import write_image
 from PIL import Image
 
 from retrieval.cli.main import main
 from retrieval.data import EvalSplit, ImageDataset, ImageLoader
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import evaluate_model
+from tests.data.official_layouts import write_image
 
 
 def _to_tensor(image):

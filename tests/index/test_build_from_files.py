@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from index_oracle import brute_force, overlap
 
 from retrieval.cli.main import main
 from retrieval.errors import UserError
@@ -21,6 +20,7 @@ from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
 from retrieval.inference.encoder import encoder_for_index
 from retrieval.runtime.files import file_sha256
+from tests.index.index_oracle import brute_force, overlap
 
 PART_ROWS = 1000
 

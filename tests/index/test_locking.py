@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from index_faults import lock_released_after
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.index.locking import lock_path, writer_lock
+from tests.index.index_faults import lock_released_after
 
 REPO = Path(__file__).resolve().parents[2]
 START, ROUNDS, WORKERS = 40, 12, 4  # half the workers add, half remove: 48 edits racing

@@ -12,11 +12,11 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
-from index_oracle import KINDS, N, brute_force, overlap
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.tuning import tune_search_parameters
+from tests.index.index_oracle import KINDS, N, brute_force, overlap
 
 
 def build(kind: str, data, metadata=None, **options) -> SearchIndex:

@@ -15,12 +15,12 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from index_faults import file_size_limit
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.metadata import Metadata
 from retrieval.index.storage import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE
+from tests.index.index_faults import file_size_limit
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from tool_modules import load_tool
+
+from tests.tools.tool_modules import load_tool
 
 bench = load_tool("bench")
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tool_modules import TOOLS, load_tool
 
 from retrieval.rerank import parse_rerank
+from tests.tools.tool_modules import TOOLS, load_tool
 
 bench = load_tool("dev_benchmark")
 

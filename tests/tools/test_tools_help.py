@@ -5,7 +5,8 @@ from __future__ import annotations
 import sys
 
 import pytest
-from tool_modules import TOOLS, load_tool
+
+from tests.tools.tool_modules import TOOLS, load_tool
 
 
 @pytest.mark.parametrize("name", sorted(path.stem for path in TOOLS.glob("*.py")))

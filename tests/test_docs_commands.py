@@ -35,8 +35,6 @@ from retrieval.cli.main import main
 from tests.data.official_layouts import write_cars, write_cub, write_inshop, write_sop
 from tests.tools.tool_modules import load_tool
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
 PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
@@ -410,6 +408,7 @@ def _params() -> Iterator[object]:
         yield pytest.param(command, entry, id=command[:90])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "entry"), list(_params()))
 def test_documented_command_runs(
     command: str,

@@ -110,6 +110,7 @@ def _train_config(tmp_path, csv_dataset, workers, on_bad_image):
     return path
 
 
+@pytest.mark.slow
 def test_training_skips_a_corrupt_and_a_missing_image_and_reports_the_count(tmp_path, csv_dataset, capsys):
     """End to end through `retrieval train`, loading in a worker process (workers=0 is covered above)."""
     images = csv_dataset.parent / "images"

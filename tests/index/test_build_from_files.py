@@ -124,6 +124,7 @@ def test_an_unfinished_parts_directory_or_a_corrupt_part_is_refused(data, tmp_pa
     assert not (tmp_path / "i").exists()
 
 
+@pytest.mark.slow
 def test_a_build_killed_while_saving_leaves_the_previous_index_intact(data, tmp_path) -> None:
     vectors, _ = data
     write_embeddings(tmp_path / "a.npy", vectors[:1000], ["x"] * 1000, ["0"] * 1000)

@@ -45,6 +45,7 @@ def small_index(tmp_path: Path) -> Path:
     return tmp_path / "index"
 
 
+@pytest.mark.slow
 def test_concurrent_adds_and_removes_in_separate_processes_lose_nothing(small_index: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     workers = [

@@ -11,6 +11,8 @@ import torch.multiprocessing as mp
 from retrieval.losses import CircleLoss, CrossBatchMemory
 from tests.losses.memory_worker import DIM, MEMORY, WORLD, free_port, global_batches, rank_worker
 
+pytestmark = pytest.mark.slow
+
 
 def test_every_rank_enqueues_the_global_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Spawned ranks unpickle `rank_worker` by its module name, on the sys.path they inherit from this process.

@@ -16,6 +16,8 @@ from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
 from tests.train.ddp_worker import first_step
 
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).parents[1] / "train" / "ddp_worker.py"
 # The digits demo shrunk to seconds, BatchNorm frozen (each rank would normalize its own share otherwise).
 TINY = [

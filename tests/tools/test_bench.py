@@ -65,6 +65,7 @@ def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: 
     assert not bench._result_text(output, header, {}).startswith("BUSY")
 
 
+@pytest.mark.slow
 def test_main_refuses_a_busy_machine_with_exit_2_and_writes_no_result(
     tiny_benchmark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -139,6 +139,7 @@ def test_peer_script_is_self_contained() -> None:
     assert not [m for m in modules if m.split(".")[0] == "retrieval"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("loss", ["proxy_nca", "proxy_anchor", "triplet"])
 def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> None:
     glyphs = load_tool("make_glyph_dataset")

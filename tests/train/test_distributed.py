@@ -16,6 +16,8 @@ from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
 from tests.train.ddp_worker import first_step
 
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).with_name("ddp_worker.py")
 # The digits demo, shrunk to seconds. BatchNorm frozen: without SyncBatchNorm (GPU only) each rank
 # normalizes with its own share's statistics, which a single process given the whole batch does not.

@@ -315,6 +315,7 @@ def test_choice_lists_match_the_modules_that_implement_them():
     assert BAD_IMAGE_POLICIES == loader.BAD_IMAGE_POLICIES
 
 
+@pytest.mark.slow
 def test_importing_the_config_imports_neither_torch_nor_timm():
     code = "import sys, retrieval.config; print(sorted({'torch', 'timm', 'retrieval.data'} & set(sys.modules)))"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

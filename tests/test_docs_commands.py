@@ -29,13 +29,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from official_layouts import write_cars, write_cub, write_inshop, write_sop
 from PIL import Image
-from tool_modules import load_tool
 
 from retrieval.cli.main import main
-
-pytestmark = pytest.mark.slow
+from tests.data.official_layouts import write_cars, write_cub, write_inshop, write_sop
+from tests.tools.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -409,6 +407,7 @@ def _params() -> Iterator[object]:
         yield pytest.param(command, entry, id=command[:90])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("command", "entry"), list(_params()))
 def test_documented_command_runs(
     command: str,

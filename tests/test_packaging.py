@@ -36,12 +36,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_demo_config(wheel):
     with zipfile.ZipFile(wheel) as archive:
         shipped = archive.read("retrieval/resources/digits_demo.yaml").decode()
     assert shipped == (ROOT / "configs" / "digits_demo.yaml").read_text()
 
 
+@pytest.mark.slow
 def test_the_wheel_ships_the_py_typed_marker(wheel):
     """PEP 561: without `py.typed`, a user's type checker ignores the package's annotations."""
     with zipfile.ZipFile(wheel) as archive:

@@ -42,6 +42,7 @@ def _error_line(capsys) -> str:
     return err[0]
 
 
+@pytest.mark.slow
 def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys):
     run = tmp_path / "run"
     assert main(["train", *TINY, "--output-dir", str(run)]) == 0
@@ -88,6 +89,7 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
     assert json.loads(evaluated_json.read_text())["recall@1"] == pytest.approx(result["test"]["recall@1"], abs=1e-12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["demo", "pk_with_workers"])
 def test_resume_continues_exactly(kind, tmp_path, csv_dataset, monkeypatch, capsys):
     if kind == "demo":
@@ -118,6 +120,7 @@ def test_resume_continues_exactly(kind, tmp_path, csv_dataset, monkeypatch, caps
     assert (interrupted / "result.json").read_text() == (straight / "result.json").read_text()
 
 
+@pytest.mark.slow
 def test_resume_takes_the_weights_from_the_checkpoint_not_from_the_weights_file(tmp_path, monkeypatch, capsys):
     weights = tmp_path / "backbone.pth"
     torch.save(timm.create_model("resnet10t", num_classes=0).state_dict(), weights)
@@ -138,6 +141,7 @@ def _interrupt_at(stop: int, original, trainer, epoch: int):
     return original(trainer, epoch)
 
 
+@pytest.mark.slow
 def test_csv_dataset_trains_with_a_pair_loss_on_pk_batches(tmp_path, csv_dataset, capsys):
     config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
     args = ["train", "--config", str(config), "--set", "data.p=2", "--set", "data.k=4"]
@@ -205,6 +209,7 @@ def test_evaluate_rejects_a_missing_checkpoint(tmp_path, capsys):
     assert "checkpoint not found" in _error_line(capsys)
 
 
+@pytest.mark.slow
 def test_console_script_is_installed():
     script = Path(sys.executable).with_name("retrieval")
     result = subprocess.run([str(script), "--help"], capture_output=True, text=True, timeout=120)

@@ -7,11 +7,11 @@ import re
 
 import numpy as np
 import pytest
-from official_layouts import write_class_folders, write_inshop
 
 from retrieval.cli.main import main
 from retrieval.inference.embeddings_file import read_embeddings
 from retrieval.inference.encoder import ImageEncoder
+from tests.data.official_layouts import write_class_folders, write_inshop
 
 SUFFIXES = (".npz", ".npy", ".parquet")
 

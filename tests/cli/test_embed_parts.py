@@ -72,6 +72,7 @@ def test_one_process_writes_the_layout_with_the_rows_of_a_one_file_output(tmp_pa
     np.testing.assert_allclose(read_embedding_parts(single)["embeddings"], reference, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_two_processes_write_the_same_parts_as_one(tmp_path, tiny_checkpoint, dataset, single):
     out = tmp_path / "parts"
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "retrieval"]
@@ -89,6 +90,7 @@ def test_two_processes_write_the_same_parts_as_one(tmp_path, tiny_checkpoint, da
     _assert_same(read_embedding_parts(out), read_embedding_parts(single))
 
 
+@pytest.mark.slow
 def test_a_killed_job_resumes_to_what_an_uninterrupted_one_writes(tmp_path, tiny_checkpoint, dataset, single, capsys):
     out = tmp_path / "parts"
     command = [sys.executable, "-m", "retrieval", *_args(tiny_checkpoint, dataset, f"{out}/")]

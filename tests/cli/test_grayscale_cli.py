@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 import yaml
 
 from retrieval.cli.main import main
+
+pytestmark = pytest.mark.slow
 
 
 def test_grayscale_trains_and_evaluates_through_the_cli(tmp_path, csv_dataset, capsys):

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from index_faults import file_size_limit, lock_released_after
 from PIL import Image
 
 from retrieval.cli._index_common import format_measurement
@@ -22,6 +21,7 @@ from retrieval.index import SearchIndex
 from retrieval.index.locking import writer_lock
 from retrieval.index.metadata import Metadata
 from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
+from tests.index.index_faults import file_size_limit, lock_released_after
 
 NO_WORKERS = ["--num-workers", "0"]
 

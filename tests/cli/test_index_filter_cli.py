@@ -85,6 +85,7 @@ def priced(indexed, tiny_checkpoint) -> tuple[Path, Path]:
     return csv_path, index
 
 
+@pytest.mark.slow
 def test_csv_metadata_is_typed_and_the_readme_filter_works(priced, capsys) -> None:
     import pyarrow as pa
 

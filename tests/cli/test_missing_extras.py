@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test starts a fresh interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 TRAINING = "torch,torchvision,timm,pytorch_metric_learning,sklearn,scipy,matplotlib,safetensors"
 SERVING = "fastapi,starlette,uvicorn,multipart,python_multipart"

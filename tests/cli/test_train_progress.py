@@ -13,6 +13,8 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.train import trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 
 

@@ -6,13 +6,13 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from official_layouts import write_image
 from PIL import Image
 
 from retrieval.cli.main import main
 from retrieval.data import EvalSplit, ImageDataset, ImageLoader
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import evaluate_model
+from tests.data.official_layouts import write_image
 
 
 def _to_tensor(image):
@@ -110,6 +110,7 @@ def _train_config(tmp_path, csv_dataset, workers, on_bad_image):
     return path
 
 
+@pytest.mark.slow
 def test_training_skips_a_corrupt_and_a_missing_image_and_reports_the_count(tmp_path, csv_dataset, capsys):
     """End to end through `retrieval train`, loading in a worker process (workers=0 is covered above)."""
     images = csv_dataset.parent / "images"

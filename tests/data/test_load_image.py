@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from exif_images import UPRIGHT, write_oriented_jpegs
 from PIL import Image
 
 from retrieval.data import ImageDataset, load_image
 from retrieval.data.csv_dataset import upright_image
+from tests.data.exif_images import UPRIGHT, write_oriented_jpegs
 
 # A black stroke (alpha 255), a half-transparent black dot (alpha 128), the rest fully transparent.
 ALPHA = np.zeros((16, 16), dtype=np.uint8)

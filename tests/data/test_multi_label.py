@@ -54,6 +54,7 @@ def _config(tmp_path, csv_path, loss):
     return path
 
 
+@pytest.mark.slow
 def test_a_multi_label_csv_trains_with_the_asymmetric_loss_and_evaluates(tmp_path, csv_dataset, capsys):
     _make_multi_label(csv_dataset)
     run = tmp_path / "run"

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from official_layouts import write_cars, write_class_folders, write_cub, write_image, write_inshop, write_sop
 
 from retrieval.config import load_config
 from retrieval.data import DATASETS, DatasetSpec, build_data, read_splits
 from retrieval.errors import UserError
+from tests.data.official_layouts import write_cars, write_class_folders, write_cub, write_image, write_inshop, write_sop
 
 WRITERS = {"cub200": write_cub, "cars196": write_cars, "sop": write_sop, "inshop": write_inshop}
 STATS = {"mean": (0.5,) * 3, "std": (0.5,) * 3}

@@ -133,6 +133,7 @@ def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkp
     assert "checkpoint not found" in _error(capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"])
 
 
+@pytest.mark.slow
 def test_an_export_refused_on_parity_writes_nothing(capsys, monkeypatch, tiny_checkpoint, tmp_path):
     monkeypatch.setattr(onnx_export, "PARITY_TOLERANCE", -1.0)
     out = tmp_path / "out"

@@ -32,6 +32,7 @@ def reference(digits_checkpoint, digits_images) -> np.ndarray:
     return encoder.embed_files(digits_images, batch_size=64, progress=False).embeddings
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 7])
 def test_digits_embeddings_match_pytorch_within_1e_4(exported, digits_images, reference, batch_size):
     encoder = OnnxEncoder.from_export(exported, device="cpu")
@@ -53,6 +54,7 @@ def test_the_manifest_records_source_opset_dimension_and_parity(exported, digits
     assert preprocess["image_size"] == 32 and preprocess["resize_mode"] == "resize" and preprocess["channels"] == "RGB"
 
 
+@pytest.mark.slow
 def test_flip_average_is_part_of_the_exported_graph(checkpoint_factory, tmp_path, digits_images):
     """A flip_average model's export embeds an image and its mirror alike, and matches PyTorch."""
     checkpoint = checkpoint_factory(tmp_path / "flip.pt", flip_average=True)

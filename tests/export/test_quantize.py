@@ -50,6 +50,7 @@ def _error(capsys, args: list[str]) -> str:
     return lines[0]
 
 
+@pytest.mark.slow
 def test_the_int8_bundle_embeds_like_the_float_one_through_onnx_encoder(quantized, exported, digits_images):
     model = onnx.load(str(quantized / MODEL_FILE))
     assert any(node.op_type == "QuantizeLinear" for node in model.graph.node)
@@ -61,6 +62,7 @@ def test_the_int8_bundle_embeds_like_the_float_one_through_onnx_encoder(quantize
     assert cosine.min() > 0.9 and cosine.mean() > 0.97
 
 
+@pytest.mark.slow
 def test_the_manifest_records_calibration_metrics_and_drop(quantized, capsys):
     record = json.loads((quantized / MANIFEST_FILE).read_text())["quantization"]
     assert record["calibration_images"] == 32 and record["tolerance"] == 0.5
@@ -72,6 +74,7 @@ def test_the_manifest_records_calibration_metrics_and_drop(quantized, capsys):
     assert 0.9 < record["embedding_cosine"]["min"] <= record["embedding_cosine"]["mean"] <= 1 + 1e-6
 
 
+@pytest.mark.slow
 def test_index_build_takes_the_int8_bundle(quantized, digits_images, tmp_path):
     folder = tmp_path / "images"
     for path in digits_images[::60]:
@@ -81,6 +84,7 @@ def test_index_build_takes_the_int8_bundle(quantized, digits_images, tmp_path):
     assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
 
 
+@pytest.mark.slow
 def test_a_drop_past_the_tolerance_is_refused_and_writes_nothing(capsys, digits_checkpoint, tmp_path):
     # No validation split: the test split is measured, and named in the refusal.
     checkpoint = _on_digits(digits_checkpoint, tmp_path / "best.pt")
@@ -91,6 +95,7 @@ def test_a_drop_past_the_tolerance_is_refused_and_writes_nothing(capsys, digits_
     assert not out.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flip_average", [False, True])
 def test_the_head_and_the_normalization_stay_float(checkpoint_factory, tmp_path, flip_average):
     checkpoint = Checkpoint.load(checkpoint_factory(tmp_path / "best.pt", flip_average=flip_average))

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from retrieval.cli.main import main
 from retrieval.inference.encoder import ImageEncoder
+
+pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 

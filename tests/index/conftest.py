@@ -5,9 +5,9 @@ from __future__ import annotations
 import faiss
 import numpy as np
 import pytest
-from index_oracle import DIM, QUERIES, N
 
 from retrieval.index import clustered_unit_vectors
+from tests.index.index_oracle import DIM, QUERIES, N
 
 
 @pytest.fixture(scope="session")

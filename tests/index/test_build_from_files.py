@@ -11,7 +11,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from index_oracle import brute_force, overlap
 
 from retrieval.cli.main import main
 from retrieval.encoders import encoder_for_index
@@ -21,6 +20,7 @@ from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.embeddings_file import write_embeddings
 from retrieval.runtime.files import file_sha256
+from tests.index.index_oracle import brute_force, overlap
 
 PART_ROWS = 1000
 
@@ -124,6 +124,7 @@ def test_an_unfinished_parts_directory_or_a_corrupt_part_is_refused(data, tmp_pa
     assert not (tmp_path / "i").exists()
 
 
+@pytest.mark.slow
 def test_a_build_killed_while_saving_leaves_the_previous_index_intact(data, tmp_path) -> None:
     vectors, _ = data
     write_embeddings(tmp_path / "a.npy", vectors[:1000], ["x"] * 1000, ["0"] * 1000)

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from index_oracle import N, brute_force, overlap
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import parse_where
 from retrieval.index.storage import INDEX_FILE
+from tests.index.index_oracle import N, brute_force, overlap
 
 TARGET = 0.9
 REMOVED = np.arange(0, N, 3)  # a third of the vectors

@@ -5,10 +5,10 @@ from __future__ import annotations
 import faiss
 import numpy as np
 import pytest
-from index_oracle import brute_force, overlap
 
 from retrieval.index import DEFAULT_TARGET_RECALL, SearchIndex
 from retrieval.index.tuning import tune_search_parameters
+from tests.index.index_oracle import brute_force, overlap
 
 
 def _random_unit(n: int, dim: int, seed: int) -> np.ndarray:

@@ -6,11 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from index_oracle import KINDS, N, brute_force, overlap
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, filtered_search
 from retrieval.index.filter_language import Filter, parse_filter, parse_where
+from tests.index.index_oracle import KINDS, N, brute_force, overlap
 
 TARGET = 0.9
 TOLERANCE = 0.02

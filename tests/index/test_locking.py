@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-from index_faults import lock_released_after
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.index.locking import lock_path, writer_lock
+from tests.index.index_faults import lock_released_after
 
 REPO = Path(__file__).resolve().parents[2]
 START, ROUNDS, WORKERS = 40, 12, 4  # half the workers add, half remove: 48 edits racing
@@ -45,6 +45,7 @@ def small_index(tmp_path: Path) -> Path:
     return tmp_path / "index"
 
 
+@pytest.mark.slow
 def test_concurrent_adds_and_removes_in_separate_processes_lose_nothing(small_index: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     workers = [

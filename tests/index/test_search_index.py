@@ -12,11 +12,11 @@ import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
-from index_oracle import KINDS, N, brute_force, overlap
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.tuning import tune_search_parameters
+from tests.index.index_oracle import KINDS, N, brute_force, overlap
 
 
 def build(kind: str, data, metadata=None, **options) -> SearchIndex:
@@ -224,6 +224,7 @@ def test_a_single_vector_has_no_recall_to_measure(data) -> None:
     assert result["recall_at_k"] is None and result["neighbors"] == 0 and result["queries"] == 1
 
 
+@pytest.mark.slow
 def test_the_index_works_beside_faiss_torch_utils() -> None:
     """pytorch-metric-learning's accuracy calculator imports faiss.contrib.torch_utils, which makes faiss
     return torch tensors from methods given no numpy array; an index in the same process must not care."""

@@ -141,6 +141,7 @@ def test_the_merge_refuses_overlapping_ids_another_trained_index_and_non_shards(
     assert "trained ivf index; drop --type ivfpq" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_merge_killed_while_saving_leaves_no_index(split, tmp_path) -> None:
     out = tmp_path / "merged"
     killer = (
@@ -241,6 +242,7 @@ def test_a_malformed_shard_is_one_line_naming_the_form(split, spec, tmp_path, ca
     assert not (tmp_path / "x").exists()
 
 
+@pytest.mark.slow
 def test_the_merge_prints_only_its_own_lines(split, tmp_path) -> None:
     shards = [str(split[f"shard{k}"]) for k in range(3)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}

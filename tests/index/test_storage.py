@@ -15,12 +15,12 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pytest
-from index_faults import file_size_limit
 
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.metadata import Metadata
 from retrieval.index.storage import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE
+from tests.index.index_faults import file_size_limit
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -174,6 +174,7 @@ def test_a_save_that_fails_midway_leaves_the_previous_index(saved: Path, data, m
     assert sorted(p.name for p in saved.parent.iterdir()) == ["index"]
 
 
+@pytest.mark.slow
 def test_a_process_killed_while_saving_leaves_the_previous_index(saved: Path) -> None:
     script = textwrap.dedent(
         f"""
@@ -232,6 +233,7 @@ def finished_pid() -> int:
     return process.pid
 
 
+@pytest.mark.slow
 def test_a_save_removes_copies_left_by_dead_processes_only(saved: Path) -> None:
     dead, alive = finished_pid(), os.getpid()
     leftovers = {
@@ -249,6 +251,7 @@ def test_a_save_removes_copies_left_by_dead_processes_only(saved: Path) -> None:
     assert hidden_entries(saved.parent) == sorted(name for name, kept in leftovers.items() if kept)
 
 
+@pytest.mark.slow
 def test_the_copy_a_killed_save_leaves_is_removed_by_the_next_save(saved: Path) -> None:
     script = textwrap.dedent(
         f"""

@@ -113,6 +113,7 @@ def test_no_readable_image_at_all_writes_no_success(tmp_path):
         finish_parts(tmp_path, job)
 
 
+@pytest.mark.slow
 def test_the_readers_import_no_torch():
     code = "import sys, retrieval.inference.embedding_parts; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"

@@ -7,7 +7,6 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from exif_images import write_oriented_jpegs
 from PIL import Image, ImageOps
 
 from retrieval.checkpoint import Checkpoint
@@ -18,6 +17,7 @@ from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.models import Embedder
+from tests.data.exif_images import write_oriented_jpegs
 
 
 @pytest.fixture(scope="module")

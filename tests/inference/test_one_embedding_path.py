@@ -97,6 +97,7 @@ def _modules_after_import(*modules: str) -> list[str]:
     return result.stdout.split()
 
 
+@pytest.mark.slow
 def test_serve_index_and_inference_import_no_training_code():
     loaded = _modules_after_import(
         "retrieval.serve",
@@ -113,6 +114,7 @@ def test_serve_index_and_inference_import_no_training_code():
     assert [name for name in loaded if name.startswith(("retrieval.train", "retrieval.evaluate"))] == []
 
 
+@pytest.mark.slow
 def test_evaluation_imports_no_index_or_serving_code():
     loaded = _modules_after_import("retrieval.evaluate.evaluator", "retrieval.cli.evaluate")
     assert "retrieval.inference.embedding" in loaded

@@ -1,5 +1,5 @@
-"""The ranks of tests/losses/test_memory_distributed.py, in a module importable by name (tests/losses is on
-pytest's pythonpath), so spawned processes can unpickle them: a test module under importlib mode cannot be."""
+"""The ranks of tests/losses/test_memory_distributed.py, in a helper module (not a test module, which pytest
+imports in its own way) so that spawned processes can unpickle them by name."""
 
 from __future__ import annotations
 

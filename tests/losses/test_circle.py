@@ -4,10 +4,10 @@ import math
 
 import pytest
 import torch
-from pair_batches import LABEL_SETS, make_embeddings, unit_rows
 from pytorch_metric_learning import losses as pml_losses
 
 from retrieval.losses.circle import CircleLoss
+from tests.losses.pair_batches import LABEL_SETS, make_embeddings, unit_rows
 
 # (rtol, atol) per dtype for losses of magnitude ~100 and their gradients.
 TOLERANCES = {torch.float32: (1e-5, 1e-5), torch.float64: (1e-10, 1e-12)}

@@ -147,6 +147,7 @@ def test_gate_waits_for_its_warmup_epochs():
     torch.testing.assert_close(loss, (gated.last_stats["w"] * per_sample).mean())
 
 
+@pytest.mark.slow
 def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dataset, monkeypatch):
     from retrieval.config import load_config
     from retrieval.train.trainer import Trainer

@@ -19,6 +19,8 @@ from retrieval.data import PKSampler
 from retrieval.losses import LOSSES, MetricLoss, build_loss
 from retrieval.metrics import per_query_scores
 
+pytestmark = pytest.mark.slow
+
 STEPS = 300
 EMBEDDING_DIM = 16
 # PML losses through the adapter at PML's own defaults: pair losses (with and without a miner) and losses

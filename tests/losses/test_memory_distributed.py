@@ -4,14 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 import torch.multiprocessing as mp
-from memory_worker import DIM, MEMORY, WORLD, free_port, global_batches, rank_worker
 
 from retrieval.losses import CircleLoss, CrossBatchMemory
+from tests.losses.memory_worker import DIM, MEMORY, WORLD, free_port, global_batches, rank_worker
+
+pytestmark = pytest.mark.slow
 
 
-def test_every_rank_enqueues_the_global_batch(tmp_path: Path) -> None:
+def test_every_rank_enqueues_the_global_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Spawned ranks unpickle `rank_worker` by its module name, on the sys.path they inherit from this process.
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2]))
     mp.start_processes(rank_worker, args=(free_port(), tmp_path), nprocs=WORLD, start_method="spawn")
     single = CrossBatchMemory(CircleLoss(gamma=80.0), DIM, MEMORY)
     expected = torch.stack([single(embeddings, labels).detach() for embeddings, labels in global_batches()])

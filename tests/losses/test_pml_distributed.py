@@ -3,7 +3,6 @@ batch, and `retrieval train` runs a `pml.` loss end to end under torchrun."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
@@ -15,6 +14,9 @@ import torch
 
 from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
+from tests.train.ddp_worker import first_step
+
+pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).parents[1] / "train" / "ddp_worker.py"
 # The digits demo shrunk to seconds, BatchNorm frozen (each rank would normalize its own share otherwise).
@@ -32,13 +34,6 @@ CASES = {
     # class centres: DDP averages the ranks' gradients of a per-sample mean
     "soft_triple": [*TINY, "loss.name=soft_triple", "data.batch_size=32"],
 }
-
-
-def _first_step():
-    spec = importlib.util.spec_from_file_location("ddp_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.first_step
 
 
 @pytest.mark.slow
@@ -59,7 +54,6 @@ def test_two_processes_match_one_process_for_a_pml_pair_loss_and_a_pml_weight_lo
     assert done.returncode == 0, done.stderr[-3000:]
 
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
-    first_step = _first_step()
     for name, overrides in CASES.items():
         shares = [rank[name] for rank in ranks]
         images = torch.cat([share["images"] for share in shares])

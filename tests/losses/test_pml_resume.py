@@ -11,6 +11,8 @@ import torch
 from retrieval.cli.main import main
 from retrieval.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=2"]
 
 

@@ -4,13 +4,13 @@ import math
 
 import pytest
 import torch
-from pair_batches import LABEL_SETS, make_embeddings, unit_rows
 from pytorch_metric_learning import losses as pml_losses
 from pytorch_metric_learning import miners as pml_miners
 
 from retrieval.losses.functional import cosine_similarity_matrix, euclidean_distance_matrix
 from retrieval.losses.triplet import TripletLoss
 from retrieval.miners import BatchHardMiner
+from tests.losses.pair_batches import LABEL_SETS, make_embeddings, unit_rows
 
 TOLERANCES = {torch.float32: (1e-5, 1e-6), torch.float64: (1e-10, 1e-12)}
 

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from retrieval.errors import UserError
-from retrieval.evaluate.uncertainty import PER_QUERY_FILE, QueryValues, load_query_values, save_query_values
 from retrieval.metrics import (
     bootstrap_interval,
     class_bootstrap,
@@ -98,16 +97,3 @@ def test_per_query_scores_average_to_the_metrics_and_follow_row_order() -> None:
     np.fill_diagonal(similarities, -np.inf)
     nearest = similarities.argmax(axis=1)
     np.testing.assert_array_equal(scores.hits(1), (labels[nearest] == labels)[1:].astype(float))
-
-
-def test_per_query_values_round_trip_through_one_npz_file(tmp_path) -> None:
-    """`save_query_values` writes exactly the named file (no `.npz` appended, no temporary left)."""
-    values, classes = uneven_queries()
-    saved = QueryValues(np.arange(len(values)), classes, {"recall@1": values, "map@r": values / 2})
-    save_query_values(tmp_path / PER_QUERY_FILE, saved)
-    assert [path.name for path in tmp_path.iterdir()] == [PER_QUERY_FILE]
-    loaded = load_query_values(tmp_path)
-    np.testing.assert_array_equal(loaded.rows, saved.rows)
-    np.testing.assert_array_equal(loaded.labels, saved.labels)
-    for key in ("recall@1", "map@r"):
-        np.testing.assert_array_equal(loaded.values[key], saved.values[key])

@@ -158,6 +158,7 @@ def test_missing_weights_file_says_what_to_give(tmp_path):
         Embedder("resnet10t", weights=str(tmp_path / "missing.safetensors"))
 
 
+@pytest.mark.slow
 def test_pretrained_offline_without_weights_says_how_to_fix():
     code = "from retrieval.models import Embedder; Embedder('resnet10t', pretrained=True)"
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}

@@ -6,6 +6,10 @@ import os
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 _SCRIPT = """
 import ctypes, os
 from retrieval.runtime.native_output import native_stdout_discarded

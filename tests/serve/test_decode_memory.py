@@ -24,6 +24,7 @@ def large_png() -> bytes:
     return buffer.getvalue()
 
 
+@pytest.mark.slow
 def test_parallel_large_uploads_stay_within_the_decode_memory(gallery, serve_process, large_png):
     """Defaults: 1 GiB of decode memory holds one 36-megapixel image (20 B a pixel); the others wait or get 503."""
     with serve_process("--index", str(gallery.index_dir), "--device", "cpu") as server:

@@ -8,6 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow
 
 CLIENTS, REQUESTS = 8, 50
 

@@ -86,6 +86,7 @@ def test_stored_on_an_index_without_a_threshold_says_how_to_store_one(base_url):
     assert response.status_code == 400 and "--save-threshold 1e-3" in response.json()["error"]
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.is_file(), reason="needs Debian's chromium at /usr/bin/chromium")
 def test_the_page_applies_the_stored_threshold_and_says_when_nothing_matches(client, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")

@@ -16,9 +16,12 @@ CHROMIUM_ARGS = [
     "--no-first-run",
 ]
 
-pytestmark = pytest.mark.skipif(
-    not CHROMIUM.is_file(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not CHROMIUM.is_file(), reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)"
+    ),
+]
 
 
 def _thumbnails_loaded(page) -> bool:

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
+import pytest
 from PIL import Image
 
 from retrieval.cli.main import main
@@ -29,6 +30,7 @@ def _eventually(condition: Callable[[], bool], seconds: float = 20) -> None:
         time.sleep(0.05)
 
 
+@pytest.mark.slow
 def test_remove_and_add_by_other_processes_show_without_a_restart(gallery, tmp_path, serving, serve_limits):
     index_dir = tmp_path / "index"
     shutil.copytree(gallery.index_dir, index_dir)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import httpx
 import numpy as np
+import pytest
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 
 
+@pytest.mark.slow
 def test_serve_process_answers_and_an_index_without_a_model_searches_by_vector(tmp_path, serve_process):
     vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
     SearchIndex.build(vectors, kind="flat", progress=False).save(tmp_path / "index")

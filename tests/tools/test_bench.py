@@ -7,7 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
-from tool_modules import load_tool
+
+from tests.tools.tool_modules import load_tool
 
 bench = load_tool("bench")
 
@@ -30,6 +31,7 @@ def tiny_benchmark(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> str:
     return "tiny"
 
 
+@pytest.mark.slow
 def test_a_busy_machine_refuses_the_result(tiny_benchmark: str) -> None:
     with pytest.raises(bench.LoadError, match=r"the machine used 3.00 cores before the run, above --max-load 0.50"):
         bench.run_benchmark(tiny_benchmark, [], max_load=0.5, allow_busy=False, load=lambda: 3.0)
@@ -41,6 +43,7 @@ def test_a_busy_machine_refuses_the_result(tiny_benchmark: str) -> None:
         )
 
 
+@pytest.mark.slow
 def test_the_benchmarks_own_cpu_is_not_counted_as_another_process(tiny_benchmark: str, tmp_path: Path) -> None:
     spin = tmp_path / "bench_spin.py"
     spin.write_text("import time\nend = time.process_time() + 1.0\nwhile time.process_time() < end: pass\n")
@@ -58,6 +61,7 @@ def test_busy_cpu_seconds_reads_the_first_line_of_proc_stat(tmp_path: Path) -> N
     assert bench.busy_cpu_seconds(stat) == pytest.approx(150 / os.sysconf("SC_CLK_TCK"))
 
 
+@pytest.mark.slow
 def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: str) -> None:
     output, header = bench.run_benchmark(tiny_benchmark, ["--x"], max_load=0.5, allow_busy=True, load=lambda: 3.0)
     assert output == "ratio 1.00x --default --x\n" and header["busy"] is True
@@ -69,6 +73,7 @@ def test_allowed_busy_results_are_marked_and_quiet_ones_are_not(tiny_benchmark: 
     assert not bench._result_text(output, header, {}).startswith("BUSY")
 
 
+@pytest.mark.slow
 def test_main_refuses_a_busy_machine_with_exit_2_and_writes_no_result(
     tiny_benchmark: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tool_modules import TOOLS, load_tool
 
 from retrieval.rerank import parse_rerank
+from tests.tools.tool_modules import TOOLS, load_tool
 
 bench = load_tool("dev_benchmark")
 
@@ -139,13 +139,9 @@ def test_peer_script_is_self_contained() -> None:
     assert not [m for m in modules if m.split(".")[0] == "retrieval"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
-    "loss",
-    ["proxy_nca", "proxy_anchor", "triplet"]
-    + [
-        pytest.param(name, marks=pytest.mark.slow)
-        for name in ("soft_triple", "multi_similarity", "supcon", "contrastive")
-    ],
+    "loss", ["proxy_nca", "proxy_anchor", "triplet", "soft_triple", "multi_similarity", "supcon", "contrastive"]
 )
 def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> None:
     glyphs = load_tool("make_glyph_dataset")

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 from PIL import Image
-from tool_modules import load_tool
 
 from retrieval.evaluate.uncertainty import load_query_values
+from tests.tools.tool_modules import load_tool
 
 pixels = load_tool("digits_pixel_baseline")
 

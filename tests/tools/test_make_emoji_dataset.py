@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
-from tool_modules import load_tool
+
+from tests.tools.tool_modules import load_tool
 
 emoji = load_tool("make_emoji_dataset")
 try:

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image
-from tool_modules import load_tool
+
+from tests.tools.tool_modules import load_tool
 
 fmnist = load_tool("make_fashion_mnist")
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from PIL import Image, ImageDraw
-from tool_modules import load_tool
+
+from tests.tools.tool_modules import load_tool
 
 glyphs = load_tool("make_glyph_dataset")
 try:

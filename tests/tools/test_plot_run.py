@@ -7,9 +7,9 @@ import json
 import numpy as np
 import torch
 from PIL import Image
-from tool_modules import load_tool
 
 from retrieval.train.diagnostics import EpochDiagnostics
+from tests.tools.tool_modules import load_tool
 
 
 def _records(epochs: int = 3) -> list[dict]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -14,8 +13,10 @@ import pytest
 import torch
 
 from retrieval.config import load_config
-from retrieval.runtime.distributed import DistributedContext, shard_range
 from retrieval.train.trainer import Trainer
+from tests.train.ddp_worker import first_step
+
+pytestmark = pytest.mark.slow
 
 WORKER = Path(__file__).with_name("ddp_worker.py")
 # The digits demo, shrunk to seconds. BatchNorm frozen: without SyncBatchNorm (GPU only) each rank
@@ -34,13 +35,6 @@ CASES = {
 }
 
 
-def _load_worker():
-    spec = importlib.util.spec_from_file_location("ddp_worker", WORKER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
 def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(tmp_path):
     run = tmp_path / "run"
@@ -57,7 +51,6 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
     assert done.returncode == 0, done.stderr[-3000:]
 
     ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
-    worker = _load_worker()
     for name, overrides in CASES.items():
         shares = [rank[name] for rank in ranks]
         assert not torch.equal(shares[0]["labels"], shares[1]["labels"]) or not torch.equal(
@@ -65,9 +58,7 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
         ), "both ranks trained on the same images"
         images = torch.cat([share["images"] for share in shares])
         labels = torch.cat([share["labels"] for share in shares])
-        single = worker.first_step(
-            Trainer.from_config(load_config(None, overrides), tmp_path / "single"), (images, labels)
-        )
+        single = first_step(Trainer.from_config(load_config(None, overrides), tmp_path / "single"), (images, labels))
         # Pair losses see the global batch on every rank; proxy losses average the ranks' losses.
         losses = torch.stack([share["loss"] for share in shares])
         expected = losses if name == "circle" else losses.mean()
@@ -87,11 +78,3 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
     assert json.loads((run / "result.json").read_text())["test"]["recall@1"] > 0
     environment = json.loads((run / "environment.json").read_text())
     assert environment["world_size"] == 2
-
-
-def test_shards_cover_every_item_once_in_order():
-    for size in (0, 1, 5, 8, 11):
-        for world_size in (1, 2, 3, 4):
-            shards = [shard_range(size, DistributedContext(rank, world_size)) for rank in range(world_size)]
-            assert [i for shard in shards for i in shard] == list(range(size))
-            assert max(map(len, shards)) - min(map(len, shards)) <= 1

@@ -12,6 +12,8 @@ from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=4"]
 
 

@@ -15,6 +15,8 @@ from retrieval.errors import UserError
 from retrieval.losses import MetricLoss
 from retrieval.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.val_fraction=0"]
 
 

@@ -26,6 +26,7 @@ def _example():
     return module
 
 
+@pytest.mark.slow
 def test_the_example_trains_a_custom_module_on_a_tensor_dataset_without_a_config(tmp_path):
     result = _example().train(epochs=1, out=tmp_path / "run")
     assert result.selected_on == "last" and result.epoch == 1

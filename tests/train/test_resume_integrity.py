@@ -13,6 +13,8 @@ import torch
 from retrieval.checkpoint import PAYLOAD_CHECKSUM
 from retrieval.cli.main import main
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 

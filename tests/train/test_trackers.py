@@ -13,6 +13,8 @@ from retrieval.errors import UserError
 from retrieval.sweep.runner import _environment
 from retrieval.train.trackers import SWEEP_DIR_ENV, open_tracker, scalars
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=4"]
 
 

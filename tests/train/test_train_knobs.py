@@ -127,6 +127,7 @@ def test_persistent_workers_serve_training_and_every_evaluation(tmp_path):
     assert not off.parts.loader.persistent_workers and not off.parts.evaluators["test"].loader.persistent_workers
 
 
+@pytest.mark.slow
 def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, capsys):
     run = tmp_path / "run"
     args = [f"--set={o}" for o in [*TINY, "train.epochs=1", "data.val_fraction=0.2"]]

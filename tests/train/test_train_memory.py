@@ -8,6 +8,8 @@ from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.losses import CircleLoss, CrossBatchMemory
 
+pytestmark = pytest.mark.slow
+
 SETTINGS = [
     "model.backbone=resnet10t",
     "model.embedding_dim=null",  # the backbone's 512 pooled features: the memory is built with the model's width

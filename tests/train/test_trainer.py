@@ -14,6 +14,8 @@ from retrieval.config import load_config
 from retrieval.data import PKSampler
 from retrieval.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 
 

@@ -15,6 +15,8 @@ from retrieval.errors import UserError
 from retrieval.losses.class_weights import class_weights
 from retrieval.train.trainer import Trainer
 
+pytestmark = pytest.mark.slow
+
 TINY = [
     "data.name=csv",
     "model.backbone=resnet10t",

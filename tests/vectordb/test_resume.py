@@ -14,6 +14,8 @@ from retrieval.errors import UserError
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex
 
+pytestmark = pytest.mark.slow
+
 # Exports INDEX_DIR to URI in batches of 8 and kills itself in its third upsert, after half of that batch is
 # stored. The library call rather than the CLI: the process then imports no torch, and starts in a second.
 _DIES_IN_THIRD_BATCH = textwrap.dedent(

@@ -35,6 +35,7 @@ def proxy_checkpoint(tmp_path_factory):
     return _digits_checkpoint(tmp_path_factory.mktemp("checkpoint") / "best.pt", "anchor")
 
 
+@pytest.mark.slow
 def test_evaluate_reports_groups_calibration_classification_and_grid(proxy_checkpoint, tmp_path, capsys):
     out, grid, result = tmp_path / "classification", tmp_path / "grid.png", tmp_path / "metrics.json"
     args = ["evaluate", "--checkpoint", str(proxy_checkpoint), "--json", str(result), "--calibrate"]

@@ -1,0 +1,1 @@
+"""The test suite, a package: helpers import by their place in it (`from tests.index.index_oracle import N`)."""

@@ -143,7 +143,7 @@ class DataConfig(_Section):
     val_fraction: Annotated[
         float | None, accepts(lambda value: value is None or 0.0 <= value < 1.0, "a fraction in [0, 1)")
     ] = 0.0
-    # fail (stop, naming the file) | skip (leave it out, log, count): retrieval.data.loader.BAD_IMAGE_POLICIES
+    # fail (stop, naming the file) | skip (leave it out, log, count): retrieval.data.image_loader.BAD_IMAGE_POLICIES
     on_bad_image: Literal["fail", "skip"] = "fail"
     # Keep DataLoader workers between epochs and evaluations (num_workers > 0): saves their start-up, but workers
     # keep their random state across epochs, so a resumed run's augmentations differ from an uninterrupted one's.
@@ -497,6 +497,6 @@ def _field_choices(section: type[_Section], name: str) -> tuple[str, ...]:
     return choices(section.model_fields[name].annotation)
 
 
-BAD_IMAGE_POLICIES: tuple[str, ...] = _field_choices(DataConfig, "on_bad_image")  # as retrieval.data.loader's
+BAD_IMAGE_POLICIES: tuple[str, ...] = _field_choices(DataConfig, "on_bad_image")  # as retrieval.data.image_loader's
 SCHEDULES: tuple[str, ...] = _field_choices(TrainConfig, "schedule")  # retrieval.train.schedule
 SELECTION_METRICS: tuple[str, ...] = _field_choices(TrainConfig, "select_on")  # retrieval.train.settings

@@ -23,7 +23,7 @@ from retrieval.config import (
     load_config,
     save_config,
 )
-from retrieval.data import loader
+from retrieval.data import image_loader
 from retrieval.errors import UserError
 from retrieval.losses import LOSSES, build_loss
 from retrieval.models.pooling import POOLINGS
@@ -312,7 +312,7 @@ def test_choice_lists_match_the_modules_that_implement_them():
     assert typing.get_args(typing.get_type_hints(ModelConfig)["pooling"]) == POOLINGS
     assert tuple(PRESETS) == typing.get_args(PresetName)
     assert BAD_IMAGE_POLICIES == ("fail", "skip") and SCHEDULES == ("cosine", "step", "constant")
-    assert BAD_IMAGE_POLICIES == loader.BAD_IMAGE_POLICIES
+    assert BAD_IMAGE_POLICIES == image_loader.BAD_IMAGE_POLICIES
 
 
 @pytest.mark.slow

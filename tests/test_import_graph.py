@@ -123,8 +123,8 @@ def test_no_import_cycle_between_the_subpackages() -> None:
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("from retrieval import config\nfrom retrieval.data.loader import ImageLoader\n")
-    assert _module_level_imports(module) == ["retrieval.config", "retrieval.data.loader"]
+    module.write_text("from retrieval import config\nfrom retrieval.data.image_loader import ImageLoader\n")
+    assert _module_level_imports(module) == ["retrieval.config", "retrieval.data.image_loader"]
     graph = {"config": {"runtime"}, "runtime": {"config", "errors"}, "data": {"config"}, "errors": set()}
     assert _cycles(graph) == [["config", "runtime"]]
 

@@ -38,7 +38,7 @@ from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.onnx_export import export_onnx
 from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import write_int8_model
-from retrieval.inference.embedding import FLOAT32, embed_batch
+from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.models import Embedder
 
 BATCH_SIZES = (1, 32)

@@ -56,7 +56,7 @@ from retrieval.config import DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.datasets import EvalSplit, read_splits
 from retrieval.evaluate.evaluator import KS
-from retrieval.evaluate.reranking import choose_rerank
+from retrieval.evaluate.rerank_choice import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.metrics import per_query_scores

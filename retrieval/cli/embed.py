@@ -9,10 +9,10 @@ dataset configured with `--set data.*` on top of the checkpoint's own data secti
 `index build`. The model, its evaluation preprocessing and its precision are the checkpoint's own, as
 `retrieval evaluate` runs them (`ImageEncoder`).
 `--out` ends in `.npz`, `.npy` or `.parquet`; each holds the embeddings, ids (absolute image
-paths) and labels, as described in `retrieval.inference.embeddings_file`. `--out DIR/` (a trailing
+paths) and labels, as described in `retrieval.inference.file_formats`. `--out DIR/` (a trailing
 slash, or an existing folder) writes parquet parts of `--part-rows` images and `_SUCCESS`, in one
 process or split over torchrun's processes, and a rerun resumes a killed job
-(`retrieval.inference.embed_in_parts`). Unreadable images are left out and listed on stderr, as
+(`retrieval.inference.parts_job`). Unreadable images are left out and listed on stderr, as
 `index build` does.
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
 from retrieval.errors import UserError
-from retrieval.inference.embeddings_file import EMBEDDING_SUFFIXES
+from retrieval.inference.file_formats import EMBEDDING_SUFFIXES
 from retrieval.inference.splits import SPLITS
 
 if TYPE_CHECKING:
@@ -79,8 +79,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from retrieval.checkpoint import Checkpoint
     from retrieval.column_types import parse_column_types
-    from retrieval.inference.embeddings_file import write_embeddings
     from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.file_formats import write_embeddings
     from retrieval.inference.sources import dataset_source, embed_source, read_source
 
     directory = _parts_directory(args.out)
@@ -140,8 +140,8 @@ def _check_one_file(out: Path, part_rows: int | None) -> None:
 
 def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:
     """Embed `source` into parts in `directory`, over every process torchrun started (or in this one alone)."""
-    from retrieval.inference.embed_in_parts import embed_in_parts
     from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.parts_job import embed_in_parts
     from retrieval.runtime.device import resolve_device
     from retrieval.runtime.distributed import process_group
 

@@ -99,10 +99,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
-    from retrieval.evaluate.reranking import choose_rerank
+    from retrieval.evaluate.match_thresholds import check_threshold_request
+    from retrieval.evaluate.rerank_choice import choose_rerank
     from retrieval.evaluate.uncertainty import QueryValues, format_uncertainty, save_query_values, uncertainty_summary
-    from retrieval.evaluate.verification import check_threshold_request
-    from retrieval.inference.embedding import Precision
+    from retrieval.inference.forward import Precision
     from retrieval.metrics import GROUP_NAMES, frequency_groups
     from retrieval.runtime.device import place_model, resolve_device
 
@@ -185,7 +185,12 @@ def _verification(
     extras: dict[str, Any],
 ) -> list[str]:
     """Verification into `extras`, the threshold of `--save-threshold` into the checkpoint; the lines to print."""
-    from retrieval.evaluate.verification import evaluate_verification, fmr_text, threshold_record, verification_lines
+    from retrieval.evaluate.match_thresholds import (
+        evaluate_verification,
+        fmr_text,
+        threshold_record,
+        verification_lines,
+    )
     from retrieval.metrics.verification import FMR_TARGETS
 
     fmrs = sorted({*FMR_TARGETS, *([args.save_threshold] if args.save_threshold is not None else [])}, reverse=True)

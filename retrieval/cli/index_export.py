@@ -35,7 +35,7 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`index export`: print how many vectors were written, kept and deleted."""
-    from retrieval.vectordb.export import export_index  # needs the optional qdrant-client
+    from retrieval.vectordb.upload import export_index  # needs the optional qdrant-client
 
     done = export_index(args.index, parse_database_uri(args.to), args.batch_size, args.recreate)
     print(

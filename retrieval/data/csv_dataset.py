@@ -36,7 +36,7 @@ from PIL import Image
 from torch import Tensor
 from torch.utils.data import Dataset, get_worker_info
 
-from retrieval.data.loader import BadImage, BadImageLog
+from retrieval.data.image_loader import BadImage, BadImageLog
 from retrieval.errors import UserError
 from retrieval.images import (
     IMAGE_ERRORS,
@@ -296,7 +296,7 @@ class ImageDataset(Dataset):
 
     An unreadable image raises `UserError` in the main process; in a DataLoader worker (or with
     `on_bad_image="skip"`) the item is a `BadImage` instead, which `ImageLoader` raises as one line
-    in the main process or leaves out (see `retrieval.data.loader`).
+    in the main process or leaves out (see `retrieval.data.image_loader`).
 
     Args:
         paths: image files.

@@ -1,6 +1,6 @@
 """Embed a dataset and score retrieval on it.
 
-Embedding goes through `retrieval.inference.embedding`, the path `retrieval embed`, `index` and
+Embedding goes through `retrieval.inference.forward`, the path `retrieval embed`, `index` and
 `serve` share, so the embeddings scored here are the ones an index of the same checkpoint stores.
 """
 
@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset, Subset
 
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
-from retrieval.inference.embedding import Precision, embed_loader
+from retrieval.inference.forward import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
 from retrieval.rerank import Reranker
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range

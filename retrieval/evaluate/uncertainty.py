@@ -15,7 +15,7 @@ import numpy as np
 
 from retrieval.errors import UserError
 from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES, Interval, bootstrap_interval, paired_difference
-from retrieval.metrics.retrieval import PerQuery
+from retrieval.metrics.ranking import PerQuery
 from retrieval.runtime.files import atomic_write
 
 __all__ = [

@@ -45,8 +45,8 @@ from retrieval.export.bundle import EXPORT_FORMAT, MANIFEST_FILE, MODEL_FILE, PR
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import QuantizeRequest, quantize_int8
-from retrieval.inference.embedding import FLOAT32, embed_batch
 from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.runtime.files import atomic_write, file_sha256, write_text
 
 __all__ = ["DEFAULT_OPSET", "PARITY_TOLERANCE", "export_checkpoint", "export_onnx"]

@@ -21,11 +21,11 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint, state_checksum
 from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
 from retrieval.data.csv_dataset import ImageDataset, flatten_image
-from retrieval.data.loader import BadImageLog, ImageLoader
+from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
 from retrieval.inference.backbone import backbone_checkpoint
-from retrieval.inference.embedding import FLOAT32, Precision, embed_batch, embed_loader
+from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
@@ -39,7 +39,7 @@ class ImageEncoder:
 
     Build one with `ImageEncoder.from_checkpoint`; `embed_files` and `embed_images` return
     `(M, D)` float32 unit vectors. Files are read with `retrieval.data.load_image` by an
-    `ImageDataset`, and every batch goes through `retrieval.inference.embedding.embed_batch`: the
+    `ImageDataset`, and every batch goes through `retrieval.inference.forward.embed_batch`: the
     reading, transform, autocast and memory format of evaluation.
 
     Precision: the run's `train.amp` and `train.channels_last` resolved for the device

@@ -2,7 +2,7 @@
 
 from retrieval.metrics.bootstrap import Interval, bootstrap_interval, class_bootstrap, paired_difference
 from retrieval.metrics.groups import GROUP_NAMES, class_counts, frequency_groups, group_metrics, proxy_predictions
-from retrieval.metrics.retrieval import PerQuery, check_queries_have_positives, per_query_scores, retrieval_metrics
+from retrieval.metrics.ranking import PerQuery, check_queries_have_positives, per_query_scores, retrieval_metrics
 
 __all__ = [
     "GROUP_NAMES",

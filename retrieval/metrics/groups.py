@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from retrieval.errors import UserError
-from retrieval.metrics.retrieval import retrieval_metrics
+from retrieval.metrics.ranking import retrieval_metrics
 
 __all__ = ["GROUP_NAMES", "class_counts", "frequency_groups", "group_metrics", "proxy_predictions"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from retrieval.errors import UserError
-from retrieval.serve.images import BYTES_PER_PIXEL
+from retrieval.serve.uploads import BYTES_PER_PIXEL
 
 __all__ = ["ServeLimits"]
 

@@ -29,10 +29,10 @@ from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
 from retrieval.serve.budget import DecodeBudget
 from retrieval.serve.errors import RequestError
-from retrieval.serve.images import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.parsing import INT64_MAX, INT64_MIN, MAX_K, parse_vector
 from retrieval.serve.public import PublicPaths, public_info
+from retrieval.serve.uploads import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
 
 __all__ = ["IndexView", "Searcher", "load_view"]
 

@@ -34,7 +34,7 @@ from retrieval.runtime.device import amp_dtype, place_model, resolve_device, use
 from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import torch_seeded
 from retrieval.train.accumulation import optimizer_steps
-from retrieval.train.loaders import build_train_loader, sampler_kind
+from retrieval.train.sampling import build_train_loader, sampler_kind
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import GatheredLoss, TrainStep
 
@@ -61,7 +61,7 @@ class TrainingParts:
     model: nn.Module  # on `device`; BatchNorm synchronized over GPUs under torchrun
     loss: MetricLoss  # on `device`; holds the proxies of proxy losses
     data: RetrievalData  # training set and labels, test split, optional validation split
-    loader: DataLoader  # training batches (see `retrieval.train.loaders`)
+    loader: DataLoader  # training batches (see `retrieval.train.sampling`)
     optimizer: torch.optim.Optimizer  # AdamW over the model's and the loss's parameters
     schedule: LrSchedule  # the lr factor of every step
     step: TrainStep  # one optimizer step: forward, loss, backward (DDP), clipping, loss scaling, AdamW

@@ -40,8 +40,8 @@ from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
 from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
-from retrieval.train.loaders import epoch_samplers
 from retrieval.train.run_files import RunFiles
+from retrieval.train.sampling import epoch_samplers
 from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked

@@ -18,10 +18,10 @@ import pytest
 
 from retrieval.cli.main import main
 from retrieval.errors import UserError
-from retrieval.inference.embed_in_parts import KILL_AFTER_PARTS
-from retrieval.inference.embedding_parts import SUCCESS_FILE, part_path, read_embedding_parts
-from retrieval.inference.embeddings_file import read_embeddings
 from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.file_formats import read_embeddings
+from retrieval.inference.parts_job import KILL_AFTER_PARTS
+from retrieval.inference.parts_layout import SUCCESS_FILE, part_path, read_embedding_parts
 
 PARTS = 6
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}

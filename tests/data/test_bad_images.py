@@ -128,7 +128,7 @@ def test_a_sharded_evaluation_keeps_rows_aligned_around_a_skipped_image(tmp_path
     # What one torchrun rank embeds: a contiguous Subset of the split, here items 1..4 with item 2 unreadable.
     from torch.utils.data import Subset
 
-    from retrieval.inference.embedding import embed_loader
+    from retrieval.inference.forward import embed_loader
 
     paths, labels = _images(tmp_path, "corrupt")
     shard = Subset(ImageDataset(paths, labels, _to_tensor, on_bad_image="skip"), range(1, 5))

@@ -18,7 +18,7 @@ from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
-from retrieval.inference.embeddings_file import write_embeddings
+from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
 from tests.index.index_oracle import brute_force, overlap
 

@@ -16,7 +16,7 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.shards import read_trained
-from retrieval.inference.embeddings_file import write_embeddings
+from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
 
 PART_ROWS = 700

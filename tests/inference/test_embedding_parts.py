@@ -12,7 +12,7 @@ import pytest
 
 from retrieval.column_types import typed_table
 from retrieval.errors import UserError
-from retrieval.inference.embedding_parts import (
+from retrieval.inference.parts_layout import (
     SUCCESS_FILE,
     EmbedJob,
     finish_parts,
@@ -115,7 +115,7 @@ def test_no_readable_image_at_all_writes_no_success(tmp_path):
 
 @pytest.mark.slow
 def test_the_readers_import_no_torch():
-    code = "import sys, retrieval.inference.embedding_parts; print('torch' in sys.modules)"
+    code = "import sys, retrieval.inference.parts_layout; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from retrieval.column_types import typed_table
 from retrieval.index.from_embeddings import open_embedding_files
-from retrieval.inference.embeddings_file import read_embeddings, write_embeddings
+from retrieval.inference.file_formats import read_embeddings, write_embeddings
 
 ROWS = typed_table(
     {

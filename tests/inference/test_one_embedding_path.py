@@ -16,8 +16,8 @@ from retrieval.cli.main import main
 from retrieval.config import TrainConfig
 from retrieval.evaluate import evaluator
 from retrieval.index import SearchIndex
-from retrieval.inference.embedding import FLOAT32, Precision
 from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.forward import FLOAT32, Precision
 
 BATCH = 16  # evaluation and index build embed in batches of the same size: the same arithmetic on the CPU
 
@@ -105,7 +105,7 @@ def test_serve_index_and_inference_import_no_training_code():
         "retrieval.inference",
         "retrieval.inference.encoder",
         "retrieval.inference.sources",
-        "retrieval.inference.embeddings_file",
+        "retrieval.inference.file_formats",
         "retrieval.cli.index",
         "retrieval.cli.embed",
         "retrieval.cli.serve",
@@ -117,5 +117,5 @@ def test_serve_index_and_inference_import_no_training_code():
 @pytest.mark.slow
 def test_evaluation_imports_no_index_or_serving_code():
     loaded = _modules_after_import("retrieval.evaluate.evaluator", "retrieval.cli.evaluate")
-    assert "retrieval.inference.embedding" in loaded
+    assert "retrieval.inference.forward" in loaded
     assert [name for name in loaded if name.startswith(("retrieval.index", "retrieval.serve"))] == []

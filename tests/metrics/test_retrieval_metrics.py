@@ -160,7 +160,7 @@ def test_matches_oracle_with_query_and_gallery_masks(seed: int, duplicates: bool
 
 def test_large_classes_span_several_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     embeddings, labels = clustered_data(num_classes=5, max_class_size=120, seed=3)
-    monkeypatch.setattr("retrieval.metrics.retrieval._SLOTS_PER_CHUNK", 500)
+    monkeypatch.setattr("retrieval.metrics.ranking._SLOTS_PER_CHUNK", 500)
     assert_metrics_equal(retrieval_metrics(embeddings, labels, KS), oracle_metrics(embeddings, labels, KS))
 
 

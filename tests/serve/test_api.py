@@ -17,7 +17,7 @@ from PIL import Image
 
 from retrieval.inference.encoder import ImageEncoder
 from retrieval.serve import create_app
-from retrieval.serve.images import ImageTooLarge, open_image
+from retrieval.serve.uploads import ImageTooLarge, open_image
 
 
 @pytest.fixture(scope="module")

@@ -12,8 +12,8 @@ from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.serve import create_app
 from retrieval.vectordb import parse_database_uri
-from retrieval.vectordb.export import export_index
 from retrieval.vectordb.qdrant_store import QdrantStore
+from retrieval.vectordb.upload import export_index
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from retrieval.serve.budget import DecodeBudget, ServerBusy
-from retrieval.serve.images import BYTES_PER_PIXEL
+from retrieval.serve.uploads import BYTES_PER_PIXEL
 
 PARALLEL = 8
 

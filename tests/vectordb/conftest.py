@@ -11,7 +11,7 @@ import pytest
 
 from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.vectordb import DatabaseLocation, parse_database_uri
-from retrieval.vectordb.export import export_index
+from retrieval.vectordb.upload import export_index
 
 N, DIM = 100, 16  # local mode commits each point on its own: ~10 ms a point on a slow disk
 

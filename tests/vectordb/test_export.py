@@ -13,8 +13,8 @@ from retrieval.index.filter_language import parse_where
 from retrieval.rerank import IndexGallery, KReciprocal
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex
-from retrieval.vectordb.export import export_index
 from retrieval.vectordb.qdrant_store import QdrantStore
+from retrieval.vectordb.upload import export_index
 
 K = 10
 

@@ -22,7 +22,7 @@ _DIES_IN_THIRD_BATCH = textwrap.dedent(
     """
     import os, signal, sys
     from retrieval.vectordb import parse_database_uri
-    from retrieval.vectordb.export import export_index
+    from retrieval.vectordb.upload import export_index
     from retrieval.vectordb.qdrant_store import QdrantStore
 
     upsert, calls = QdrantStore.upsert, []

@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow as pa
 
 from retrieval.errors import UserError
-from retrieval.inference.embeddings_file import read_embeddings, write_embeddings
+from retrieval.inference.file_formats import read_embeddings, write_embeddings
 from retrieval.runtime.files import file_sha256, write_text
 from retrieval.validation import Record, ValidationError, at_least, user_error
 

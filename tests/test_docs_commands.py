@@ -265,6 +265,16 @@ COMMANDS: dict[str, Run | Skip] = {
     # docs/benchmarks.md, unseen colour emoji: the baselines run on the shop CSV's colour images.
     "python tools/make_emoji_dataset.py --out emoji64": Skip(_EMOJI),
     (
+        "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji_e12 --config configs/csv_artwork.yaml"
+        " --epochs 12 --threads 1 --workers 1 --jobs 3 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor proxy_anchor"
+        " --rerank art-dba=toolkit-anchor:dba --rerank peer-dba=peer-proxy_anchor:dba"
+        " --pair toolkit-anchor peer-proxy_anchor --pair toolkit-proxy_anchor toolkit-anchor"
+        " --pair art-dba peer-proxy_anchor"
+    ): Skip(
+        "trains 9 runs (3 rows x 3 seeds) for hours on the emoji artwork CI does not install; "
+        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
+    ),
+    (
         "python tools/digits_pixel_baseline.py --csv emoji64/dataset.csv --split test --size 64"
         " --per-query pixels_test.npz"
     ): Run(r"Recall@1", {"emoji64/dataset.csv": f"{SHOP}/dataset.csv"}),

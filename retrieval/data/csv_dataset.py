@@ -17,7 +17,7 @@ with one, which would otherwise hide the first column's name); a file in another
 (Latin-1, UTF-16) is a one-line error naming the file, line and byte offset, and asking for
 UTF-8, rather than a guess that would silently change non-ASCII paths and labels.
 
-Image files are read by `retrieval.images` (`load_image`, `IMAGE_ERRORS`), re-exported here.
+Torch-free; the training dataset over these rows is `retrieval.data.image_dataset.ImageDataset`.
 """
 
 from __future__ import annotations
@@ -25,46 +25,25 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
-import torch
-from PIL import Image
-from torch import Tensor
-from torch.utils.data import Dataset, get_worker_info
 
-from retrieval.data.image_loader import BadImage, BadImageLog
 from retrieval.errors import UserError
-from retrieval.images import (
-    IMAGE_ERRORS,
-    UnreadableImage,
-    flatten_image,
-    image_error_reason,
-    load_image,
-    upright_image,
-)
 
 __all__ = [
     "DATASET_CSV",
-    "IMAGE_ERRORS",
     "IMAGE_LIST_CSV",
     "CsvFormat",
     "CsvRows",
     "CsvSplit",
-    "ImageDataset",
-    "UnreadableImage",
     "flag_is_set",
-    "flatten_image",
-    "image_error_reason",
     "labeled_split",
-    "load_image",
     "read_csv_rows",
     "read_csv_split",
     "read_csv_splits",
-    "upright_image",
 ]
 
 _FLAGS = ("is_query", "is_gallery")
@@ -289,48 +268,3 @@ def _flag_mask(rows: list[dict[str, str]], flag: str) -> np.ndarray:
 def _class_sort_key(name: str) -> tuple[int, int, str]:
     """Numeric ids sort numerically ("2" < "10"), before any string ids."""
     return (0, int(name), "") if name.lstrip("-").isdigit() else (1, 0, name)
-
-
-class ImageDataset(Dataset):
-    """Images read from files with `load_image` (RGB or grayscale, transparency on white); items are `(image, label)`.
-
-    An unreadable image raises `UserError` in the main process; in a DataLoader worker (or with
-    `on_bad_image="skip"`) the item is a `BadImage` instead, which `ImageLoader` raises as one line
-    in the main process or leaves out (see `retrieval.data.image_loader`).
-
-    Args:
-        paths: image files.
-        labels: `(N,)` class indices, or `(N, C)` bool multi-hot rows (an item's label is then a
-            `(C,)` bool tensor, batched to `(B, C)`).
-        transform: applied to each PIL image (`retrieval.data.transforms`; it converts to the model's channels).
-        on_bad_image: `fail` or `skip` (`data.on_bad_image`), or a `BadImageLog` (e.g. a quiet one whose
-            caller reports the skipped images itself).
-    """
-
-    def __init__(
-        self,
-        paths: list[Path],
-        labels: np.ndarray,
-        transform: Callable[[Image.Image], Tensor],
-        on_bad_image: str | BadImageLog = "fail",
-    ) -> None:
-        if len(paths) != len(labels):
-            raise ValueError(f"{len(paths)} paths but {len(labels)} labels")
-        self.paths = paths
-        self.labels = labels
-        self.transform = transform
-        self.bad_images = on_bad_image if isinstance(on_bad_image, BadImageLog) else BadImageLog(on_bad_image)
-
-    def __len__(self) -> int:
-        return len(self.paths)
-
-    def __getitem__(self, index: int) -> tuple[Tensor, int | Tensor] | BadImage:
-        try:
-            image = load_image(self.paths[index])
-        except UnreadableImage as exc:
-            bad = BadImage(index, str(exc), exc.path, exc.reason)
-            if self.bad_images.policy == "fail" and get_worker_info() is None:
-                self.bad_images.handle(bad)  # raises; a worker hands `bad` to ImageLoader instead
-            return bad
-        label = self.labels[index]
-        return self.transform(image), torch.from_numpy(label) if label.ndim else int(label)

@@ -11,8 +11,9 @@ import numpy as np
 from torch.utils.data import Dataset
 
 from retrieval.config import AugmentConfig, DataConfig
-from retrieval.data.csv_dataset import CsvSplit, ImageDataset
+from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
+from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
 from retrieval.data.transforms import build_eval_transform, build_train_transform
 from retrieval.data.validation import holdout_classes, holdout_images

@@ -20,10 +20,11 @@ from PIL import Image
 
 from retrieval.checkpoint import Checkpoint, state_checksum
 from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
-from retrieval.data.csv_dataset import ImageDataset, flatten_image
+from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
+from retrieval.images import flatten_image
 from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo

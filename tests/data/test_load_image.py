@@ -7,7 +7,7 @@ import pytest
 from PIL import Image
 
 from retrieval.data import ImageDataset, load_image
-from retrieval.data.csv_dataset import upright_image
+from retrieval.images import upright_image
 from tests.data.exif_images import UPRIGHT, write_oriented_jpegs
 
 # A black stroke (alpha 255), a half-transparent black dot (alpha 128), the rest fully transparent.

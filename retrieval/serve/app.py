@@ -99,20 +99,9 @@ def create_app(
     reranker = rerank_at_query(rerank) if rerank else None
     if search_threads < 1:
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
-    if reload_interval < 0:
-        raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
-    live: Views[IndexView]
-    if backend is not None and index_dir is None:
-        live = database_views(backend, checkpoint, device, model_dir)
-    elif index_dir is not None and backend is None:
-        live = LiveIndex(
-            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
-        )
-    else:
-        raise UserError("serve either an index directory or a database backend URI, not both or neither")
+    live = _views(index_dir, backend, checkpoint, device, model_dir, reload_interval)
     searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads, reranker, batching)
     static = Path(str(resources.files("retrieval.serve") / "static"))
-    page = (static / "index.html").read_text()
 
     app = FastAPI(
         title="retrieval search",
@@ -122,7 +111,33 @@ def create_app(
     app.state.searcher = searcher
     app.mount("/static", StaticFiles(directory=static), name="static")
     _add_error_handlers(app)
+    _add_lookup_routes(app, live, searcher, (static / "index.html").read_text())
+    _add_search_route(app, live, searcher, limits)
+    return app
 
+
+def _views(
+    index_dir: str | Path | None,
+    backend: str | None,
+    checkpoint: str | Path | None,
+    device: str,
+    model_dir: str | Path | None,
+    reload_interval: float,
+) -> Views[IndexView]:
+    """What the service searches: the index directory (followed as it changes) or a database collection."""
+    if reload_interval < 0:
+        raise UserError(f"reload interval must be >= 0 seconds, got {reload_interval}")
+    if backend is not None and index_dir is None:
+        return database_views(backend, checkpoint, device, model_dir)
+    if index_dir is not None and backend is None:
+        return LiveIndex(
+            index_dir, lambda path, previous: load_view(path, previous, checkpoint, device, model_dir), reload_interval
+        )
+    raise UserError("serve either an index directory or a database backend URI, not both or neither")
+
+
+def _add_lookup_routes(app: FastAPI, live: Views[IndexView], searcher: Searcher, page: str) -> None:
+    """The search page, `/healthz`, `/info`, `/items/{id}` and `/thumb/{id}` (GET and HEAD)."""
     get = _get_and_head(app)
 
     @get("/", response_class=HTMLResponse, include_in_schema=False)
@@ -147,26 +162,15 @@ def create_app(
         content, media_type = await run_in_threadpool(searcher.thumb, item_id)
         return Response(content, media_type=media_type, headers={"Cache-Control": "public, max-age=3600"})
 
-    def search_json(body: bytes, started: float) -> Response:
-        payload = read_json(body)  # up to the body limit: off the event loop, as is all of this
-        where = parse_filter_field(payload.filter)
-        minimum = _min_score(payload.min_score, live.current())
-        if payload.id is None:
-            query: dict[str, Any] = {"type": "vector"}
-            results = searcher.by_vector(payload.vector, payload.k, where)
-        else:
-            query = {"type": "id", "id": payload.id}
-            results = searcher.by_id(payload.id, payload.k, where)
-        return _answer(started, query, payload.k, minimum, results)
 
-    def search_image(data: bytes, k: int, raw_filter: Any, min_score: Any, started: float) -> Response:
-        where = parse_filter_field(raw_filter)
-        minimum = _min_score(min_score, live.current())
-        return _answer(started, {"type": "image"}, k, minimum, searcher.by_image(data, k, where))
+def _add_search_route(app: FastAPI, live: Views[IndexView], searcher: Searcher, limits: ServeLimits) -> None:
+    """`POST /search`: an uploaded image (multipart) or a JSON vector or id.
 
-    # One worker-thread hop a request (parse, search, answer): each hop hands the request between the
-    # event loop and a thread, which costs more than a small index's search (docs/benchmarks.md,
-    # "Search service").
+    One worker-thread hop a request (parse, search, answer): each hop hands the request between the
+    event loop and a thread, which costs more than a small index's search (docs/benchmarks.md,
+    "Search service").
+    """
+
     @app.post("/search", response_model=None)
     async def search(request: Request) -> Response:
         started = time.perf_counter()
@@ -174,14 +178,35 @@ def create_app(
         content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
         if content_type == "multipart/form-data":
             data, k, raw_filter, min_score = await read_upload(request, body)
-            return await run_in_threadpool(search_image, data, k, raw_filter, min_score, started)
+            return await run_in_threadpool(_search_image, live, searcher, data, k, raw_filter, min_score, started)
         if content_type == "application/json":
-            return await run_in_threadpool(search_json, body, started)
+            return await run_in_threadpool(_search_json, live, searcher, body, started)
         raise RequestError(
             415, 'send multipart/form-data with an \'image\' file, or JSON {"vector": [...]} or {"id": N}'
         )
 
-    return app
+
+def _search_json(live: Views[IndexView], searcher: Searcher, body: bytes, started: float) -> Response:
+    """A JSON search (a vector, or an id for "more like this"), parsed off the event loop up to the body limit."""
+    payload = read_json(body)
+    where = parse_filter_field(payload.filter)
+    minimum = _min_score(payload.min_score, live.current())
+    if payload.id is None:
+        query: dict[str, Any] = {"type": "vector"}
+        results = searcher.by_vector(payload.vector, payload.k, where)
+    else:
+        query = {"type": "id", "id": payload.id}
+        results = searcher.by_id(payload.id, payload.k, where)
+    return _answer(started, query, payload.k, minimum, results)
+
+
+def _search_image(
+    live: Views[IndexView], searcher: Searcher, data: bytes, k: int, raw_filter: Any, min_score: Any, started: float
+) -> Response:
+    """An image search: the upload's embedding against the index."""
+    where = parse_filter_field(raw_filter)
+    minimum = _min_score(min_score, live.current())
+    return _answer(started, {"type": "image"}, k, minimum, searcher.by_image(data, k, where))
 
 
 def _answer(

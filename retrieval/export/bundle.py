@@ -10,15 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from retrieval.errors import UserError
+from retrieval.export.manifest import ExportManifest
 from retrieval.export.preprocess import Preprocess
 from retrieval.runtime.files import file_sha256
 
-__all__ = ["EXPORT_FORMAT", "MANIFEST_FILE", "MODEL_FILE", "PREPROCESS_FILE", "ExportFiles", "read_export"]
+__all__ = ["MANIFEST_FILE", "MODEL_FILE", "PREPROCESS_FILE", "ExportFiles", "read_export"]
 
-EXPORT_FORMAT = 1  # version of the export directory layout and manifest
 MODEL_FILE = "model.onnx"
 PREPROCESS_FILE = "preprocess.json"
 MANIFEST_FILE = "manifest.json"
@@ -29,7 +28,7 @@ class ExportFiles:
     """A checked export directory."""
 
     directory: Path  # absolute
-    manifest: dict[str, Any]  # manifest.json
+    manifest: ExportManifest  # manifest.json
     preprocess: Preprocess  # preprocess.json
     model_sha256: str  # of model.onnx: the model's identity in index manifests
 
@@ -43,8 +42,9 @@ def read_export(directory: str | Path) -> ExportFiles:
     """Read an export directory and check its files against its manifest.
 
     Raises:
-        UserError: the directory, a file or a manifest field is missing, the format is newer than
-            this version reads, or a file's sha256 is not the one the manifest records.
+        UserError: the directory, a file or a manifest field is missing, a field has the wrong type,
+            the format is not the one this version reads, or a file's sha256 is not the one the
+            manifest records.
     """
     directory = Path(directory).resolve()
     manifest_path = directory / MANIFEST_FILE
@@ -52,23 +52,17 @@ def read_export(directory: str | Path) -> ExportFiles:
         what = "has no " + MANIFEST_FILE if directory.is_dir() else "does not exist"
         raise UserError(f"{directory} {what}; pass a directory written by `retrieval export` with --model DIR")
     try:
-        manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
+        data = json.loads(manifest_path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise UserError(f"cannot read {manifest_path} ({exc.__class__.__name__}); export the model again") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != EXPORT_FORMAT:
-        found = manifest.get("format") if isinstance(manifest, dict) else None
-        raise UserError(
-            f"{manifest_path} has format {found!r}, this version reads {EXPORT_FORMAT}; "
-            "export the model again with this version of retrieval"
-        )
-    recorded = manifest.get("files") or {}
+    manifest = ExportManifest.read(data, manifest_path)
     hashes = {}
     for name in (MODEL_FILE, PREPROCESS_FILE):
         path = directory / name
         if not path.is_file():
             raise UserError(f"{path} is missing; export the model again")
         hashes[name] = file_sha256(path)
-        if hashes[name] != recorded.get(name):
+        if hashes[name] != manifest.files.get(name):
             raise UserError(
                 f"{path} is not the file {MANIFEST_FILE} records (sha256 {hashes[name][:12]}...); the export was "
                 "interrupted or changed: export the model again"

@@ -73,14 +73,15 @@ class OnnxEncoder:
         info = {
             "model_dir": str(files.directory),
             "onnx_sha256": files.model_sha256,
-            "source_checkpoint_sha256": manifest.get("source_checkpoint_sha256"),
-            "model_config": manifest.get("model_config"),
-            "embedding_dim": manifest.get("embedding_dim"),
+            "source_checkpoint_sha256": manifest.source_checkpoint_sha256,
+            "model_config": manifest.model_settings,
+            "embedding_dim": manifest.embedding_dim,
             "image_size": files.preprocess.image_size,
             "transform": files.preprocess.to_dict(),
         }
         encoder = cls(files.model_path, files.preprocess, info, device, threads)
-        encoder.match_threshold = manifest.get("match_threshold")
+        threshold = manifest.match_threshold
+        encoder.match_threshold = None if threshold is None else threshold.model_dump()
         return encoder
 
     @property

@@ -41,7 +41,8 @@ from torch import nn
 from retrieval import __version__
 from retrieval.checkpoint import Checkpoint
 from retrieval.errors import UserError
-from retrieval.export.bundle import EXPORT_FORMAT, MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
+from retrieval.export.bundle import MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
+from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import QuantizeRequest, quantize_int8
@@ -116,9 +117,9 @@ def _manifest(
     parity: dict[str, Any],
     staged: Path,
 ) -> dict[str, Any]:
-    """manifest.json of the export whose model.onnx and preprocess.json are in `staged`."""
+    """manifest.json of the export whose model.onnx and preprocess.json are in `staged` (as `read_export` checks it)."""
     config = encoder.model_config
-    return {
+    manifest = {
         "format": EXPORT_FORMAT,
         "kind": "onnx",
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -140,6 +141,7 @@ def _manifest(
         },
         "files": {name: file_sha256(staged / name) for name in (MODEL_FILE, PREPROCESS_FILE)},
     }
+    return ExportManifest.model_validate(manifest).record()
 
 
 def _publish(staged: Path, out: Path, manifest: dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -108,6 +109,32 @@ def test_a_changed_or_incomplete_export_is_refused(exported, tmp_path):
         read_export(broken)
     with pytest.raises(UserError, match="does not exist"):
         read_export(tmp_path / "nowhere")
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"embedding_dim": "128"}, "manifest.json.embedding_dim must be int, got '128'"),
+        ({"match_threshold": {"fmr": 0.001}}, "manifest.json.match_threshold"),
+        ({"source_checkpoint_sha256": None}, "manifest.json.source_checkpoint_sha256 must be"),
+        ({"format": 2}, "has format 2, this version reads 1"),
+    ],
+)
+def test_a_hand_edited_manifest_is_refused_naming_the_field(exported, tmp_path, edit, message):
+    """Files that match their sha256 but a manifest field of the wrong type: one line naming the field."""
+    edited = tmp_path / "edited"
+    shutil.copytree(exported, edited)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    (edited / "manifest.json").write_text(json.dumps({**manifest, **edit}))
+    with pytest.raises(UserError, match=re.escape(message)) as caught:
+        read_export(edited)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_export_manifest_reads_back_as_written(exported):
+    """The typed manifest keeps every key the export wrote, under its own name (`model_config`)."""
+    written = json.loads((exported / "manifest.json").read_text())
+    assert read_export(exported).manifest.record() == written
 
 
 class _CumulativeMax(nn.Module):

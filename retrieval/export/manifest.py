@@ -1,0 +1,74 @@
+"""`ExportManifest`: the typed fields of an export directory's `manifest.json`, checked when it is read.
+
+The manifest is what serving trusts about the model: its sha256 table, the checkpoint it came from,
+its embedding size and the stored match threshold. A hand edit that breaks a field (a string where
+the dimension belongs, a threshold without a score) is refused naming the field, rather than failing
+later inside onnxruntime or a search. Keys this version does not name are kept. Torch-free.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field
+
+from retrieval.errors import UserError
+from retrieval.index.manifest import MatchThreshold
+from retrieval.validation import Record, ValidationError, at_least, user_error
+
+__all__ = ["EXPORT_FORMAT", "ExportManifest"]
+
+EXPORT_FORMAT = 1  # version of the export directory layout and manifest
+
+_Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class ExportManifest(Record):
+    """What `retrieval export` records about the model it wrote (`manifest.json`); JSON types, read strictly."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
+
+    format: int
+    kind: str
+    created: str  # ISO 8601
+    source_checkpoint: str
+    source_checkpoint_sha256: _Sha256
+    backbone: str
+    embedding_dim: Annotated[int, at_least(1)]
+    flip_average: bool
+    model_settings: dict[str, Any] = Field(
+        validation_alias="model_config", serialization_alias="model_config"
+    )  # the checkpoint's `ModelConfig`, as dicts
+    opset: int
+    input: dict[str, Any]
+    output: dict[str, Any]
+    parity: dict[str, Any]  # of the float model against PyTorch
+    match_threshold: MatchThreshold | None  # `evaluate --save-threshold`'s, carried to indexes built from it
+    versions: dict[str, str]
+    files: dict[str, _Sha256]  # sha256 of model.onnx and preprocess.json
+    quantization: dict[str, Any] | None = None  # an int8 model's calibration and quality drop
+
+    @classmethod
+    def read(cls, manifest: Any, path: Path) -> ExportManifest:
+        """The typed manifest read from `path`; its format is checked first, so an older layout says so.
+
+        Raises:
+            UserError: the format is not the one this version reads, or a field is missing or has the
+                wrong type, naming it.
+        """
+        found = manifest.get("format") if isinstance(manifest, Mapping) else None
+        if found != EXPORT_FORMAT:
+            raise UserError(
+                f"{path} has format {found!r}, this version reads {EXPORT_FORMAT}; "
+                "export the model again with this version of retrieval"
+            )
+        try:
+            return cls.model_validate(dict(manifest))
+        except ValidationError as exc:
+            raise user_error(cls, exc, str(path), "the manifest is damaged: export the model again") from None
+
+    def record(self) -> dict[str, Any]:
+        """JSON-ready, with the manifest's own keys."""
+        return self.model_dump(by_alias=True, exclude_unset=True)

@@ -81,11 +81,11 @@ def built_from_embeddings(
     work = working_directory(args.out)
     try:
         options = IndexBuildOptions(
-            kind=args.type if trained is None else trained.manifest["kind"],
+            kind=args.type if trained is None else trained.manifest.kind,
             max_memory=args.max_memory or None,
             target_recall=target_recall if trained is None else None,  # a shard is measured once merged
             default_target_recall=default_target_recall if trained is None else None,
-            nlist=None if trained is None else trained.manifest["parameters"]["nlist"],
+            nlist=None if trained is None else trained.manifest.parameters.nlist,
             model_info=model,
             sources=files.sources(),
             on_disk=work if args.on_disk else None,

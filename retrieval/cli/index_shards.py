@@ -90,7 +90,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     files = open_embedding_files(args.embeddings)
     trained = train_index(files, args.out, nlist=args.nlist)
-    print(f"trained: {args.out} ({trained.manifest['factory']}, on {trained.manifest['trained_on']['rows']:,} rows)")
+    print(f"trained: {args.out} ({trained.manifest.factory}, on {trained.manifest.trained_on.rows:,} rows)")
     print(f"sha256: {trained.sha256}")
     return 0
 
@@ -140,11 +140,11 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
             raise UserError("--shard K/M needs --trained TRAINED (index train), so that every shard has one quantizer")
         return ShardInputs(files, 0, None, None)
     trained = read_trained(args.trained)
-    if args.type not in ("auto", trained.manifest["kind"]):
-        raise UserError(f"{args.trained} is a trained {trained.manifest['kind']} index; drop --type {args.type}")
-    if trained.manifest["dimension"] != files.dim:
+    if args.type not in ("auto", trained.manifest.kind):
+        raise UserError(f"{args.trained} is a trained {trained.manifest.kind} index; drop --type {args.type}")
+    if trained.manifest.dimension != files.dim:
         raise UserError(
-            f"{args.trained} was trained on {trained.manifest['dimension']}-d vectors, the embeddings are {files.dim}-d"
+            f"{args.trained} was trained on {trained.manifest.dimension}-d vectors, the embeddings are {files.dim}-d"
         )
     number, count = shard or (0, 1)
     record = {"number": number, "count": count, "inputs": files.identity()}

@@ -25,18 +25,19 @@ import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import faiss
 import numpy as np
 import pyarrow as pa
+from pydantic import ConfigDict, Field
 
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles
-from retrieval.index.manifest import IndexManifest
+from retrieval.index.manifest import FileEntry, IndexManifest
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
 from retrieval.index.search_index import SearchIndex
@@ -51,6 +52,7 @@ from retrieval.index.storage import (
 )
 from retrieval.index.streaming import UnitChunks, gather_rows
 from retrieval.runtime.files import file_sha256
+from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_shards", "read_trained", "train_index"]
 
@@ -58,17 +60,53 @@ TRAINED_FORMAT = "retrieval-trained-index"
 _CHUNK_ROWS = 65536
 
 
+class TrainedSample(Record):
+    """The rows the lists were trained on: how many, out of how many, from which inputs."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    rows: Annotated[int, at_least(1)]
+    of: Annotated[int, at_least(1)]
+    sources: list[dict[str, Any]]
+
+
+class TrainedParameters(Record):
+    """The IVF settings the index was trained with."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    nlist: Annotated[int, at_least(1)]
+
+
+class TrainedManifest(Record):
+    """The manifest of a trained, empty index (`retrieval index train`); JSON types, read strictly."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    format: str  # TRAINED_FORMAT
+    version: int
+    toolkit_version: str
+    faiss_version: str
+    created: str  # ISO 8601
+    kind: Literal["ivf"]
+    factory: str
+    parameters: TrainedParameters
+    dimension: Annotated[int, at_least(1)]
+    trained_on: TrainedSample
+    files: dict[str, FileEntry] = Field(default_factory=dict)
+
+
 @dataclass(frozen=True)
 class TrainedIndex:
-    """A trained, empty IVF index and what its manifest records (`factory`, `dimension`, `nlist`, `sha256`)."""
+    """A trained, empty IVF index and its manifest (`factory`, `dimension`, `parameters.nlist`, `sha256`)."""
 
     index: faiss.Index
-    manifest: dict[str, Any]
+    manifest: TrainedManifest
 
     @property
     def sha256(self) -> str:
         """The sha256 of its `index.faiss`: what shards record and `merge_shards` compares."""
-        return str(self.manifest["files"][INDEX_FILE]["sha256"])
+        return self.manifest.files[INDEX_FILE].sha256
 
 
 def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, progress: bool = True) -> TrainedIndex:
@@ -102,23 +140,28 @@ def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, prog
         "trained_on": {"rows": len(wanted), "of": files.rows, "sources": files.sources()},
     }
     written = write_index_directory(out, {INDEX_FILE: lambda path: faiss.write_index(index, str(path))}, manifest)
-    return TrainedIndex(index, written)
+    return TrainedIndex(index, TrainedManifest.model_validate(written))
 
 
 def read_trained(directory: Path) -> TrainedIndex:
     """The trained index `train_index` wrote at `directory`, its file checked against the manifest's sha256.
 
     Raises:
-        UserError: not a trained index directory, or its index file was changed.
+        UserError: not a trained index directory, a manifest field of the wrong type (naming it), or its
+            index file was changed.
     """
     path = directory / MANIFEST_FILE
     try:
-        manifest = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{directory} is not a trained index ({exc}); make one with `retrieval index train`") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != TRAINED_FORMAT:
+    if not isinstance(data, dict) or data.get("format") != TRAINED_FORMAT:
         raise UserError(f"{directory} is not a trained index; make one with `retrieval index train`")
-    expected = manifest.get("files", {}).get(INDEX_FILE, {}).get("sha256")
+    try:
+        manifest = TrainedManifest.model_validate(data)
+    except ValidationError as exc:
+        raise user_error(TrainedManifest, exc, str(path), "the manifest is damaged: run `index train` again") from None
+    expected = manifest.files[INDEX_FILE].sha256 if INDEX_FILE in manifest.files else None
     if not (directory / INDEX_FILE).is_file() or file_sha256(directory / INDEX_FILE) != expected:
         raise UserError(f"{directory / INDEX_FILE} is missing or does not match its manifest; copy TRAINED again")
     return TrainedIndex(faiss.read_index(str(directory / INDEX_FILE)), manifest)

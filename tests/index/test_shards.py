@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -172,6 +173,25 @@ def test_a_shard_needs_a_trained_index_and_embedding_files(split, tmp_path, caps
     assert main(["index", "build", "--images", str(tmp_path), *trained]) == 2
     assert "pass --embeddings PATH" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"dimension": "32"}, "manifest.json.dimension must be int, got '32'"),
+        ({"parameters": {"nlist": 0}}, "manifest.json.parameters"),
+        ({"kind": "hnsw"}, "manifest.json.kind must be one of ivf"),
+    ],
+)
+def test_a_hand_edited_trained_manifest_is_refused_naming_the_field(split, tmp_path, capsys, edit, message) -> None:
+    trained = tmp_path / "trained"
+    shutil.copytree(split["trained"], trained)
+    manifest = json.loads((trained / "manifest.json").read_text())
+    (trained / "manifest.json").write_text(json.dumps({**manifest, **edit}))
+    shard = ["--trained", str(trained), "--shard", "0/3", "--out", str(tmp_path / "shard")]
+    line = _one_line_error(capsys, ["index", "build", "--embeddings", str(split["root"] / "tail.npy"), *shard])
+    assert message in line
+    assert not (tmp_path / "shard").exists()
 
 
 def _one_line_error(capsys, args: list[str]) -> str:

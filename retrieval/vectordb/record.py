@@ -11,13 +11,13 @@ against it exactly as the FAISS index checks them) and whether the export finish
 from __future__ import annotations
 
 import base64
-import dataclasses
-from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import pyarrow as pa
+from pydantic import ConfigDict, Field
 
 from retrieval.errors import UserError
+from retrieval.validation import Record, ValidationError, accepts, user_error
 
 __all__ = ["METADATA_KEY", "RECORD_VERSION", "CollectionRecord"]
 
@@ -26,9 +26,13 @@ RECORD_VERSION = 1
 _PRIVATE_MANIFEST_KEYS = ("files", "removed_ids")  # file checksums of the index directory; tombstones can be long
 
 
-@dataclass(frozen=True)
-class CollectionRecord:
-    """The exported index's identity and the export's state.
+def _has_dimension(manifest: dict[str, Any]) -> bool:
+    dimension = manifest.get("dimension")
+    return isinstance(dimension, int) and not isinstance(dimension, bool) and dimension >= 1
+
+
+class CollectionRecord(Record):
+    """The exported index's identity and the export's state; JSON types, read strictly.
 
     Attributes:
         manifest: the index manifest without its file list and removed ids.
@@ -38,9 +42,11 @@ class CollectionRecord:
         version: the record's format version.
     """
 
-    manifest: dict[str, Any]
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    manifest: Annotated[dict[str, Any], accepts(_has_dimension, "an index manifest with a positive integer dimension")]
     index_version: str
-    schema: str
+    schema_ipc: str = Field(validation_alias="schema", serialization_alias="schema")
     complete: bool
     version: int = RECORD_VERSION
 
@@ -49,7 +55,9 @@ class CollectionRecord:
         """The record of an export of the index with this manifest and metadata schema, not yet complete."""
         shown = {key: value for key, value in manifest.items() if key not in _PRIVATE_MANIFEST_KEYS}
         encoded = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-        return cls(shown, index_version, encoded, complete=False)
+        return cls.model_validate(
+            {"manifest": shown, "index_version": index_version, "schema": encoded, "complete": False}
+        )
 
     @classmethod
     def from_metadata(cls, metadata: dict[str, Any] | None) -> CollectionRecord | None:
@@ -68,22 +76,24 @@ class CollectionRecord:
                 f"the collection was exported by a newer retrieval (record version {stored['version']}); upgrade"
             )
         try:
-            return cls(**stored)
-        except TypeError as exc:
-            raise UserError(f"the collection's {METADATA_KEY!r} metadata is damaged ({exc}); export again") from exc
+            return cls.model_validate(stored)
+        except ValidationError as exc:
+            raise user_error(
+                cls, exc, f"the collection's {METADATA_KEY!r} metadata", "export the index again"
+            ) from None
 
     def to_metadata(self) -> dict[str, Any]:
         """The collection metadata holding this record."""
-        return {METADATA_KEY: dataclasses.asdict(self)}
+        return {METADATA_KEY: self.model_dump(by_alias=True)}
 
     def finished(self) -> CollectionRecord:
         """This record with the export marked complete."""
-        return dataclasses.replace(self, complete=True)
+        return self.model_copy(update={"complete": True})
 
     @property
     def dimension(self) -> int:
         """Dimension D of the exported vectors."""
-        return int(self.manifest["dimension"])
+        return int(self.manifest["dimension"])  # checked on reading
 
     @property
     def model(self) -> dict[str, Any]:
@@ -101,4 +111,4 @@ class CollectionRecord:
 
     def metadata_schema(self) -> pa.Schema:
         """The exported metadata's Arrow schema (the `id` column included)."""
-        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema)))
+        return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema_ipc)))

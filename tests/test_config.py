@@ -136,7 +136,7 @@ def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
         "gamma": 16.0,
         "detach_scale": True,
         "difficulty": "norm",
-        "margin": 0.0,
+        "margin": 0.35,
         "gate": None,
         "tau": 1.0,
         "gate_warmup_epochs": 5,

@@ -52,7 +52,9 @@ def test_weighted_loss_equals_naive_weighted_cross_entropy(name: str, mode: str)
     weighted = loss(embeddings, labels)
     # Reference: the same logits through a per-sample loop, each CE times its class's weight, over B.
     scale = loss.last_stats["scale"].double()
-    logits = scale[:, None] * cosine_to_proxies(embeddings, loss.proxies).double()
+    cosine = cosine_to_proxies(embeddings, loss.proxies).double()
+    margin = 0.35 if name == "anchor" else 0.0  # the Anchor Loss's default target margin
+    logits = scale[:, None] * (cosine - margin * F.one_hot(labels, 4).double())
     weights = class_weights(COUNTS, mode, 0.99).double()
     terms = [weights[y] * F.cross_entropy(logits[i : i + 1], labels[i : i + 1]) for i, y in enumerate(labels.tolist())]
     expected = torch.stack(terms).sum() / len(labels)

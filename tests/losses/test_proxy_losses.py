@@ -88,13 +88,14 @@ def test_semantic_difficulty_masks_target_and_clips_negatives():
 
 def test_anchor_with_unit_difficulty_equals_proxy_nca():
     # Orthonormal proxies, and embeddings positive only along their own class axis: every
-    # non-target cosine is <= 0, so every c_i = 1 and Anchor Loss must equal Proxy-NCA(scale=gamma).
+    # non-target cosine is <= 0, so every c_i = 1 and the spec's Anchor Loss (no margin) must equal
+    # Proxy-NCA(scale=gamma).
     num_classes, gamma = 6, 16.0
     gen = torch.Generator().manual_seed(3)
     labels = torch.arange(num_classes).repeat(3)
     embeddings = -torch.rand(len(labels), num_classes, generator=gen)
     embeddings[torch.arange(len(labels)), labels] = torch.rand(len(labels), generator=gen) + 0.1
-    anchor = AnchorLoss(num_classes, num_classes, gamma=gamma)
+    anchor = AnchorLoss(num_classes, num_classes, gamma=gamma, margin=0.0)
     nca = ProxyNCALoss(num_classes, num_classes, scale=gamma)
     with torch.no_grad():
         anchor.proxies.copy_(torch.eye(num_classes))
@@ -110,15 +111,18 @@ def test_anchor_with_unit_difficulty_equals_proxy_nca():
     torch.testing.assert_close(anchor.proxies.grad, nca.proxies.grad)
 
 
-def test_anchor_loss_matches_naive_formula():
+@pytest.mark.parametrize("margin", [0.35, 0.0])  # the default form, and the spec's
+def test_anchor_loss_matches_naive_formula(margin):
     embeddings, labels = _batch(32, 12, 9, seed=5)
-    loss_fn = AnchorLoss(9, 12, gamma=16.0)
+    loss_fn = AnchorLoss(9, 12, gamma=16.0) if margin == 0.35 else AnchorLoss(9, 12, gamma=16.0, margin=margin)
     loss = loss_fn(embeddings, labels)
     cosine = F.normalize(embeddings.double(), dim=1) @ F.normalize(loss_fn.proxies.detach().double(), dim=1).T
-    difficulty = _naive_difficulty(cosine, labels)
+    difficulty = _naive_difficulty(cosine, labels)  # from the cosines before the margin
     total = 0.0
     for i in range(len(labels)):
-        logits = 16.0 * difficulty[i] * cosine[i]
+        target = torch.zeros(9, dtype=torch.float64)
+        target[labels[i]] = margin
+        logits = 16.0 * difficulty[i] * (cosine[i] - target)
         total += float(torch.logsumexp(logits, 0) - logits[labels[i]])
     assert loss.item() == pytest.approx(total / len(labels), rel=1e-5)
     torch.testing.assert_close(loss_fn.last_stats["scale"].double(), 16.0 * difficulty, rtol=1e-5, atol=1e-5)
@@ -173,7 +177,8 @@ def test_detach_scale_stops_the_gradient_through_the_scale():
     cosine = cosine_to_proxies(emb, detached.proxies)
     with torch.no_grad():
         scale = 16.0 * semantic_difficulty(cosine, labels)
-    F.cross_entropy(scale[:, None] * cosine, labels).backward()
+    target_margin = 0.35 * F.one_hot(labels, 5)  # the default margin, on the target cosine only
+    F.cross_entropy(scale[:, None] * (cosine - target_margin), labels).backward()
 
     torch.testing.assert_close(grad_of(detached), emb.grad)
     assert not torch.allclose(grad_of(attached), emb.grad, atol=1e-6)

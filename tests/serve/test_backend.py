@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 
 import httpx
 import numpy as np
@@ -86,7 +85,7 @@ def test_a_partly_exported_collection_or_another_checkpoint_is_refused(gallery, 
     with QdrantStore.open(parse_database_uri(uri)) as store:
         record = store.record()
         assert record is not None
-        store.write_record(dataclasses.replace(record, complete=False))
+        store.write_record(record.model_copy(update={"complete": False}))
     with pytest.raises(UserError, match="only partly exported; run `retrieval index export` again"):
         create_app(None, backend=uri, device="cpu")
     with pytest.raises(UserError, match="either an index directory or a database backend"):

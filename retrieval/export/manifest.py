@@ -15,14 +15,12 @@ from typing import Annotated, Any
 from pydantic import ConfigDict, Field
 
 from retrieval.errors import UserError
-from retrieval.index.manifest import MatchThreshold
+from retrieval.index.manifest import MatchThreshold, Sha256
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = ["EXPORT_FORMAT", "ExportManifest"]
 
 EXPORT_FORMAT = 1  # version of the export directory layout and manifest
-
-_Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
 
 
 class ExportManifest(Record):
@@ -34,7 +32,7 @@ class ExportManifest(Record):
     kind: str
     created: str  # ISO 8601
     source_checkpoint: str
-    source_checkpoint_sha256: _Sha256
+    source_checkpoint_sha256: Sha256
     backbone: str
     embedding_dim: Annotated[int, at_least(1)]
     flip_average: bool
@@ -47,7 +45,7 @@ class ExportManifest(Record):
     parity: dict[str, Any]  # of the float model against PyTorch
     match_threshold: MatchThreshold | None  # `evaluate --save-threshold`'s, carried to indexes built from it
     versions: dict[str, str]
-    files: dict[str, _Sha256]  # sha256 of model.onnx and preprocess.json
+    files: dict[str, Sha256]  # sha256 of model.onnx and preprocess.json
     quantization: dict[str, Any] | None = None  # an int8 model's calibration and quality drop
 
     @classmethod

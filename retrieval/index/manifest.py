@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from retrieval.errors import UserError
 
-__all__ = ["FileEntry", "IndexManifest", "MatchThreshold"]
+__all__ = ["FileEntry", "IndexManifest", "MatchThreshold", "Sha256"]
 
 _Count = Annotated[int, Field(ge=0)]
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a file digest as the manifests record it
 
 
 class FileEntry(BaseModel):
@@ -28,7 +29,7 @@ class FileEntry(BaseModel):
     model_config = ConfigDict(strict=True, extra="allow")
 
     size: _Count
-    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+    sha256: Sha256
 
 
 class MatchThreshold(BaseModel):

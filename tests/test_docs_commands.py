@@ -36,7 +36,7 @@ from tests.data.official_layouts import write_cars, write_cub, write_inshop, wri
 from tests.tools.tool_modules import load_tool
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
 
 # Appended to a command that trains: a tiny from-scratch run instead of an ImageNet ResNet-50 for hours.
@@ -116,7 +116,7 @@ COMMANDS: dict[str, Run | Skip] = {
         r"(?m)^vectors: 45 of 45 images$", fresh=("runs/shop/index-onnx",)
     ),
     # CONTRIBUTING.md holds only the set-up and check commands.
-    # docs/benchmarks.md
+    # docs/benchmarks.md and docs/experiments/glyphs.md
     (
         "python tools/make_glyph_dataset.py --out glyphs64 --size 64 --train-classes 284 --val-classes 80"
         ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'
@@ -241,9 +241,9 @@ COMMANDS: dict[str, Run | Skip] = {
         " --to qdrant://db.internal:6333/shop [--batch-size 256] [--recreate]"
     ): Skip(_REMOTE_QDRANT),
     "retrieval serve --backend qdrant://db.internal:6333/shop [--checkpoint CKPT]": Skip(_REMOTE_QDRANT),
-    # docs/sweep_anchor_gamma_glyphs.md
+    # docs/experiments/sweep_anchor_gamma_glyphs.md
     (
-        "retrieval sweep --config configs/csv_glyph.yaml --set data.path=/work/devdata/glyphs32/dataset.csv"
+        "retrieval sweep --config configs/csv_glyph.yaml --set data.path=glyphs32/dataset.csv"
         " --set data.image_size=32 --set train.epochs=8 --set train.threads=1 --set data.num_workers=1"
         " --set train.device=cpu --set train.select_on=map@r --grid loss.gamma=4,8,16,32 --seeds 0,1,2"
         " --output-dir runs/glyph-gamma"
@@ -262,7 +262,7 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval compare runs/glyph-gamma/<cell A>/seed-0 runs/glyph-gamma/<cell B>/seed-0": Run(
         r"(?m)^A - B, paired on the same 45 queries", {"<cell A>": "a", "<cell B>": "b"}
     ),
-    # docs/benchmarks.md, unseen colour emoji: the baselines run on the shop CSV's colour images.
+    # docs/experiments/emoji.md: the baselines run on the shop CSV's colour images.
     "python tools/make_emoji_dataset.py --out emoji64": Skip(_EMOJI),
     (
         "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji_e12 --config configs/csv_artwork.yaml"

@@ -1,4 +1,4 @@
-"""Every relative link in README.md, CONTRIBUTING.md and docs/ points at a file that exists, and its `#anchor` at a heading there.
+"""Every relative link in README.md, CONTRIBUTING.md and docs/ names a file that exists, and its `#anchor` a heading.
 
 Pages move (docs/benchmarks.md keeps results, docs/experiments/ the record behind them); a link that
 silently lands on the top of the wrong page, or nowhere, is what this catches. Anchors are GitHub's:
@@ -13,7 +13,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md")), *sorted((ROOT / "configs").rglob("*.md"))]
+PAGES = [
+    ROOT / "README.md",
+    ROOT / "CONTRIBUTING.md",
+    *sorted((ROOT / "docs").rglob("*.md")),
+    *sorted((ROOT / "configs").rglob("*.md")),
+]
 _LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 _FENCE = re.compile(r"^```.*?^```", re.MULTILINE | re.DOTALL)
 

@@ -26,8 +26,9 @@ from retrieval.config import DataConfig, TrainConfig
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.losses import build_loss
 from retrieval.train.builders import assemble_training
+from retrieval.train.result import RunResult
 from retrieval.train.settings import TrainSettings
-from retrieval.train.trainer import Trainer, TrainResult
+from retrieval.train.trainer import Trainer
 
 EMBEDDING_DIM = 32
 
@@ -61,7 +62,7 @@ def digits_data() -> RetrievalData:
     return RetrievalData(train=train_set, train_labels=labels[train], num_classes=10, test=test)
 
 
-def train(epochs: int, out: Path) -> TrainResult:
+def train(epochs: int, out: Path) -> RunResult:
     """Train the CNN for `epochs` and return the test metrics of the last epoch (no validation split)."""
     torch.manual_seed(0)
     model, data = SmallCNN(), digits_data()

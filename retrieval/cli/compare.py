@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> int:
         verdict = "A better" if low > 0 else "B better" if high < 0 else "no difference shown (the CI contains 0)"
         print(f"  {name}: {estimate:+.4f} [{low:+.4f}, {high:+.4f}]  {verdict}")
     if args.json:
-        payload = {**summaries, "difference": {key: list(value) for key, value in differences.items()}}
+        payload = {key: summary.as_dict() for key, summary in summaries.items()}
+        payload["difference"] = {key: list(value) for key, value in differences.items()}
         write_text(args.json, json.dumps(payload, indent=2) + "\n")
     return 0

@@ -150,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
     if args.per_query:
         save_query_values(args.per_query, values)
     notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
-    extras: dict[str, Any] = {"uncertainty": uncertainty}
+    extras: dict[str, Any] = {"uncertainty": uncertainty.as_dict()}
     if rerank is not None:
         notes.append(rerank.line())
         extras["rerank"] = rerank.record()

@@ -19,7 +19,7 @@ from retrieval.errors import UserError
 if TYPE_CHECKING:
     from retrieval.config import Config, TrainConfig
     from retrieval.runtime.distributed import DistributedContext
-    from retrieval.train.trainer import TrainResult
+    from retrieval.train.result import RunResult
 
 __all__ = ["add_parser", "run"]
 
@@ -119,7 +119,7 @@ def _resume(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_result(config: Config, run_dir: Path, result: TrainResult, context: DistributedContext) -> None:
+def _print_result(config: Config, run_dir: Path, result: RunResult, context: DistributedContext) -> None:
     """The closing lines, printed once (by rank 0 under torchrun)."""
     from retrieval.evaluate.evaluator import format_metrics
     from retrieval.evaluate.uncertainty import format_uncertainty
@@ -128,11 +128,12 @@ def _print_result(config: Config, run_dir: Path, result: TrainResult, context: D
         return
     print(f"run directory: {run_dir}  (checkpoints/best.pt is the result)")
     print(result.describe(config.train.select_on))
-    print(format_uncertainty(result.uncertainty, result.label))
+    if result.uncertainty is not None:
+        print(format_uncertainty(result.uncertainty, result.label))
     print(format_metrics(result.test, result.label))
 
 
-def _seed_summary(seeds: list[int], results: list[TrainResult]) -> str:
+def _seed_summary(seeds: list[int], results: list[RunResult]) -> str:
     """Mean ± sample standard deviation over seeds of each closing metric."""
     from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
 from retrieval.errors import UserError
 from retrieval.metrics.bootstrap import LEVEL, NUM_RESAMPLES, Interval, bootstrap_interval, paired_difference
@@ -22,6 +23,7 @@ __all__ = [
     "INTERVAL_METRICS",
     "PER_QUERY_FILE",
     "QueryValues",
+    "Uncertainty",
     "compare_runs",
     "format_uncertainty",
     "load_query_values",
@@ -63,33 +65,51 @@ class QueryValues:
         return len(np.unique(self.labels))
 
 
-def uncertainty_summary(values: QueryValues, seed: int = 0) -> dict[str, Any]:
-    """Recall@1 and MAP@R with 95% class-bootstrap intervals, as JSON-ready data for `result.json`.
+class Uncertainty(BaseModel):
+    """Recall@1 and MAP@R with their class-bootstrap intervals: the record `result.json` and `--json` files hold.
 
-    Returns:
-        `{"level": 0.95, "resamples": 1000, "classes": C, "seed": seed, "recall@1": [estimate, low, high],
-        "map@r": [estimate, low, high]}`.
+    The metric fields are spelled in the files as everywhere else (`recall@1`, `map@r`), each an
+    `[estimate, low, high]` triple.
     """
-    summary: dict[str, Any] = {"level": LEVEL, "resamples": NUM_RESAMPLES, "classes": values.num_classes, "seed": seed}
-    for key in INTERVAL_METRICS:
-        summary[key] = list(bootstrap_interval(values.values[key], values.labels, seed=seed))
-    return summary
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    level: float  # the interval's coverage, 0.95
+    resamples: int  # bootstrap resamples of the classes
+    classes: int  # query classes, the units resampled
+    seed: int  # the resamples' seed
+    recall_at_1: Interval = Field(alias="recall@1")
+    map_at_r: Interval = Field(alias="map@r")
+
+    def interval(self, key: str) -> Interval:
+        """The interval of `key`, one of `INTERVAL_METRICS`."""
+        return self.recall_at_1 if key == "recall@1" else self.map_at_r
+
+    def as_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready data."""
+        return self.model_dump(mode="json", by_alias=True)
 
 
-def format_uncertainty(summary: dict[str, Any], label: str = "") -> str:
+def uncertainty_summary(values: QueryValues, seed: int = 0) -> Uncertainty:
+    """Recall@1 and MAP@R of `values` with 95% class-bootstrap intervals."""
+    intervals = {key: bootstrap_interval(values.values[key], values.labels, seed=seed) for key in INTERVAL_METRICS}
+    return Uncertainty.model_validate(
+        {"level": LEVEL, "resamples": NUM_RESAMPLES, "classes": values.num_classes, "seed": seed, **intervals}
+    )
+
+
+def format_uncertainty(summary: Uncertainty, label: str = "") -> str:
     """One line: `95% CI (class bootstrap, 1000 resamples of 150 classes): Recall@1 0.2000 [0.1700, 0.2300]  ...`.
 
     It never starts with `Recall@` or `MAP@R:`, so scripts that read the closing lines are not confused.
     """
     suffix = f"  ({label})" if label else ""
-    parts = "  ".join(f"{name} {Interval(*summary[key]).format()}" for key, name in INTERVAL_METRICS.items())
-    head = (
-        f"{summary['level']:.0%} CI (class bootstrap, {summary['resamples']} resamples of {summary['classes']} classes)"
-    )
+    parts = "  ".join(f"{name} {summary.interval(key).format()}" for key, name in INTERVAL_METRICS.items())
+    head = f"{summary.level:.0%} CI (class bootstrap, {summary.resamples} resamples of {summary.classes} classes)"
     return f"{head}: {parts}{suffix}"
 
 
-def record_uncertainty(run_dir: Path, scores: PerQuery) -> dict[str, Any]:
+def record_uncertainty(run_dir: Path, scores: PerQuery) -> Uncertainty:
     """Save a run's per-query values to `run_dir/per_query.npz` and return its `uncertainty_summary`."""
     values = QueryValues.from_scores(scores)
     save_query_values(Path(run_dir) / PER_QUERY_FILE, values)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,9 +24,10 @@ from matplotlib.figure import Figure
 from retrieval.evaluate.evaluator import format_mean_sd
 from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values
 from retrieval.metrics.bootstrap import Interval, bootstrap_interval
-from retrieval.report.plots import save_figure
+from retrieval.report.plots import read_records, save_figure
 from retrieval.runtime.files import write_text
 from retrieval.sweep.grid import Cell
+from retrieval.train.result import RunResult
 
 __all__ = ["CellSummary", "summarize", "write_reports"]
 
@@ -38,19 +38,19 @@ class CellSummary:
 
     values: tuple[tuple[str, str], ...]  # (key, value) of the varied parameters
     seeds: list[int]  # finished seeds
-    results: list[dict[str, Any]]  # each seed's result.json
+    results: list[RunResult]  # each seed's result.json
     epochs: list[int]  # epochs each seed trained
     seconds: list[float]  # training + validation seconds of each seed (metrics.jsonl, summed)
     intervals: dict[str, Interval]  # seed-averaged per-query score with its 95% class-bootstrap CI
 
     def test(self, key: str) -> list[float]:
         """One test metric over the finished seeds."""
-        return [result["test"][key] for result in self.results]
+        return [result.test[key] for result in self.results]
 
     @property
     def validation(self) -> list[float]:
         """The selection metric's validation value of each seed (empty when nothing was selected)."""
-        return [r["selection_value"] for r in self.results if r.get("selection_value") is not None]
+        return [r.selection_value for r in self.results if r.selection_value is not None]
 
 
 def summarize(cells: Sequence[Cell]) -> list[CellSummary]:
@@ -63,8 +63,8 @@ def summarize(cells: Sequence[Cell]) -> list[CellSummary]:
         done = [cell for cell in members if cell.is_finished]
         if not done:
             continue
-        results = [json.loads((cell.directory / "result.json").read_text()) for cell in done]
-        records = [_records(cell.directory) for cell in done]
+        results = [RunResult.read(cell.directory) for cell in done]
+        records = [read_records(cell.directory) for cell in done]
         summaries.append(
             CellSummary(
                 values=values,
@@ -94,11 +94,6 @@ def write_reports(summaries: Sequence[CellSummary], output_dir: Path, select_on:
     write_text(paths[1], _markdown(summaries, select_on))
     _plot(summaries, paths[2])
     return paths
-
-
-def _records(directory: Path) -> list[dict[str, Any]]:
-    path = directory / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
 
 
 def _seed_averaged_intervals(directories: list[Path]) -> dict[str, Interval]:
@@ -140,7 +135,7 @@ def _csv(summaries: Sequence[CellSummary]) -> str:
             ]
         row += [
             f"{statistics.mean(s.validation):.6f}" if s.validation else "",
-            f"{statistics.mean(r['epoch'] for r in s.results):.2f}",
+            f"{statistics.mean(r.epoch for r in s.results):.2f}",
             max(s.epochs),
             f"{statistics.mean(s.seconds):.1f}",
         ]
@@ -174,7 +169,7 @@ def _markdown(summaries: Sequence[CellSummary], select_on: str) -> str:
             _interval_text(s, "recall@1"),
             format_mean_sd(s.test("map@r")),
             _interval_text(s, "map@r"),
-            " / ".join(str(r["epoch"]) for r in s.results),
+            " / ".join(str(r.epoch) for r in s.results),
             str(max(s.epochs)),
             f"{statistics.mean(s.seconds):.0f}",
         ]
@@ -192,8 +187,8 @@ def _markdown(summaries: Sequence[CellSummary], select_on: str) -> str:
     ]
     for s in summaries:
         for seed, result in zip(s.seeds, s.results, strict=True):
-            uncertainty = result.get("uncertainty") or {}
-            per_run = [Interval(*uncertainty[key]).format() if key in uncertainty else "-" for key in INTERVAL_METRICS]
+            uncertainty = result.uncertainty
+            per_run = [uncertainty.interval(key).format() if uncertainty else "-" for key in INTERVAL_METRICS]
             notes.append("| " + " | ".join([*(value for _, value in s.values), str(seed), *per_run]) + " |")
     return "\n".join(lines + notes) + "\n"
 

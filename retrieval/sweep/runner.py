@@ -7,7 +7,6 @@ and continues an interrupted cell from its `checkpoints/last.pt` (`train --resum
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 
 import retrieval
 from retrieval.sweep.grid import Cell
+from retrieval.train.result import RunResult
 from retrieval.train.trackers import SWEEP_DIR_ENV
 
 __all__ = ["cell_command", "run_cells"]
@@ -79,7 +79,7 @@ def run_cells(
         if code != 0 or not cell.is_finished:
             report(f"{position} {cell.name}: FAILED (exit {code}) after {seconds:.0f}s; see {cell.directory}/train.log")
             return cell
-        test = json.loads((cell.directory / "result.json").read_text())["test"]
+        test = RunResult.read(cell.directory).test
         report(
             f"{position} {cell.name}: test Recall@1 {test['recall@1']:.4f} MAP@R {test['map@r']:.4f} ({seconds:.0f}s)"
         )

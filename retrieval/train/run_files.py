@@ -61,7 +61,3 @@ class RunFiles:
     def append_record(self, record: dict[str, Any]) -> None:
         """Add one epoch's record to `metrics.jsonl`."""
         append_line(self.metrics, json.dumps(record))
-
-    def write_result(self, result: dict[str, Any]) -> None:
-        """Write `result.json`: the selected checkpoint's test metrics."""
-        write_text(self.root / "result.json", json.dumps(result, indent=2) + "\n")

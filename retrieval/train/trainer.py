@@ -40,13 +40,14 @@ from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
 from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers
 from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
-__all__ = ["TrainResult", "Trainer"]
+__all__ = ["Trainer"]
 
 _log = logging.getLogger(__name__)
 
@@ -85,31 +86,6 @@ def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     Ranks draw different augmentations; rank 0 (a single process) keeps the seeds of earlier versions.
     """
     return seed * 1_000_003 + epoch + rank * 104_729
-
-
-@dataclasses.dataclass
-class TrainResult:
-    """What a finished run reports: the selected checkpoint and its test metrics (scored once)."""
-
-    epoch: int  # the selected epoch (1-based)
-    selected_on: str  # "val", "test" (optimistic, opted in) or "last" (no validation split)
-    test: dict[str, float]  # Recall@K, MAP@R, R-precision of the selected checkpoint on the test set
-    selection_value: float | None = None  # the selection metric's value at that epoch
-    uncertainty: dict[str, Any] = dataclasses.field(default_factory=dict)  # test R@1 / MAP@R 95% bootstrap CIs
-    selected_weights: str = "raw"  # raw (trained) or ema (the weight average, train.ema)
-
-    @property
-    def label(self) -> str:
-        """The tag every printed test figure carries when the checkpoint was chosen on the test set."""
-        return "selected on test" if self.selected_on == "test" else ""
-
-    def describe(self, metric: str) -> str:
-        """One line saying which checkpoint the test figures belong to and why."""
-        weights = " (EMA weights)" if self.selected_weights == "ema" else ""
-        if self.selected_on == "last":
-            return f"result: last epoch ({self.epoch}); no validation split, so nothing was selected{weights}"
-        where = "validation set" if self.selected_on == "val" else "TEST set (train.select_on_test; optimistic)"
-        return f"result: epoch {self.epoch}, best {metric} {self.selection_value:.4f} on the {where}{weights}"
 
 
 class Trainer:
@@ -200,7 +176,7 @@ class Trainer:
                 )
             self._best_weights = (selected.model, selected.loss)
 
-    def fit(self) -> TrainResult:
+    def fit(self) -> RunResult:
         """Train all remaining epochs, then score the selected weights on the test set once."""
         context = self.parts.context
         records: list[dict[str, Any]] = context.broadcast(
@@ -226,8 +202,8 @@ class Trainer:
             _log.info("scoring the selected checkpoint on the test split ...")
             result = self._final_result()
             if context.is_main:
-                self.files.write_result(dataclasses.asdict(result))
-                tracker.log_result(dataclasses.asdict(result))
+                result.write(self.settings.run_dir)
+                tracker.log_result(result.as_dict())
         return result
 
     def _train_epochs(self, records: list[dict[str, Any]], tracker: Tracker) -> None:
@@ -471,7 +447,7 @@ class Trainer:
             selected = dataclasses.replace(checkpoint, model=model_state, loss=loss_state)
             selected.slim().save(self.files.checkpoints / "best.pt")
 
-    def _final_result(self) -> TrainResult:
+    def _final_result(self) -> RunResult:
         """Test metrics of the selected weights, with per-query scores (`per_query.npz`) and their CIs."""
         parts, last_epoch = self.parts, self.settings.epochs
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
@@ -485,10 +461,19 @@ class Trainer:
             parts.model.load_state_dict(model_state)
             parts.loss.load_state_dict(loss_state)
         test, scores = parts.evaluators["test"].score(parts.model, parts.loss.proxies)
-        uncertainty = record_uncertainty(self.settings.run_dir, scores) if scores is not None else {}
+        uncertainty = record_uncertainty(self.settings.run_dir, scores) if scores is not None else None
         selection_value = self.best_score if self.selection_split is not None else None
         split = self.selection_split or "last"
-        return TrainResult(chosen, split, test, selection_value, uncertainty, self.selected_weights)
+        return RunResult.model_validate(
+            {
+                "epoch": chosen,
+                "selected_on": split,
+                "test": test,
+                "selection_value": selection_value,
+                "uncertainty": uncertainty,
+                "selected_weights": self.selected_weights,
+            }
+        )
 
     def _summary(self, record: dict[str, Any]) -> str:
         text = f"epoch {record['epoch']}/{self.settings.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"

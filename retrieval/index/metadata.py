@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrieval.column_types import ARROW_TYPES, typed_cells
+from retrieval.column_types import ARROW_TYPES, ColumnType, typed_cells
 from retrieval.errors import UserError
 
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
@@ -133,8 +133,8 @@ def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
             "fix the values; an index keeps the column types it was built with (to change one, "
             f"build the index again with --column-types {name}=str)"
         )
-        kinds = {kind: arrow_type for kind, arrow_type in ARROW_TYPES.items() if kind != "str"}
-        kind = next((kind for kind, arrow_type in kinds.items() if arrow_type == target), None)
+        kind: ColumnType | None = "int" if target == ARROW_TYPES["int"] else None
+        kind = "float" if target == ARROW_TYPES["float"] else kind
         if kind is not None and (pa.types.is_string(source) or pa.types.is_large_string(source)):
             what = f"new metadata column {name!r} goes into the index's {kind} column"
             column: pa.Array | pa.ChunkedArray = typed_cells(name, table[name].to_pylist(), kind, what, fix)

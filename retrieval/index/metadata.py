@@ -50,7 +50,7 @@ class Metadata:
         if ID_COLUMN in table.column_names:
             raise UserError(
                 f"metadata must not have an {ID_COLUMN!r} column: the index assigns ids; "
-                f"rename that column (e.g. to item_{ID_COLUMN}) in the CSV"
+                f"rename that column (e.g. to item_{ID_COLUMN})"
             )
         _check_finite(table)
         if rows is not None and table.num_rows != len(ids):

@@ -73,7 +73,8 @@ def test_an_upload_takes_the_filter_as_a_form_field(where, client, gallery, spli
     ],
 )
 def test_a_bad_filter_is_a_400_with_one_line(where, message, client, gallery) -> None:
-    answer = client.post("/search", json={"vector": gallery.embeddings[0].tolist(), "filter": where})
+    body = json.dumps({"vector": gallery.embeddings[0].tolist(), "filter": where})  # ASCII: "\ud800" escaped
+    answer = client.post("/search", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 400 and message in answer.json()["error"], answer.text
     assert "\n" not in answer.json()["error"]
 

@@ -292,3 +292,38 @@ def test_a_column_name_qdrant_cannot_quote_is_refused_at_export_in_one_line(tmp_
     error = capsys.readouterr().err.strip()
     assert f"metadata column {name!r} cannot be named in a Qdrant filter" in error and "\n" not in error
     assert not (tmp_path / "db").exists() or not any((tmp_path / "db").rglob("*.sqlite"))  # nothing written
+
+
+BOUNDS = [2**53 + 1, -(2**53) - 3, 2**62 + 1, 2**63 - 1, 2**63 - 1025, -(2**63) + 1, 10**18 + 7]
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("op", ["lt", "lte", "gt", "gte"])
+def test_int64_ranges_are_exact_whether_qdrant_compares_integers_exactly_or_as_float64(op, bound):
+    """Local mode compares a stored integer with a float bound exactly, a server may compare it as a float64."""
+    import operator
+
+    from retrieval.vectordb.qdrant_filters import to_qdrant_filter
+
+    schema = pa.schema([("id", pa.int64()), ("big", pa.int64())])
+    clause = to_qdrant_filter(parse_where(f"big {dict(lt='<', lte='<=', gt='>', gte='>=')[op]} {bound}"), schema, 1)
+    compare = {"lt": operator.lt, "lte": operator.le, "gt": operator.gt, "gte": operator.ge}
+
+    def passes(node, value: int, as_float: bool) -> bool:
+        if not hasattr(node, "key") and not hasattr(node, "must"):  # is_empty: the value is there
+            return False
+        if hasattr(node, "must_not") and node.must_not:
+            return not any(passes(child, value, as_float) for child in node.must_not)
+        if hasattr(node, "must") and node.must:
+            return all(passes(child, value, as_float) for child in node.must)
+        if hasattr(node, "should") and node.should:
+            return any(passes(child, value, as_float) for child in node.should)
+        if node.match is not None:
+            return value in node.match.any if hasattr(node.match, "any") else value == node.match.value
+        stored = float(value) if as_float else value
+        return all(compare[name](stored, limit) for name in compare if (limit := getattr(node.range, name)) is not None)
+
+    window = [bound + step for step in range(-6000, 6001, 61)] + [bound + step for step in range(-3, 4)]
+    for value in (v for v in window if -(2**63) <= v < 2**63):
+        truth = compare[op](value, bound)
+        assert passes(clause, value, as_float=False) == truth == passes(clause, value, as_float=True), value

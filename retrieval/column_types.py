@@ -1,8 +1,8 @@
 """Types of metadata columns read as text (CSV cells): inferred per column, or declared with `--column-types`.
 
 A column's type is decided once, over all its cells, when the source is read; the index, the
-embeddings files and the vector database then hold the same types. Inference keeps a column's
-cells as they were written: a type is chosen only when every cell reads back unchanged from it.
+embeddings files and the vector database then hold the same types. Inference never changes what a
+cell says: a type is chosen only when no cell would lose a digit, a sign or a leading zero to it.
 
 - `int` (int64): every non-empty cell is an integer within int64 in ASCII digits, without a `+`
   or leading zeros (`7`, `-12`; not `007` or `+44`, whose zeros and sign an integer would lose);

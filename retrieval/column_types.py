@@ -1,17 +1,22 @@
 """Types of metadata columns read as text (CSV cells): inferred per column, or declared with `--column-types`.
 
 A column's type is decided once, over all its cells, when the source is read; the index, the
-embeddings files and the vector database then hold the same types:
+embeddings files and the vector database then hold the same types. Inference never changes what a
+cell says: a type is chosen only when no cell would lose a digit, a sign or a leading zero to it.
 
-- `int` (int64): every non-empty cell is an integer within int64 without leading zeros (`7`,
-  `-12`; not `007`, whose zeros an integer would lose);
-- `float` (float64): otherwise, every non-empty cell is a finite decimal number without leading
-  zeros either (`2.5`, `1e3`, `0.5`; not `nan`, `inf`, `1_000`);
+- `int` (int64): every non-empty cell is an integer within int64 in ASCII digits, without a `+`
+  or leading zeros (`7`, `-12`; not `007` or `+44`, whose zeros and sign an integer would lose);
+- `float` (float64): otherwise, every non-empty cell is a finite decimal number in ASCII digits,
+  without a `+` or leading zeros (`2.5`, `1e3`, `0.5`; not `nan`, `inf`, `1_000`, `1٣`), and every
+  integer among them is within int64 and held exactly by float64 (`9007199254740993` beside `0.5`,
+  or 25-digit codes, would lose digits);
 - `str`: otherwise (and a column with no non-empty cell).
 
 An empty cell is null in every type. `path` is always `str`. A declaration
-(`price=float,sku=str`) replaces inference for its columns; a cell that does not fit the
-declared type is a one-line error naming the column and the value.
+(`price=float,sku=str`) replaces inference for its columns; it reads `+7` and `007` as 7, but a
+cell that does not fit the declared type (`nan` or `2**53 + 1` for float, `2.5` for int) is a
+one-line error naming the column and the value. `typed_cells` is that reading, for every path
+that turns text into a typed column (`index add` into an index's existing types included).
 """
 
 from __future__ import annotations
@@ -24,14 +29,16 @@ import pyarrow as pa
 
 from retrieval.errors import UserError
 
-__all__ = ["ARROW_TYPES", "ColumnType", "infer_column_type", "parse_column_types", "typed_table"]
+__all__ = ["ARROW_TYPES", "ColumnType", "infer_column_type", "parse_column_types", "typed_cells", "typed_table"]
 
 ColumnType = Literal["int", "float", "str"]
 ARROW_TYPES: dict[str, pa.DataType] = {"int": pa.int64(), "float": pa.float64(), "str": pa.string()}
 _TEXT_COLUMNS = ("path",)  # never numbers, whatever their cells look like
-_INTEGER = re.compile(r"[-+]?(?:0|[1-9]\d*)")
-_FLOAT = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")  # a declared float column's cells
-_INFERRED_FLOAT = re.compile(r"[-+]?(?:(?:0|[1-9]\d*)(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")  # no leading zeros
+# ASCII digits only: `int()` and `float()` also read other scripts' digits (`int("1٣")` is 13).
+_INTEGER = re.compile(r"0|-?[1-9][0-9]*")  # inferred: reads back as written
+_DECLARED_INTEGER = re.compile(r"[-+]?[0-9]+")
+_FLOAT = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # a declared float column's cells
+_INFERRED_FLOAT = re.compile(r"-?(?:(?:0|[1-9][0-9]*)(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")  # no leading 0 or +
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _MAX_INTEGER_DIGITS = 20
 
@@ -65,9 +72,9 @@ def infer_column_type(cells: Sequence[str]) -> ColumnType:
     values = [cell for cell in cells if cell != ""]
     if not values:
         return "str"
-    if all(_is_int64(cell) for cell in values):
+    if all(_INTEGER.fullmatch(cell) and _fits_int64(cell) for cell in values):
         return "int"
-    if all(_INFERRED_FLOAT.fullmatch(cell) and _is_finite(cell) for cell in values):
+    if all(_INFERRED_FLOAT.fullmatch(cell) and _float_problem(cell) is None for cell in values):
         return "float"
     return "str"
 
@@ -96,40 +103,56 @@ def typed_table(
     arrays = {}
     for name, cells in columns.items():
         kind = "str" if name in _TEXT_COLUMNS else declared.get(name) or infer_column_type(cells)
-        arrays[name] = _typed_array(name, cells, kind, source)
+        fix = f"fix the cell or declare the column str (--column-types {name}=str)"
+        arrays[name] = typed_cells(name, cells, kind, f"column {name!r} of {source} is declared {kind}", fix)
     return pa.table(arrays) if arrays else pa.table({})
 
 
-def _typed_array(name: str, cells: Sequence[str], kind: str, source: str) -> pa.Array:
+def typed_cells(name: str, cells: Sequence[str | None], kind: ColumnType, what: str, fix: str) -> pa.Array:
+    """Text cells as an Arrow array of `kind` (`int` accepts `+7` and `007`); an empty cell or None is null.
+
+    Args:
+        name: the column, for errors.
+        cells: one text cell per row.
+        kind: the type to read every cell as.
+        what: how an error starts (`column 'price' of x.csv is declared float`).
+        fix: how an error ends: what the user can do.
+
+    Raises:
+        UserError: `{what}, but holds '<cell>' (<why>); {fix}` for the first cell `kind` cannot hold exactly.
+    """
     if kind == "str":
         return pa.array([cell if cell != "" else None for cell in cells], pa.string())
-    parse = int if kind == "int" else float
-    fits = _fits_int64 if kind == "int" else (lambda cell: bool(_FLOAT.fullmatch(cell)) and _is_finite(cell))
     values: list[int | float | None] = []
     for cell in cells:
-        if cell == "":
+        if cell is None or cell == "":
             values.append(None)
-        elif not fits(cell):
-            raise UserError(
-                f"column {name!r} of {source} is declared {kind}, but holds {cell[:40]!r}; "
-                f"fix the cell or declare the column str (--column-types {name}=str)"
-            )
-        else:
-            values.append(parse(cell))
+            continue
+        problem = _int_problem(cell) if kind == "int" else _float_problem(cell)
+        if problem is not None:
+            raise UserError(f"{what}, but holds {cell[:40]!r} ({problem}); {fix}")
+        values.append(int(cell) if kind == "int" else float(cell))
     return pa.array(values, ARROW_TYPES[kind])
 
 
-def _is_int64(cell: str) -> bool:
-    """Inference's integers: no leading zeros (their zeros would be lost), within int64."""
-    return bool(_INTEGER.fullmatch(cell)) and _fits_int64(cell)
+def _int_problem(cell: str) -> str | None:
+    """Why int64 cannot hold the integer `cell` (any sign and leading zeros: `007` is 7); None when it can."""
+    if not _DECLARED_INTEGER.fullmatch(cell):
+        return "not an integer in ASCII digits"
+    return None if _fits_int64(cell) else "outside the 64-bit integer range"
+
+
+def _float_problem(cell: str) -> str | None:
+    """Why float64 cannot hold the decimal number `cell` as written; None when it can."""
+    if not _FLOAT.fullmatch(cell):
+        return "not a decimal number in ASCII digits"
+    if abs(float(cell)) == float("inf"):
+        return "not finite: JSON and the vector database cannot store it"
+    if _DECLARED_INTEGER.fullmatch(cell) and not (_fits_int64(cell) and float(int(cell)) == int(cell)):
+        return "an integer that float64 would round"
+    return None
 
 
 def _fits_int64(cell: str) -> bool:
-    """A declared int column's cells: any decimal integer within int64 (`007` is 7)."""
-    if len(cell) > _MAX_INTEGER_DIGITS + 1 or not re.fullmatch(r"[-+]?\d+", cell):
-        return False
-    return _INT64_MIN <= int(cell) <= _INT64_MAX
-
-
-def _is_finite(cell: str) -> bool:
-    return abs(float(cell)) != float("inf")
+    """Whether the decimal integer `cell` is within int64 (at most 21 characters: Python refuses huge conversions)."""
+    return len(cell) <= _MAX_INTEGER_DIGITS + 1 and _INT64_MIN <= int(cell) <= _INT64_MAX

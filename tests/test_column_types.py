@@ -14,9 +14,18 @@ from retrieval.index.metadata import Metadata
 @pytest.mark.parametrize(
     ("cells", "kind"),
     [
-        (["3", "-5", "+7", "", "0"], "int"),
+        (["3", "-5", "", "0"], "int"),
+        (["+7", "3"], "str"),  # an integer would lose the + (phone numbers: +44...)
+        (["-0", "3"], "float"),  # -0 as an integer would lose its sign; a float keeps it
         (["9223372036854775807", "-9223372036854775808"], "int"),
-        (["9223372036854775808"], "float"),  # past int64: a number still, not an integer
+        (["9223372036854775808"], "str"),  # past int64: float64 would round it
+        (["1234567890123456789012345", "1234567890123456789012346"], "str"),  # 25-digit codes stay distinct
+        (["9007199254740993", "0.5"], "str"),  # 2**53 + 1 beside a float: float64 would round it
+        (["9007199254740992", "0.5"], "float"),  # 2**53: held exactly
+        (["1.5e3", "-2.5"], "float"),
+        (["+1.5"], "str"),
+        (["1٣"], "str"),  # non-ASCII digits are text
+        (["١٢"], "str"),
         (["2.5", "3", "1e3", ".5", ""], "float"),
         (["007", "12"], "str"),  # leading zeros are part of the value (SKUs, zip codes)
         (["0.07", "0"], "float"),
@@ -96,5 +105,47 @@ def test_rows_added_to_an_index_take_the_index_types() -> None:
     assert merged.table["label"].to_pylist() == ["3", "4", "5", None]
     assert merged.table["price"].to_pylist() == [1.5, 2.0, 7.0, 8.0]
     bad = Metadata.from_rows(np.arange(4, 5), typed_table({"price": ["cheap"]}))
-    with pytest.raises(UserError, match=r"new metadata column 'price' holds string values the index stores as double"):
+    with pytest.raises(UserError, match=r"'price' goes into the index's float column, but holds 'cheap'"):
         old.appended(bad)
+
+
+@pytest.mark.parametrize(
+    ("cells", "why"),
+    [
+        (["nan"], "not a decimal number"),
+        (["1e309"], "not finite"),
+        (["9007199254740993", "0.5"], "an integer that float64 would round"),
+    ],
+)
+def test_added_text_cells_a_float_column_cannot_hold_are_refused_not_stored(cells: list[str], why: str) -> None:
+    """`index build` keeps such cells as text; `add` must not store NaN, inf or a rounded integer instead."""
+    index = Metadata.from_rows(np.arange(2), typed_table({"price": ["1.5", "2"]}))
+    added = Metadata.from_rows(np.arange(2, 2 + len(cells)), typed_table({"price": cells}))
+    with pytest.raises(UserError, match=why) as refused:
+        index.appended(added)
+    assert "--column-types price=str" in str(refused.value) and "build the index again" in str(refused.value)
+    assert "\n" not in str(refused.value)
+
+
+def test_an_added_label_of_another_type_names_the_fix_that_can_help() -> None:
+    index = Metadata.from_rows(np.arange(2), typed_table({"label": ["3", "4"]}))
+    with pytest.raises(UserError, match=r"holds 'cat' \(not an integer in ASCII digits\); fix the values; an index"):
+        index.appended(Metadata.from_rows(np.arange(2, 3), typed_table({"label": ["cat"]})))
+
+
+def test_metadata_refuses_nan_and_infinity_which_json_cannot_write() -> None:
+    with pytest.raises(UserError, match=r"metadata column 'price' holds inf \(row 2\).*use null"):
+        Metadata.from_rows(np.arange(3), {"price": [1.0, float("inf"), None]})
+    assert Metadata.from_rows(np.arange(2), {"price": [1.0, None]}).table["price"].null_count == 1
+
+
+def test_an_id_column_is_refused_with_the_rename_that_fixes_it() -> None:
+    with pytest.raises(UserError, match=r"'id' column: the index assigns ids; rename that column \(e.g. to item_id\)"):
+        Metadata.from_rows(np.arange(1), {"id": [7]})
+
+
+def test_declared_columns_read_ascii_digits_only() -> None:
+    for kind, cell in (("int", "1٣"), ("float", "١.5")):
+        with pytest.raises(UserError, match="ASCII digits"):
+            typed_table({"n": [cell]}, {"n": kind})
+    assert typed_table({"n": ["+7", "007"]}, {"n": "int"})["n"].to_pylist() == [7, 7]

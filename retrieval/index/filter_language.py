@@ -26,6 +26,14 @@ deep; parsing is linear in its length. Integers must fit int64.
 
 Columns and types are checked against the metadata when the filter is applied (`Filter.check`):
 numbers compare with numeric columns, strings with string columns, booleans with boolean columns.
+Numbers compare by their exact values, whatever their spelling: `3`, `3.0` and `3e0` are the
+same number, `-0.0` is `0`, `x < 9007199254740993` on an int64 column is exact (the bound never
+passes through a float), and a fraction compares with an integer column as a number would
+(`label > 0.5` is `label >= 1`). `typed_condition` writes each condition's numbers in its
+column's own type once, and every backend (FAISS, Qdrant) evaluates that form.
+
+Text (column names and string values) must be Unicode that UTF-8 can encode: a lone surrogate
+(`"\\ud800"` in JSON) is refused.
 """
 
 from __future__ import annotations
@@ -55,6 +63,7 @@ __all__ = [
     "load_filter",
     "parse_filter",
     "parse_where",
+    "typed_condition",
 ]
 
 Op = Literal["eq", "ne", "in", "nin", "lt", "lte", "gt", "gte", "is_null"]
@@ -102,6 +111,7 @@ class Condition:
     value: Any
 
     def __post_init__(self) -> None:
+        _check_text(self.column, "a filter column name")
         if self.op not in _OPS:
             raise UserError(f"filter on {self.column!r}: unknown operator {self.op!r}; use one of {', '.join(_OPS)}")
         if self.op == "is_null":
@@ -125,23 +135,93 @@ class Condition:
         return _kind_of_value(self.column, first)
 
     def mask(self, column: pa.ChunkedArray) -> np.ndarray:
-        """`(N,)` bool: which values of `column` pass (a null passes `is_null` only)."""
-        if self.op == "is_null":
-            passed = pc.is_null(column) if self.value else pc.is_valid(column)
-            return np.asarray(passed.to_numpy(zero_copy_only=False), dtype=bool)
+        """`(N,)` bool: which values of `column` pass (a null passes `is_null` only), compared exactly."""
         if pa.types.is_dictionary(column.type):
             column = column.cast(column.type.value_type)
-        if self.op in _LIST_OPS:
-            values = pa.array(list(self.value))
-            if values.type != column.type:
-                common = pa.float64() if self.kind == "number" else column.type
-                column, values = column.cast(common), values.cast(common)
-            passed = pc.is_in(column, value_set=values)
-            if self.op == "nin":
+        typed = typed_condition(self, column.type)
+        if typed is None:
+            return np.zeros(len(column), dtype=bool)
+        if typed.op == "is_null":
+            passed = pc.is_null(column) if typed.value else pc.is_valid(column)
+            return np.asarray(passed.to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_floating(column.type):
+            # float64 holds every float32 exactly; adding +0.0 turns -0.0 into 0.0, which hashing (`is_in`) tells apart
+            column = pc.add(column.cast(pa.float64()), 0.0)
+        if typed.op in _LIST_OPS:
+            passed = pc.is_in(column, value_set=pa.array(list(typed.value), column.type))
+            if typed.op == "nin":
                 passed = pc.and_(pc.invert(passed), pc.is_valid(column))
         else:
-            passed = _COMPARE[self.op](column, pa.scalar(self.value))
+            passed = _COMPARE[typed.op](column, pa.scalar(typed.value, column.type))
         return np.asarray(pc.fill_null(passed, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def typed_condition(condition: Condition, column_type: pa.DataType) -> Condition | None:
+    """`condition` with its numbers written in the numeric type of its column, so that comparing is exact.
+
+    Every backend evaluates this form, so they agree on every value: an integer column gets
+    integers within its type's range (a fraction becomes the integer bound it is equivalent to:
+    `> 0.5` is `>= 1`; `= 2.5` passes nothing) and its ranges become `lt` or `gte`; a float column
+    gets floats (`-0.0` as `0.0`; an integer no float64 holds, such as 2**53 + 1, becomes the
+    neighbouring float bound, or passes nothing for `=`). A condition that passes every non-null
+    value becomes `is_null` false; one that passes nothing becomes None. Conditions on strings
+    and booleans, and `is_null`, come back as they are.
+    """
+    if condition.kind != "number":
+        return condition
+    if pa.types.is_dictionary(column_type):
+        column_type = column_type.value_type
+    column, op = condition.column, condition.op
+    every = Condition(column, "is_null", False)
+    if op in ("eq", "ne", "in", "nin"):
+        listed = condition.value if op in _LIST_OPS else (condition.value,)
+        kept = tuple(v for v in (_equal_value(value, column_type) for value in listed) if v is not None)
+        if not kept:
+            return None if op in ("eq", "in") else every
+        return Condition(column, op, kept if op in _LIST_OPS else kept[0])
+    if pa.types.is_integer(column_type):
+        return _integer_range(condition, column_type, every)
+    return Condition(column, *_float_range(op, condition.value))
+
+
+def _equal_value(value: int | float, column_type: pa.DataType) -> int | float | None:
+    """`value` in the column's type when some value of that type equals it; None when none does."""
+    if pa.types.is_integer(column_type):
+        low, high = _integer_limits(column_type)
+        if isinstance(value, float) and not value.is_integer():
+            return None
+        number = int(value)
+        return number if low <= number <= high else None
+    if isinstance(value, int) and float(value) != value:  # Python compares int and float exactly
+        return None
+    return float(value) + 0.0  # -0.0 -> 0.0
+
+
+def _integer_range(condition: Condition, column_type: pa.DataType, every: Condition) -> Condition | None:
+    """A range on an integer column as `x < U` or `x >= L` with integer bounds inside the type's range."""
+    value, op = condition.value, condition.op
+    low, high = _integer_limits(column_type)
+    if op in ("lt", "lte"):  # x < U
+        upper = math.ceil(value) if op == "lt" else math.floor(value) + 1
+        return every if upper > high else None if upper <= low else Condition(condition.column, "lt", upper)
+    lower = math.floor(value) + 1 if op == "gt" else math.ceil(value)  # x >= L
+    return every if lower <= low else None if lower > high else Condition(condition.column, "gte", lower)
+
+
+def _float_range(op: Op, value: int | float) -> tuple[Op, float]:
+    """A range on a float column with a float bound: an integer no float64 holds becomes the float next to it."""
+    bound = float(value)
+    if bound == value:
+        return op, bound + 0.0
+    below = bound if bound < value else math.nextafter(bound, -math.inf)  # the largest float under `value`
+    if op in ("lt", "lte"):
+        return "lte", below
+    return "gte", math.nextafter(below, math.inf)
+
+
+def _integer_limits(column_type: pa.DataType) -> tuple[int, int]:
+    limits = np.iinfo(column_type.to_pandas_dtype())
+    return int(limits.min), int(limits.max)
 
 
 @dataclass(frozen=True)
@@ -362,8 +442,19 @@ def _kind_of_value(column: str, value: Any) -> str:
             raise UserError(f"filter on {column!r}: {value!r} is not a finite number")
         return "number"
     if isinstance(value, str):
+        _check_text(value, f"filter on {column!r}: a string value")
         return "string"
     raise UserError(f"filter on {column!r}: values are numbers, strings or true/false, got {_short(value)}")
+
+
+def _check_text(text: str, what: str) -> None:
+    """`UserError` for text that UTF-8 cannot encode (a lone surrogate), which no column can hold or be named."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise UserError(
+            f"{what} holds {ascii(text[exc.start : exc.end])}, a lone surrogate, not a character; send valid Unicode"
+        ) from None
 
 
 def _kind_of_type(arrow_type: pa.DataType) -> str | None:
@@ -389,12 +480,13 @@ def _short(value: Any) -> str:
 
 
 # One pass over the text: every alternative starts where the previous token ended, so scanning is
-# linear; `bad` catches the first character no token starts with.
+# linear; `bad` catches the first character no token starts with. Numbers are ASCII digits only (`int`
+# and `float` would read `٣` as 3); a name starts with a letter or `_` of any script (`日本`, `prix_é`).
 _TOKEN = re.compile(
     r"""(?P<space>\s+)
-    | (?P<number>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?![\w.]))
+    | (?P<number>[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?![\w.]))
     | (?P<string>'[^']*'|"[^"]*")
-    | (?P<name>[A-Za-z_][\w.]*|`[^`]+`)
+    | (?P<name>[^\W\d][\w.]*|`[^`]+`)
     | (?P<symbol><=|>=|==|!=|<>|=|<|>|\(|\)|,)
     | (?P<bad>\S+?(?=\s|$|[()=<>,])|\S+)
     """,
@@ -500,7 +592,7 @@ class _WhereParser:
     def _value(self) -> Scalar:
         token = self._next()
         if token.kind == "number":
-            if re.fullmatch(r"[-+]?\d+", token.text) is None:
+            if re.fullmatch(r"[-+]?[0-9]+", token.text) is None:
                 return float(token.text)
             if len(token.text.lstrip("+-")) > _MAX_INTEGER_DIGITS:
                 self._fail(token, "an integer within the 64-bit range", shown=f"{len(token.text)} digits")

@@ -4,6 +4,10 @@ The table is written uncompressed in the Arrow IPC file format, so `pa.memory_ma
 without reading or copying the columns: opening does not grow with the row count
 (docs/benchmarks.md, "Search index"). Rows are kept sorted by their int64 `id` column (ids only
 grow), so id -> row is a vectorized binary search, never a row position that could drift from the index.
+
+Every value must be one JSON can write, since search results and the vector database carry the rows
+as JSON: a float column holding NaN or infinity is refused when rows are given (use null for a
+missing value).
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from retrieval.column_types import ARROW_TYPES, ColumnType, typed_cells
 from retrieval.errors import UserError
 
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
@@ -36,12 +42,17 @@ class Metadata:
         """Metadata for new vectors: `rows` (N rows, any columns but `id`) keyed by `ids` (N,).
 
         Raises:
-            UserError: `rows` has an `id` column, or a number of rows other than `len(ids)`.
+            UserError: `rows` has an `id` column, a number of rows other than `len(ids)`, or a float
+                column holding NaN or infinity.
         """
         ids = np.asarray(ids, dtype=np.int64)
         table = pa.table({}) if rows is None else rows if isinstance(rows, pa.Table) else pa.table(dict(rows))
         if ID_COLUMN in table.column_names:
-            raise UserError(f"metadata must not have an {ID_COLUMN!r} column: ids are assigned by the index")
+            raise UserError(
+                f"metadata must not have an {ID_COLUMN!r} column: the index assigns ids; "
+                f"rename that column (e.g. to item_{ID_COLUMN})"
+            )
+        _check_finite(table)
         if rows is not None and table.num_rows != len(ids):
             raise UserError(f"metadata has {table.num_rows} rows for {len(ids)} vectors; give one row per vector")
         columns = {ID_COLUMN: pa.array(ids, pa.int64()), **{name: table[name] for name in table.column_names}}
@@ -109,20 +120,49 @@ class Metadata:
 
 
 def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """`table` with each column that `schema` also has cast to `schema`'s type (other columns as they are)."""
+    """`table` with each column that `schema` also has in `schema`'s type (other columns as they are).
+
+    Text becomes an int64 or float64 column by `typed_cells`, the reading `index build` gave the
+    index's own cells, so a cell the build would have kept as text (`nan`, `1e309`) is refused, not stored.
+    """
     for position, name in enumerate(table.column_names):
         if name not in schema.names or table.schema.field(name).type == schema.field(name).type:
             continue
-        target = schema.field(name).type
-        try:
-            column = table[name].cast(target)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-            raise UserError(
-                f"new metadata column {name!r} holds {table.schema.field(name).type} values the index stores as "
-                f"{target} ({str(exc).splitlines()[0]}); fix the values or declare the type with --column-types"
-            ) from exc
+        source, target = table.schema.field(name).type, schema.field(name).type
+        fix = (
+            "fix the values; an index keeps the column types it was built with (to change one, "
+            f"build the index again with --column-types {name}=str)"
+        )
+        kind: ColumnType | None = "int" if target == ARROW_TYPES["int"] else None
+        kind = "float" if target == ARROW_TYPES["float"] else kind
+        if kind is not None and (pa.types.is_string(source) or pa.types.is_large_string(source)):
+            what = f"new metadata column {name!r} goes into the index's {kind} column"
+            column: pa.Array | pa.ChunkedArray = typed_cells(name, table[name].to_pylist(), kind, what, fix)
+        else:
+            try:
+                column = table[name].cast(target)
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                raise UserError(
+                    f"new metadata column {name!r} holds {source} values the index stores as {target} "
+                    f"({str(exc).splitlines()[0]}); {fix}"
+                ) from exc
         table = table.set_column(position, name, column)
     return table
+
+
+def _check_finite(table: pa.Table) -> None:
+    """`UserError` naming the first float column holding NaN or infinity, which JSON cannot write."""
+    for name in table.column_names:
+        column = table[name]
+        if not pa.types.is_floating(column.type):
+            continue
+        finite = np.asarray(pc.fill_null(pc.is_finite(column), True).to_numpy(zero_copy_only=False), dtype=bool)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            raise UserError(
+                f"metadata column {name!r} holds {column[row].as_py()} (row {row + 1}): JSON and the vector "
+                "database cannot store NaN or infinity; use null (an empty cell) for a missing value"
+            )
 
 
 def _ids_of(table: pa.Table) -> np.ndarray:

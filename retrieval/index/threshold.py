@@ -32,7 +32,7 @@ def parse_min_score(value: Any) -> float | str | None:
     number = math.nan
     if isinstance(value, int | float) and not isinstance(value, bool):
         number = float(value)
-    elif isinstance(value, str):
+    elif isinstance(value, str) and value.isascii():  # float() also reads other scripts' digits ("١" is 1)
         try:
             number = float(value)
         except ValueError:

@@ -24,7 +24,7 @@ from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb import DEFAULT_BATCH_SIZE
-from retrieval.vectordb.qdrant_filters import payload_index_kinds
+from retrieval.vectordb.qdrant_filters import check_payload_keys, payload_index_kinds
 from retrieval.vectordb.qdrant_store import QdrantStore
 from retrieval.vectordb.record import CollectionRecord
 from retrieval.vectordb.uri import DatabaseLocation
@@ -68,12 +68,14 @@ def export_index(
         progress: show a progress bar.
 
     Raises:
-        UserError: the index cannot be loaded, the collection holds something else (without
-            `recreate`), or the database refuses a request.
+        UserError: the index cannot be loaded, has a metadata column a Qdrant filter cannot name
+            (`check_payload_keys`), the collection holds something else (without `recreate`), or the
+            database refuses a request.
     """
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
     index = SearchIndex.load(index_dir, mmap=True)
+    check_payload_keys(index.metadata_schema)  # before the collection is touched
     ids, vectors = index.stored_vectors()
     manifest = index.manifest.as_dict()
     record = CollectionRecord.of_index(manifest, index_version(manifest), index.metadata_schema)

@@ -162,3 +162,31 @@ def test_a_where_with_an_integer_past_int64_is_one_line(priced, capsys) -> None:
     assert main(["index", "query", "--index", str(index), "--image", str(image), "--where", "id = " + "9" * 30]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "an integer within the 64-bit range" in err[0], err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("price", "why"),
+    [
+        ("nan", "not a decimal number"),  # `index build` keeps such a cell as text; `add` stored NaN
+        ("1e309", "not finite"),  # stored inf, then every search returning it was a 500
+        ("9007199254740993", "an integer that float64 would round"),  # beside 0.5: stored ...992.0
+    ],
+)
+def test_add_refuses_a_cell_the_index_float_column_cannot_hold(priced, tmp_path, capsys, price, why) -> None:
+    import shutil
+
+    from retrieval.index import SearchIndex
+
+    csv_path, original = priced
+    index = tmp_path / "index"
+    shutil.copytree(original, index)
+    first = csv_path.read_text().splitlines()[1].split(",")[0]
+    added = csv_path.with_name(f"add_{tmp_path.name}.csv")
+    added.write_text(f"path,label,split,price\n{first},1,test,{price}\n{first},2,test,0.5\n")
+    capsys.readouterr()
+    assert main(["index", "add", "--index", str(index), "--csv", str(added), *NO_WORKERS]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'price' goes into the index's float column" in err[0] and why in err[0], err
+    assert "build the index again with --column-types price=str" in err[0]
+    assert SearchIndex.load(index).ntotal == SearchIndex.load(original).ntotal

@@ -257,3 +257,57 @@ def test_parsing_is_linear_in_the_length() -> None:
     parsed = parse_where(chain)
     assert time.perf_counter() - started < 1.0
     assert len(parsed.conditions) == count
+
+
+EXACT = pa.table(
+    {
+        "big": pa.array([2**53, 2**53 + 1, 2**53 + 2, 5, None, 2**63 - 1, -(2**63)], pa.int64()),
+        "x": pa.array([-0.0, 0.0, 1.5, None, 2.0**53, 2.0, -1.0]),
+        "label": pa.array([0, 0, 2, 1, None, 3, 0], pa.int64()),
+    }
+)
+
+
+@pytest.mark.parametrize(
+    ("where", "rows"),
+    [
+        ("big < 9007199254740993", [0, 3, 6]),  # the bound is 2**53 + 1, not the float 2**53
+        ("big <= 9007199254740993", [0, 1, 3, 6]),
+        ("big >= 9223372036854775807", [5]),
+        ("big > 0.5", [0, 1, 2, 3, 5]),  # a fraction against int64 values past 2**53: no float cast
+        ("big = 5.0 or big = 5.5", [3]),
+        ("big in (9007199254740993, 2.5)", [1]),
+        ("big not in (2.5)", [0, 1, 2, 3, 5, 6]),  # no integer equals 2.5: every non-null passes
+        ("big < -1e300 or big > 1e300", []),
+        ("x in (0, 1.5)", [0, 1, 2]),  # -0.0 is 0, as `=` says
+        ("x = 0", [0, 1]),
+        ("x not in (-0.0)", [2, 4, 5, 6]),
+        ("label in (-0.0, 2)", [0, 1, 2, 6]),
+        ("x < 9007199254740993", [0, 1, 2, 4, 5, 6]),  # 2.0**53 < 2**53 + 1, exactly
+        ("x = 9007199254740993", []),  # no float64 equals 2**53 + 1
+        ("x >= 9007199254740993", []),
+        ("x != 9007199254740993", [0, 1, 2, 4, 5, 6]),
+    ],
+)
+def test_numbers_compare_by_exact_value_whatever_the_column_type(where: str, rows: list[int]) -> None:
+    assert np.flatnonzero(parse_where(where).mask(EXACT)).tolist() == rows
+
+
+@pytest.mark.parametrize(
+    ("obj", "message"),
+    [
+        ({"name": "\ud800"}, r"filter on 'name': a string value holds '\\ud800', a lone surrogate"),
+        ({"\udfff": 1}, r"a filter column name holds '\\udfff', a lone surrogate"),
+        ({"name": {"in": ["a", "b\ud800c"]}}, "a lone surrogate"),
+    ],
+)
+def test_a_lone_surrogate_is_one_line_not_an_encoding_error(obj: dict[str, Any], message: str) -> None:
+    with pytest.raises(UserError, match=message):
+        parse_filter(obj)
+
+
+def test_names_start_with_a_letter_of_any_script_and_numbers_are_ascii_digits() -> None:
+    assert parse_where("日本 = 1 and prix_é = 2 and a.b = 3") == parse_filter({"日本": 1, "prix_é": 2, "a.b": 3})
+    for where in ("label = ٣", "label = 1٣", "label in (1, ٢)"):
+        with pytest.raises(UserError, match="bad filter expression at character"):
+            parse_where(where)

@@ -66,10 +66,15 @@ def test_an_upload_takes_the_filter_as_a_form_field(where, client, gallery, spli
         ({"split": {"like": "t%"}}, "unknown operator 'like'"),
         ({"split": 3}, "the column holds strings, the filter compares it with a number (3)"),
         ([1, 2], "filter must be a JSON object or a where-expression string, got [1, 2]"),
+        ({"split": "\ud800"}, "filter on 'split': a string value holds '\\ud800', a lone surrogate"),
+        ({"\ud800": 1}, "a filter column name holds '\\ud800', a lone surrogate"),
+        ("split = 'te\ud800'", "a lone surrogate, not a character; send valid Unicode"),
+        ("label = ٣", "bad filter expression at character 9: unexpected '٣'"),
     ],
 )
 def test_a_bad_filter_is_a_400_with_one_line(where, message, client, gallery) -> None:
-    answer = client.post("/search", json={"vector": gallery.embeddings[0].tolist(), "filter": where})
+    body = json.dumps({"vector": gallery.embeddings[0].tolist(), "filter": where})  # ASCII: "\ud800" escaped
+    answer = client.post("/search", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 400 and message in answer.json()["error"], answer.text
     assert "\n" not in answer.json()["error"]
 

@@ -75,7 +75,7 @@ def test_stored_min_score_is_the_manifest_threshold_for_uploads_and_ids(client, 
     assert all(result["score"] >= STORED["score"] for result in by_id["results"]) and by_id["min_score"] == 0.5
 
 
-@pytest.mark.parametrize("value", [1.5, "high", True, [0.5]])
+@pytest.mark.parametrize("value", [1.5, "high", True, [0.5], "١", "٠.٥"])
 def test_a_bad_min_score_is_a_400_naming_the_range(client, value):
     response = client.post("/search", json={"id": 1, "min_score": value})
     assert response.status_code == 400 and "min score must be a cosine in [-1, 1]" in response.json()["error"]

@@ -220,3 +220,110 @@ def test_a_server_gets_a_payload_index_per_filterable_column(exported):
         "shop": models.PayloadSchemaType.KEYWORD,
         "ok": models.PayloadSchemaType.BOOL,
     }
+
+
+AWKWARD = {  # names Qdrant would read as paths (`.`, `[]`) or refuse (space, `:`, `$`) unless quoted
+    "a.b": [1, 1, 2, None, 3, 1],
+    "x[]": [1, 2, 2, 3, None, 1],
+    "unit price": [0.5, 1.5, -0.0, None, 2.5, 0.0],
+    "k:v": ["p", "q", "p", None, "r", "p"],
+    "$n": [True, False, None, True, True, False],
+    "日本": ["é", "日", "é", "a b", None, ""],
+    "big": [2**53 - 1, 2**53, 2**53 + 1, 2**53 + 2, 2**63 - 1, -(2**63)],
+}
+AWKWARD_FILTERS = [
+    "`a.b` = 1",
+    "`a.b` is null",
+    "`a.b` in (2, 3) or `x[]` = 2",
+    "`x[]` not in (1)",
+    "`unit price` < 1 and `unit price` >= 0",
+    "`unit price` in (0)",  # -0.0 and 0.0
+    "`k:v` = 'p' and not `$n` = true",
+    "日本 in ('é', '') or `$n` is null",
+    "big < 9007199254740993",  # 2**53 + 1: as a float64 bound it would be 2**53
+    "big <= 9007199254740993",
+    "big > 9007199254740992",
+    "big >= 9223372036854775807",
+    "big < 9223372036854775807",
+    "big > -9223372036854775808",
+    "big <= -9223372036854775808",
+    "big > 0.5",
+    "big < 9007199254740992.5 and big != 9007199254740991",
+]
+
+
+@pytest.fixture(scope="module")
+def awkward(tmp_path_factory):
+    root = tmp_path_factory.mktemp("awkward")
+    vectors, _ = clustered_unit_vectors(6, 16, n_clusters=2, seed=3)
+    index = SearchIndex.build(vectors, AWKWARD, kind="flat", progress=False)
+    index.save(root / "index")
+    location = parse_database_uri(f"qdrant+local://{root / 'db'}?collection=awkward")
+    export_index(root / "index", location, progress=False)
+    opened = CollectionIndex.open(location)
+    yield index, opened, vectors[0]
+    opened.close()
+
+
+@pytest.mark.parametrize("where", AWKWARD_FILTERS)
+def test_any_column_name_and_int64_bound_filter_the_same_items_as_faiss(awkward, where):
+    index, collection, query = awkward
+    condition = parse_where(where)
+    table = pa.Table.from_pylist(index.metadata_for(index.ids), schema=index.metadata_schema)
+    expected = index.ids[condition.mask(table)].tolist()
+    for found in (index.search(query, 6, filter=condition)[1][0], collection.search(query, 6, filter=condition)[1][0]):
+        assert sorted(found[found >= 0].tolist()) == expected, where
+    assert collection.metadata_for([0])[0] == index.metadata_for([0])[0]
+
+
+def test_the_int64_range_bounds_agree_with_python(awkward):
+    index, collection, query = awkward
+    bound = 2**53 + 1
+    passing = collection.search(query, 6, filter=parse_where(f"big < {bound}"))[1][0]
+    assert sorted(passing[passing >= 0].tolist()) == [i for i, v in enumerate(AWKWARD["big"]) if v < bound] == [0, 1, 5]
+
+
+@pytest.mark.parametrize("name", ['say "hi"', "back\\slash", ""])
+def test_a_column_name_qdrant_cannot_quote_is_refused_at_export_in_one_line(tmp_path, name, capsys):
+    vectors, _ = clustered_unit_vectors(4, 16, n_clusters=2, seed=0)
+    SearchIndex.build(vectors, {name: [1, 2, 3, 4]}, kind="flat", progress=False).save(tmp_path / "index")
+    uri = f"qdrant+local://{tmp_path / 'db'}?collection=c"
+    assert main(["index", "export", "--index", str(tmp_path / "index"), "--to", uri]) == 2
+    error = capsys.readouterr().err.strip()
+    assert f"metadata column {name!r} cannot be named in a Qdrant filter" in error and "\n" not in error
+    assert not (tmp_path / "db").exists() or not any((tmp_path / "db").rglob("*.sqlite"))  # nothing written
+
+
+BOUNDS = [2**53 + 1, -(2**53) - 3, 2**62 + 1, 2**63 - 1, 2**63 - 1025, -(2**63) + 1, 10**18 + 7]
+
+
+@pytest.mark.parametrize("bound", BOUNDS)
+@pytest.mark.parametrize("op", ["lt", "lte", "gt", "gte"])
+def test_int64_ranges_are_exact_whether_qdrant_compares_integers_exactly_or_as_float64(op, bound):
+    """Local mode compares a stored integer with a float bound exactly, a server may compare it as a float64."""
+    import operator
+
+    from retrieval.vectordb.qdrant_filters import to_qdrant_filter
+
+    schema = pa.schema([("id", pa.int64()), ("big", pa.int64())])
+    clause = to_qdrant_filter(parse_where(f"big {dict(lt='<', lte='<=', gt='>', gte='>=')[op]} {bound}"), schema, 1)
+    compare = {"lt": operator.lt, "lte": operator.le, "gt": operator.gt, "gte": operator.ge}
+
+    def passes(node, value: int, as_float: bool) -> bool:
+        if not hasattr(node, "key") and not hasattr(node, "must"):  # is_empty: the value is there
+            return False
+        if hasattr(node, "must_not") and node.must_not:
+            return not any(passes(child, value, as_float) for child in node.must_not)
+        if hasattr(node, "must") and node.must:
+            return all(passes(child, value, as_float) for child in node.must)
+        if hasattr(node, "should") and node.should:
+            return any(passes(child, value, as_float) for child in node.should)
+        if node.match is not None:
+            return value in node.match.any if hasattr(node.match, "any") else value == node.match.value
+        stored = float(value) if as_float else value
+        return all(compare[name](stored, limit) for name in compare if (limit := getattr(node.range, name)) is not None)
+
+    window = [bound + step for step in range(-6000, 6001, 61)] + [bound + step for step in range(-3, 4)]
+    for value in (v for v in window if -(2**63) <= v < 2**63):
+        truth = compare[op](value, bound)
+        assert passes(clause, value, as_float=False) == truth == passes(clause, value, as_float=True), value

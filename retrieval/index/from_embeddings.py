@@ -15,8 +15,8 @@ Rows are numbered 0..N-1 across all files in that order: these numbers become th
 The files' `id` (the image path) becomes the metadata column `path`, `label` stays `label`, and
 extra columns keep their names (in `.npz`/`.npy` files, whose arrays have no nulls, an empty
 string or a NaN is read back as null). The manifest records each file (name, rows, size) and, when the
-files say so, the checkpoint sha256 that made them; querying or adding images later needs that
-model (`--checkpoint`).
+files say so (parts directories, and the `.parquet` and `.npz` files `embed` writes), the checkpoint
+sha256 that made them; querying or adding images later needs that model (`--checkpoint`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
 from retrieval.index.streaming import VectorStream
-from retrieval.inference.file_formats import EMBEDDING_SUFFIXES
+from retrieval.inference.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
 from retrieval.inference.parts_layout import iter_embedding_parts, read_success
 from retrieval.runtime.files import file_sha256, sampled_sha256
 
@@ -43,6 +43,7 @@ __all__ = ["EmbeddingFiles", "open_embedding_files"]
 
 _VECTOR_COLUMN = "embedding"
 _RENAMED = {"id": "path", "ids": "path", "labels": "label"}  # file column -> index metadata column
+_NOT_METADATA = ("embeddings", NPZ_CHECKPOINT_MEMBER)  # the `.npz` members that are not columns
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ class _File:
             table = _with_nulls(pa.table({name: np.asarray(array[name]) for name in names}))
         else:
             with np.load(self.path) as loaded:
-                table = _with_nulls(pa.table({name: loaded[name] for name in loaded.files if name != "embeddings"}))
+                table = _with_nulls(
+                    pa.table({name: loaded[name] for name in loaded.files if name not in _NOT_METADATA})
+                )
         if not table.column_names:
             return pa.table({"row": pa.nulls(self.rows, pa.int64())}).drop_columns(["row"])
         return table.rename_columns([_RENAMED.get(name, name) for name in table.column_names])
@@ -139,7 +142,8 @@ class EmbeddingFiles:
         files: every file or parts directory read, in order.
         rows: N.
         dim: D.
-        checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories).
+        checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories,
+            `embed`'s `.parquet` and `.npz` files).
     """
 
     files: tuple[_File, ...]
@@ -213,7 +217,7 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
 
     Raises:
         UserError: a path is missing, of an unknown format, without embeddings, an unfinished parts
-            directory, or of another dimension than the first.
+            directory, of another dimension than the first, or made by another checkpoint than another path.
     """
     if not paths:
         raise UserError("--embeddings needs at least one file or directory")
@@ -223,9 +227,11 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
         if path.is_dir():
             record = read_success(path)
             files.append(_File(path, int(record["rows"]), int(record["dim"])))
-            checkpoints |= {record["checkpoint_sha256"]} if record.get("checkpoint_sha256") else set()
+            recorded = record.get("checkpoint_sha256")
         else:
             files.append(_open_file(path))
+            recorded = read_checkpoint_sha256(path)
+        checkpoints |= {recorded} if recorded else set()
     dims = {file.dim for file in files}
     if len(dims) > 1:
         shown = ", ".join(f"{file.path} ({file.dim}-d)" for file in files[:4])
@@ -234,7 +240,7 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
     if rows == 0:
         raise UserError(f"the embedding files hold no rows: {', '.join(map(str, paths))}")
     if len(checkpoints) > 1:
-        raise UserError("the embedding directories were made by different checkpoints; index one model's only")
+        raise UserError("the embedding files were made by different checkpoints; index one model's only")
     return EmbeddingFiles(tuple(files), rows, dims.pop(), checkpoints.pop() if checkpoints else None)
 
 

@@ -199,7 +199,10 @@ def checkpoint_encoder_for_index(
         return _backbone_encoder(info, checkpoint, device)
     recorded = info.checkpoint_sha256
     if not recorded:
-        raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")
+        raise UserError(
+            "the index records no checkpoint (built from embeddings that do not name one); rebuild it with "
+            "`index build --embeddings ... --checkpoint CKPT` naming the checkpoint that made them"
+        )
     if checkpoint is None and not info.checkpoint:
         raise UserError(
             "the index records its checkpoint's sha256 but not its path (built from embedding files); "

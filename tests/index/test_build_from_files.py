@@ -229,3 +229,38 @@ def test_an_index_from_embedding_files_asks_for_the_checkpoint_to_embed_images(t
     with pytest.raises(UserError, match="is not the one this index was built with"):
         (tmp_path / "other.pt").write_bytes(b"another model")
         encoder_for_index({"checkpoint_sha256": "ab" * 32}, tmp_path / "other.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", ["parquet", "npz"])
+def test_an_index_of_one_embed_file_is_searched_by_image_with_its_checkpoint(
+    tmp_path, tiny_checkpoint, csv_dataset_factory, suffix, capsys
+) -> None:
+    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=2, test_classes=2, per_class=3)
+    embeddings, index = tmp_path / f"emb.{suffix}", tmp_path / "index"
+    embed = ["embed", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(embeddings)]
+    assert main([*embed, "--device", "cpu", "--num-workers", "0"]) == 0
+    assert open_embedding_files([embeddings]).checkpoint_sha256 == file_sha256(tiny_checkpoint)
+    assert main(["index", "build", "--embeddings", str(embeddings), "--out", str(index), "--type", "flat"]) == 0
+    image = next((csv_path.parent / "images").iterdir())
+    capsys.readouterr()
+    query = ["index", "query", "--index", str(index), "--image", str(image), "--json", "--num-workers", "0"]
+    assert main([*query, "--checkpoint", str(tiny_checkpoint)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["results"][0]["path"] == str(image.resolve())
+
+
+def test_build_checkpoint_names_the_model_of_files_without_room_for_it(data, tmp_path, capsys) -> None:
+    vectors, _ = data
+    paths, labels = [f"/img/{i}.png" for i in range(300)], ["0"] * 300
+    write_embeddings(tmp_path / "plain.npy", vectors[:300], paths, labels, checkpoint_sha256="ab" * 32)
+    write_embeddings(tmp_path / "named.parquet", vectors[:300], paths, labels, checkpoint_sha256="cd" * 32)
+    assert open_embedding_files([tmp_path / "plain.npy"]).checkpoint_sha256 is None  # a .npy has no room
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"the model")
+    build = ["index", "build", "--type", "flat", "--checkpoint", str(checkpoint), "--embeddings"]
+    assert main([*build, str(tmp_path / "plain.npy"), "--out", str(tmp_path / "index")]) == 0
+    assert SearchIndex.load(tmp_path / "index").manifest.model == {"checkpoint_sha256": file_sha256(checkpoint)}
+    capsys.readouterr()
+    assert main([*build, str(tmp_path / "named.parquet"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "did not make these embeddings" in err and len(err.strip().splitlines()) == 1

@@ -102,6 +102,10 @@ class OnnxEncoder:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
         return self.embed_inputs(self.preprocess.batch([flatten_image(image) for image in images]))
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its preprocessing resizes a `width` x `height` image to, before the crop or pad."""
+        return self.preprocess.resized_size(width, height)
+
     def embed_inputs(self, inputs: np.ndarray) -> np.ndarray:
         """`(B, C, S, S)` preprocessed float32 images -> `(B, D)` float32 embeddings."""
         if not len(inputs):

@@ -32,6 +32,7 @@ from PIL import Image, ImageOps
 
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
+from retrieval.inference.eval_sizes import resized_size
 
 __all__ = ["MAX_IMAGE_SIZE", "PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
 
@@ -186,14 +187,17 @@ class Preprocess:
             return np.zeros((0, self.in_chans, size, size), dtype=np.float32)
         return np.stack([self(image) for image in images])
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its resize gives a `width` x `height` image, before the crop or pad (`eval_sizes.resized_size`)."""
+        return resized_size(self.resize_mode, self.image_size, self.crop_pct, (width, height))
+
     def _geometry(self, image: Image.Image) -> Image.Image:
         size = self.image_size
+        image = self._resize(image, self.resized_size(*image.size))
         if self.resize_mode == "resize":
-            return self._resize(image, (size, size))
+            return image
         if self.resize_mode == "center_crop":
-            resized = math.floor(size / (self.crop_pct or 1.0))  # crop_pct is set for center_crop (__post_init__)
-            return _center_crop_or_pad(self._resize(image, _shorter_side_to(image.size, resized)), size, 0)
-        image = self._resize(image, _longer_side_to(image.size, size))
+            return _center_crop_or_pad(image, size, 0)
         fill = self.fill if isinstance(self.fill, int | tuple) else border_colour(image)  # else: `auto`
         return _center_crop_or_pad(image, size, fill)
 
@@ -220,22 +224,6 @@ def _is_fill(fill: str | Fill | None, in_chans: int) -> bool:
         return True
     values = (fill,) if isinstance(fill, int) else fill if isinstance(fill, tuple) and in_chans == 3 else ()
     return bool(values) and all(isinstance(value, int) and 0 <= value <= 255 for value in values)
-
-
-def _shorter_side_to(width_height: tuple[int, int], side: int) -> tuple[int, int]:
-    """`(width, height)` with the shorter side `side` and the aspect ratio kept (torchvision's `Resize(int)`)."""
-    width, height = width_height
-    short, long = min(width, height), max(width, height)
-    new_long = int(side * long / short)
-    return (side, new_long) if width <= height else (new_long, side)
-
-
-def _longer_side_to(width_height: tuple[int, int], side: int) -> tuple[int, int]:
-    """`(width, height)` with the longer side `side` and the aspect ratio kept (`Resize(None, max_size=side)`)."""
-    width, height = width_height
-    short, long = min(width, height), max(width, height)
-    new_short = int(side * short / long)
-    return (new_short, side) if width <= height else (side, new_short)
 
 
 def _center_crop_or_pad(image: Image.Image, size: int, fill: Fill) -> Image.Image:

@@ -26,6 +26,7 @@ from retrieval.data.transforms import build_eval_transform, describe_eval_transf
 from retrieval.errors import UserError
 from retrieval.images import flatten_image
 from retrieval.inference.backbone import backbone_checkpoint
+from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
@@ -151,6 +152,11 @@ class ImageEncoder:
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""
         return self.transform(flatten_image(image))
+
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its eval transform resizes a `width` x `height` image to, before the crop or pad."""
+        info = self.transform_info
+        return resized_size(info["eval_mode"], self.image_size, info.get("crop_pct"), (width, height))
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""

@@ -102,7 +102,7 @@ def test_query_reranks_with_query_expansion(built, capsys):
 
 @pytest.mark.parametrize("spec", ["qe:k=10,alpha=0", "kreciprocal"])
 def test_an_indexed_image_comes_back_first_when_reranked(built, capsys, spec):
-    """`qe:k=10,alpha=0` (what `evaluate --rerank qe` chose on a validation split) once put the image itself at rank 6."""
+    """`qe:k=10,alpha=0` (what `evaluate --rerank qe` chose on validation) once put the image itself at rank 6."""
     csv_path, index, _ = built
     images = sorted((csv_path.parent / "images").glob("train_*.png"))
     answers = _query(capsys, index, "--image", *map(str, images), "-k", "3", "--rerank", spec)

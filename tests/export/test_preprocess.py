@@ -68,11 +68,14 @@ def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_che
             assert resize(Image.new("RGB", (width, height))).size == got, (width, height)
         except ValueError:  # torchvision cannot resize a side to 0 pixels: serve refuses such an image first
             assert min(got) == 0 and eval_mode == "pad_square"
-    assert Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3)).resized_size(1, 400_000) == {
-        "center_crop": (36, 14_400_000),
-        "resize": (32, 32),
-        "pad_square": (0, 32),
-    }[eval_mode]
+    assert (
+        Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3)).resized_size(1, 400_000)
+        == {
+            "center_crop": (36, 14_400_000),
+            "resize": (32, 32),
+            "pad_square": (0, 32),
+        }[eval_mode]
+    )
 
 
 def test_json_round_trip_and_fill_as_pixel_values():

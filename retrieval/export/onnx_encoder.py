@@ -80,6 +80,11 @@ class OnnxEncoder:
             "transform": files.preprocess.to_dict(),
         }
         encoder = cls(files.model_path, files.preprocess, info, device, threads)
+        if encoder.dim != manifest.embedding_dim:
+            raise UserError(
+                f"{files.model_path} gives {encoder.dim}-d embeddings, but manifest.json's embedding_dim is "
+                f"{manifest.embedding_dim}; export the model again"
+            )
         threshold = manifest.match_threshold
         encoder.match_threshold = None if threshold is None else threshold.model_dump()
         return encoder

@@ -94,7 +94,7 @@ def test_json_round_trip_and_fill_as_pixel_values():
         ({"mean": [0.5]}, "channels 'RGB' with 1 means"),
         ({"interpolation": "cubic"}, "interpolation 'cubic'"),
         ({"resize_mode": "pad_square", "fill": [1, 2]}, "fill"),
-        ({"image_size": "big"}, "ValueError"),
+        ({"image_size": "big"}, "preprocess.json.image_size must be int, got 'big'"),
     ],
 )
 def test_a_broken_preprocess_json_is_one_line(change, message):

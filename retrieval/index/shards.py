@@ -36,7 +36,7 @@ from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
-from retrieval.index.from_embeddings import EmbeddingFiles
+from retrieval.index.from_embeddings import EmbeddingFiles, check_column_types
 from retrieval.index.manifest import FileEntry, IndexManifest
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
@@ -174,8 +174,8 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
 
     Raises:
         UserError: a shard is not a shard (built without `--trained`), the shards differ in trained
-            index, kind or dimension, their ids overlap, or a shard's manifest does not fit its ids or its
-            contents (an edited manifest).
+            index, kind or dimension, their ids overlap, a shard's manifest does not fit its ids or its
+            contents (an edited manifest), or a metadata column has types that do not join.
     """
     manifests = [read_verified_manifest(shard) for shard in shards]
     records = _check_compatible(shards, manifests)
@@ -191,6 +191,10 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
     for shard, manifest, index, table in zip(shards, manifests, indexes, tables, strict=True):
         _check_stored(shard, manifest, int(index.ntotal), table.num_rows)
+    check_column_types(  # shard builds check their inputs; these could be of another version, or edited
+        [(str(shard), table.schema) for shard, table in zip(shards, tables, strict=True)],
+        "build every shard again from embedding files with one column type each",
+    )
     merged = merged_lists(
         _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
     )

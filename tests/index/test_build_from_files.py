@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from retrieval.cli.main import main
 from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.from_embeddings import open_embedding_files
+from retrieval.index.from_embeddings import check_column_types, open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
@@ -264,3 +265,35 @@ def test_build_checkpoint_names_the_model_of_files_without_room_for_it(data, tmp
     assert main([*build, str(tmp_path / "named.parquet"), "--out", str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err
     assert "did not make these embeddings" in err and len(err.strip().splitlines()) == 1
+
+
+def test_files_whose_columns_have_other_types_are_refused_before_any_row_is_read(data, tmp_path, capsys) -> None:
+    """Labels int64 in one file and string in the other once raised ArrowTypeError (in a sharded flow: at merge)."""
+    vectors, _ = data
+    paths = [f"/img/{i}.png" for i in range(300)]
+    write_embeddings(tmp_path / "a.parquet", vectors[:300], paths, [str(i % 7) for i in range(300)])
+    write_embeddings(tmp_path / "b.npz", vectors[300:600], paths, [f"class{i % 7}" for i in range(300)])
+    write_embeddings(
+        tmp_path / "c.npy", vectors[600:900], paths, [str(i % 5) for i in range(300)], {"n": ["1.5"] * 300}
+    )
+    inputs = [str(tmp_path / name) for name in ("a.parquet", "b.npz")]
+    expected = f"column 'label' is int64 in {inputs[0]} but string in {inputs[1]}; embed every file with the same"
+    assert main(["index", "train", "--embeddings", str(tmp_path / "a.parquet"), "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--trained", str(tmp_path / "t"), "--shard", "1/2"]):
+        assert main(["index", "build", "--embeddings", *inputs, "--out", str(tmp_path / "index"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert main(["index", "train", "--embeddings", *inputs, "--out", str(tmp_path / "t2")]) == 2
+    assert expected in capsys.readouterr().err
+    # int64 joins float64 and a column one file lacks is null there: those still build
+    files = open_embedding_files([tmp_path / "a.parquet", tmp_path / "c.npy"])
+    assert files.metadata().schema.field("label").type == pa.int64()
+
+
+def test_column_types_name_the_column_and_both_sources() -> None:
+    schemas = [("s0", pa.schema([("x", pa.int64()), ("y", pa.string())])), ("s1", pa.schema([("y", pa.int64())]))]
+    with pytest.raises(UserError, match=r"^column 'y' is string in s0 but int64 in s1; rebuild$"):
+        check_column_types(schemas, "rebuild")
+    joined = check_column_types([("s0", pa.schema([("x", pa.int64())])), ("s1", pa.schema([("x", pa.float64())]))], "")
+    assert joined.field("x").type == pa.float64()

@@ -241,8 +241,13 @@ def _is_fill(fill: str | Fill | None, in_chans: int) -> bool:
     """Whether `fill` pads an image of `in_chans` channels: `auto`, or 8-bit values (one, or three for RGB)."""
     if fill == "auto":
         return True
-    values = (fill,) if isinstance(fill, int) else fill if isinstance(fill, tuple) and in_chans == 3 else ()
-    return bool(values) and all(isinstance(value, int) and 0 <= value <= 255 for value in values)
+    if isinstance(fill, int):
+        values: tuple[int, ...] = (fill,)
+    elif isinstance(fill, tuple) and len(fill) == in_chans == 3:
+        values = fill
+    else:
+        return False
+    return all(isinstance(value, int) and 0 <= value <= 255 for value in values)
 
 
 def _center_crop_or_pad(image: Image.Image, size: int, fill: Fill) -> Image.Image:

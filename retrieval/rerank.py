@@ -12,7 +12,19 @@
   past the shortlist keep their order.
 
 Scores returned with re-ranked results stay the inner products with the original query, so a
-score threshold means the same with and without re-ranking; only the order changes.
+score threshold means the same with and without re-ranking; only the order changes, and the scores of
+a re-ranked list are not in descending order.
+
+Re-ranking by a neighbourhood can demote the query's own image: `qe:k=10,alpha=0` searches with the
+plain mean of the query and its 10 nearest results, which can sit nearer to 5 other items than to the
+query itself. `evaluate --rerank` never sees that case (each query's own row is left out of the
+gallery, as the protocol scores the retrieval of other items), so it can choose such parameters; `index
+query` and `serve` search indexes that hold the query image. So `qe` and `kreciprocal` put every result
+identical to the query (an inner product of at least `IDENTICAL_SCORE` with it: the same image embedded
+twice differs by float rounding only) first, in the original order, and re-rank the rest; evaluation
+applies the same rule, where it only moves duplicate images of a query to the front. `dba` cannot: it
+stores each item as the average of its neighbours, so the image's own vector is no longer in the index
+(with `alpha=0` and `k=2`, two mutual nearest neighbours store one and the same vector).
 
 A spec string names a method and, optionally, its parameters: `qe`, `qe:k=2,alpha=3`, `dba:k=5`,
 `kreciprocal:k1=20,k2=6,lam=0.3`. Everything here is numpy + FAISS (no torch), so `serve` can use it.
@@ -35,6 +47,7 @@ if TYPE_CHECKING:  # evaluation imports this module and must not load the index 
     from retrieval.index.filter_language import Filter
 
 __all__ = [
+    "IDENTICAL_SCORE",
     "RERANK_METHODS",
     "DatabaseAugmentation",
     "Gallery",
@@ -48,6 +61,7 @@ __all__ = [
     "rerank_at_query",
 ]
 
+IDENTICAL_SCORE = 0.9999  # a result at least this close to the query is its own image: it stays first
 _BATCH = 256  # queries re-ranked at once by k-reciprocal: a few (B, n, n) float32 arrays
 # Batched products of small matrices go through np.einsum, not np.matmul: matmul calls a threaded BLAS
 # once per matrix, whose thread start-up dominates at n ~ 100 (docs/benchmarks.md, "Re-ranking").
@@ -117,9 +131,12 @@ class QueryExpansion(_Spec):
         return vectors
 
     def search(self, gallery: Gallery, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        top_scores, top_ids = gallery.search(queries, self.k)
-        expanded = _weighted_sum(queries, top_scores, gallery.vectors(top_ids), top_ids, self.alpha)
+        top_scores, top_ids = gallery.search(queries, max(self.k, k))
+        width = min(self.k, top_ids.shape[1])
+        neighbours = gallery.vectors(top_ids[:, :width])
+        expanded = _weighted_sum(queries, top_scores[:, :width], neighbours, top_ids[:, :width], self.alpha)
         _, ids = gallery.search(expanded, k)
+        ids = _identical_first(top_scores, top_ids, ids)
         return _scores_of(queries, gallery, ids), ids
 
 
@@ -183,7 +200,9 @@ class KReciprocal(_Spec):
             order = self._order(points, head >= 0)
             ids[rows, :width] = np.take_along_axis(head, order, axis=1)
             scores[rows, :width] = np.take_along_axis(scores[rows, :width], order, axis=1)
-        return scores[:, :k], ids[:, :k]
+        # every result of the plain search is still in the list, with its own score: the identical ones go first
+        first = np.argsort(~((scores >= IDENTICAL_SCORE) & (ids >= 0)), axis=1, kind="stable")
+        return np.take_along_axis(scores, first, axis=1)[:, :k], np.take_along_axis(ids, first, axis=1)[:, :k]
 
     def _order(self, points: np.ndarray, valid: np.ndarray) -> np.ndarray:
         """`(B, L)` new order of each query's L shortlisted items, from `(B, 1 + L, D)` query + items."""
@@ -303,6 +322,26 @@ def _weighted_sum(
         summed += queries
     norms = np.linalg.norm(summed, axis=1, keepdims=True)
     return np.ascontiguousarray(summed / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+def _identical_first(original_scores: np.ndarray, original_ids: np.ndarray, reranked: np.ndarray) -> np.ndarray:
+    """`(n, k)` re-ranked ids with each query's identical results (`IDENTICAL_SCORE`) moved to the front.
+
+    Args:
+        original_scores: `(n, m)` scores of the plain search, best first (m >= k, so every identical
+            result a plain top-k holds is among them).
+        original_ids: `(n, m)` its ids (-1 past the end).
+        reranked: `(n, k)` the re-ranked ids.
+    """
+    identical = (original_scores >= IDENTICAL_SCORE) & (original_ids >= 0)
+    if not identical.any():
+        return reranked
+    out = reranked.copy()
+    for row in np.flatnonzero(identical.any(axis=1)):
+        first = original_ids[row][identical[row]]
+        rest = reranked[row][~np.isin(reranked[row], first)]
+        out[row] = np.concatenate([first, rest])[: reranked.shape[1]]
+    return out
 
 
 def _scores_of(queries: np.ndarray, gallery: Gallery, ids: np.ndarray) -> np.ndarray:

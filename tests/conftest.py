@@ -36,9 +36,12 @@ def csv_dataset(tmp_path: Path) -> Path:
     return write_csv_dataset(tmp_path / "data")
 
 
-def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **model_options) -> Path:
+def write_tiny_checkpoint(
+    path: Path, seed: int = 0, image_size: int = 32, eval_mode: str | None = None, **model_options
+) -> Path:
     """A `retrieval train`-style checkpoint of an untrained resnet10t embedder (16-d, 32 px): fast to embed with.
 
+    `eval_mode` replaces the config's `augment.eval_mode` (e.g. `center_crop`, the photo recipe's);
     `model_options` are further `ModelConfig` fields, e.g. `flip_average=True`.
     """
     import torch
@@ -51,6 +54,8 @@ def write_tiny_checkpoint(path: Path, seed: int = 0, image_size: int = 32, **mod
     model_config = ModelConfig(backbone="resnet10t", embedding_dim=16, pretrained=False, **model_options)
     config = Config(model=model_config)
     config.data.image_size = image_size
+    if eval_mode is not None:
+        config.augment.eval_mode = eval_mode
     model = Embedder(**model_config.model_dump())
     Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(path)
     return path

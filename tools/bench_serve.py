@@ -17,6 +17,15 @@ images with it, starts two servers on the same index, `--max-batch 16 --batch-wa
 `--rounds` times) with multipart uploads of the images; it prints uploads/s and p50/p99 of each.
 
     python tools/bench_serve.py --uploads synthetic --clients 1,8,32 --requests 600 --duration 30
+
+Elongated mode (`--elongated HEIGHT`): the hostile upload of issue 36, a 1 x HEIGHT PNG (a few hundred
+bytes) sent to a model whose eval is `center_crop`, which scales the shorter side up. It indexes the
+synthetic images with an untrained `--backbone` checkpoint at `--image-size` (`augment.eval_mode:
+center_crop`), serves it with the default limits, and has `--clients` clients send the PNG while one
+more client sends `GET /healthz`; it prints the uploads' statuses and latency, and /healthz p50/p99
+beside /healthz alone. A server that refuses the upload from its header answers 413 in milliseconds.
+
+    python tools/bench_serve.py --elongated 400000 --clients 4 --requests 200 --duration 30
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -64,9 +74,13 @@ def main() -> None:
     parser.add_argument("--backbone", default="resnet18", help="upload mode: the untrained timm model exported")
     parser.add_argument("--image-size", type=int, default=64, help="upload mode: its input size")
     parser.add_argument("--rounds", type=int, default=1, help="upload mode: alternations per client count")
+    parser.add_argument("--elongated", type=int, metavar="HEIGHT", help="elongated mode: upload a 1 x HEIGHT PNG")
     args = parser.parse_args()
     if args.uploads is not None:
         _uploads(args)
+        return
+    if args.elongated is not None:
+        _elongated(args)
         return
 
     with tempfile.TemporaryDirectory() as scratch:
@@ -170,6 +184,91 @@ def _uploads(args: argparse.Namespace) -> None:
                 f"{best['rps']:>11.1f}{best['p50']:>9.1f}{best['p99']:>9.1f}"
             )
         print(f"{'':>8}{'batched / unbatched uploads/s':>40}: {rates['batched'] / rates['unbatched']:.2f}x")
+
+
+def _elongated(args: argparse.Namespace) -> None:
+    """Elongated mode: a center_crop model's server under `args.clients` clients sending a 1 x HEIGHT PNG."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, args.elongated), (9, 9, 9)).save(buffer, "PNG")
+    upload = _multipart_post("/search", [buffer.getvalue()], args.k)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        index_dir, checkpoint = _center_crop_index(args, _synthetic_images(root / "images", args.images), root)
+        base, server = _serve(index_dir, ("--checkpoint", str(checkpoint), "--device", "cpu"))
+        try:
+            _wait_until_up(base, server)
+            threading.Thread(target=server.stderr.read, daemon=True).start()  # a full pipe would block it
+            health = _get("/healthz")
+            alone = _load(base, health, 1, args.requests, args.duration)
+            statuses: list[int] = []
+            status_of = _statuses(upload, statuses)
+            results: dict[str, dict[str, float]] = {}
+            clients = args.clients[0]
+            load = threading.Thread(
+                target=lambda: results.update(uploads=_load(base, status_of, clients, args.requests, args.duration))
+            )
+            load.start()
+            results["health"] = _while_alive(base, health, load)
+            load.join()
+            uploads = results["uploads"]
+        finally:
+            server.terminate()
+            server.wait(30)
+    print(f"1 x {args.elongated} PNG ({len(buffer.getvalue())} bytes) to {args.backbone} at {args.image_size} px,")
+    print(f"center_crop, default limits; {args.clients[0]} upload clients + 1 /healthz client; {os.cpu_count()} cores")
+    print(f"upload statuses: {dict(sorted(Counter(statuses).items()))}")
+    print(f"{'':<34}{'requests':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}")
+    for name, result in (
+        ("POST /search (the 1 x H PNG)", uploads),
+        ("GET /healthz during the uploads", results["health"]),
+        ("GET /healthz alone", alone),
+    ):
+        print(f"{name:<34}{result['requests']:>9}{result['p50']:>9.1f}{result['p99']:>9.1f}{result['max']:>9.1f}")
+
+
+def _while_alive(base: str, send: Send, other: threading.Thread) -> dict[str, float]:
+    """One client sending `send` for as long as `other` runs (at least one request): the latency under its load."""
+    times = []
+    started = time.perf_counter()
+    with httpx.Client(base_url=base, timeout=120) as http:
+        while other.is_alive() or not times:
+            t = time.perf_counter()
+            send(http, len(times))
+            times.append(time.perf_counter() - t)
+    return _summary(times, 0, time.perf_counter() - started)
+
+
+def _statuses(send: Send, statuses: list[int]) -> Send:
+    """`send`, recording every answer's status (list.append is atomic under the GIL)."""
+
+    def recorded(http: httpx.Client, i: int) -> httpx.Response:
+        response = send(http, i)
+        statuses.append(response.status_code)
+        return response
+
+    return recorded
+
+
+def _center_crop_index(args: argparse.Namespace, images: Path, root: Path) -> tuple[Path, Path]:
+    """An untrained `args.backbone` checkpoint whose eval is center_crop, and a flat index of `images` built with it."""
+    import torch
+
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.cli.main import main as retrieval_main
+    from retrieval.config import Config, ModelConfig, config_to_dict
+    from retrieval.models import Embedder
+
+    torch.manual_seed(0)
+    model_config = ModelConfig(backbone=args.backbone, embedding_dim=128, pretrained=False)
+    config = Config(model=model_config)
+    config.data.image_size = args.image_size
+    config.augment.eval_mode = "center_crop"
+    model = Embedder(**model_config.model_dump())
+    Checkpoint(model.state_dict(), model_config, config_to_dict(config), num_classes=0).save(root / "model.pt")
+    build = ["index", "build", "--checkpoint", str(root / "model.pt"), "--images", str(images)]
+    if retrieval_main([*build, "--out", str(root / "index"), "--type", "flat", "--num-workers", "0"]) != 0:
+        raise SystemExit("index build failed")
+    return root / "index", root / "model.pt"
 
 
 def _synthetic_images(folder: Path, count: int) -> Path:
@@ -294,6 +393,7 @@ def _summary(times: list[float], errors: int, wall: float) -> dict[str, float]:
         "errors": errors,
         "p50": float(np.percentile(ms, 50)),
         "p99": float(np.percentile(ms, 99)),
+        "max": float(ms.max()),
         "rps": len(ms) / wall,
     }
 

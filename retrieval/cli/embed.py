@@ -110,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     ids, labels = rows["path"], rows["label"]
     extra = {name: rows[name] for name in rows.column_names if name not in ("path", "label")}
-    write_embeddings(args.out, embeddings, ids, labels, extra)
+    write_embeddings(args.out, embeddings, ids, labels, extra, encoder.checkpoint_sha256)
     skipped = len(source.paths) - len(ids)
     print(
         f"embeddings: {args.out} ({len(ids)} x {embeddings.shape[1]})"

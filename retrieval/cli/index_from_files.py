@@ -2,9 +2,11 @@
 
 The vectors are streamed (see `SearchIndex.build_streamed`): memory holds the index, FAISS's
 training sample and one chunk, not the N embeddings. Ids are the rows' numbers 0..N-1 in the
-order of the paths given (a parts directory in part order). The manifest records the files and,
-when they say so, the checkpoint's sha256; `index query` and `index add` with images then need
-that checkpoint (`--checkpoint`).
+order of the paths given (a parts directory in part order). The manifest records the files and the
+checkpoint's sha256, as the files record it or as `--checkpoint CKPT` names it (for files with no room
+for it: `.npy`, plain arrays); `index query` and `index add` with images then need that checkpoint
+(`--checkpoint`). Only the sha256 is recorded, not the path, so that shards built on machines that
+mount the checkpoint at other places merge.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from typing import TYPE_CHECKING
 from retrieval.cli.index_shards import shard_inputs
 from retrieval.errors import UserError
 from retrieval.index.storage import working_directory
+from retrieval.runtime.files import file_sha256
 
 if TYPE_CHECKING:
     from retrieval.index import SearchIndex
@@ -58,15 +61,15 @@ def built_from_embeddings(
     trained index, ids from the shard's first row number, neither tuned nor measured (`index merge`).
 
     Raises:
-        UserError: images or a checkpoint were given too, the files are unreadable (see `open_embedding_files`),
-            or `--trained`/`--shard` do not fit them (see `shard_inputs`).
+        UserError: images or another model were given too, the files are unreadable (see `open_embedding_files`),
+            `--checkpoint` is not the checkpoint they record, or `--trained`/`--shard` do not fit them
+            (see `shard_inputs`).
     """
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.index.from_embeddings import open_embedding_files
 
     flags = (
-        ("--checkpoint", args.checkpoint),
         ("--model", args.model),
         ("--backbone", args.backbone),
         ("--csv", args.csv),
@@ -77,7 +80,8 @@ def built_from_embeddings(
         raise UserError(f"--embeddings builds from vectors already made: drop {', '.join(given)}")
     inputs = shard_inputs(args, open_embedding_files(args.embeddings))
     files, first_id, trained = inputs.files, inputs.first_id, inputs.trained
-    model = {"checkpoint_sha256": files.checkpoint_sha256} if files.checkpoint_sha256 else {}
+    checkpoint_sha256 = _checkpoint_sha256(files.checkpoint_sha256, args.checkpoint)
+    model = {"checkpoint_sha256": checkpoint_sha256} if checkpoint_sha256 else {}
     work = working_directory(args.out)
     try:
         options = IndexBuildOptions(
@@ -104,3 +108,22 @@ def built_from_embeddings(
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _checkpoint_sha256(recorded: str | None, checkpoint: Path | None) -> str | None:
+    """The sha256 of the checkpoint that made the embeddings: the files' record, or `--checkpoint`'s, which must agree.
+
+    Raises:
+        UserError: `--checkpoint` is missing, or is not the checkpoint the files record.
+    """
+    if checkpoint is None:
+        return recorded
+    if not checkpoint.is_file():
+        raise UserError(f"checkpoint not found: {checkpoint}; pass the checkpoint that made the embeddings")
+    actual = file_sha256(checkpoint)
+    if recorded is not None and actual != recorded:
+        raise UserError(
+            f"--checkpoint {checkpoint} did not make these embeddings (sha256 {actual[:12]}... != {recorded[:12]}... "
+            "recorded in the files); pass that checkpoint or leave --checkpoint out"
+        )
+    return actual

@@ -53,7 +53,7 @@ def read_export(directory: str | Path) -> ExportFiles:
         raise UserError(f"{directory} {what}; pass a directory written by `retrieval export` with --model DIR")
     try:
         data = json.loads(manifest_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:  # RecursionError: arrays nested thousands deep
         raise UserError(f"cannot read {manifest_path} ({exc.__class__.__name__}); export the model again") from exc
     manifest = ExportManifest.read(data, manifest_path)
     hashes = {}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field
 
@@ -29,7 +29,7 @@ class ExportManifest(Record):
     model_config = ConfigDict(extra="allow", populate_by_name=True, strict=True)
 
     format: int
-    kind: str
+    kind: Literal["onnx"]  # the only model file this version runs
     created: str  # ISO 8601
     source_checkpoint: str
     source_checkpoint_sha256: Sha256

@@ -80,6 +80,11 @@ class OnnxEncoder:
             "transform": files.preprocess.to_dict(),
         }
         encoder = cls(files.model_path, files.preprocess, info, device, threads)
+        if encoder.dim != manifest.embedding_dim:
+            raise UserError(
+                f"{files.model_path} gives {encoder.dim}-d embeddings, but manifest.json's embedding_dim is "
+                f"{manifest.embedding_dim}; export the model again"
+            )
         threshold = manifest.match_threshold
         encoder.match_threshold = None if threshold is None else threshold.model_dump()
         return encoder
@@ -101,6 +106,10 @@ class OnnxEncoder:
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
         return self.embed_inputs(self.preprocess.batch([flatten_image(image) for image in images]))
+
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its preprocessing resizes a `width` x `height` image to, before the crop or pad."""
+        return self.preprocess.resized_size(width, height)
 
     def embed_inputs(self, inputs: np.ndarray) -> np.ndarray:
         """`(B, C, S, S)` preprocessed float32 images -> `(B, D)` float32 embeddings."""

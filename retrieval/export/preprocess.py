@@ -21,7 +21,6 @@ No torch import here or in anything imported: a deployment runs it with numpy an
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +28,23 @@ from typing import Any
 
 import numpy as np
 from PIL import Image, ImageOps
+from pydantic import ConfigDict
 
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
+from retrieval.inference.eval_sizes import resized_size
+from retrieval.validation import Record, ValidationError, user_error
 
-__all__ = ["MAX_IMAGE_SIZE", "PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
+__all__ = ["MAX_IMAGE_SIZE", "MIN_STD", "PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
 
 PREPROCESS_FORMAT = 1  # version of the preprocess.json layout
 # The largest `image_size` read. Retrieval backbones are run at a few hundred pixels; one 4096-pixel
 # RGB input is already 200 MB of float32, so a larger value is a broken file, not a model, and
 # refusing it beats Pillow resizing every image towards gigabytes until memory runs out.
 MAX_IMAGE_SIZE = 4096
+# The smallest `std`: normalization stds are 0.2 to 0.5; a pixel divided by 1e-45 is infinite, and the
+# model's embedding NaN. Under 1e-3, (x - mean) / std would exceed 1,000 for a pixel in [0, 1].
+MIN_STD = 1e-3
 RESIZE_MODES = ("center_crop", "resize", "pad_square")
 # timm's interpolation names -> Pillow's resampling filters (torchvision maps them the same way for PIL images).
 _RESAMPLING = {
@@ -75,12 +80,19 @@ class Preprocess:
             problems.append(f"interpolation {self.interpolation!r} (one of {', '.join(_RESAMPLING)})")
         if self.channels not in ("L", "RGB") or len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
             problems.append(f"channels {self.channels!r} with {len(self.mean)} means and {len(self.std)} stds")
-        if not all(math.isfinite(value) for value in self.mean):
-            problems.append(f"mean {list(self.mean)} (finite numbers)")
-        if not all(math.isfinite(value) and value > 0 for value in self.std):
-            problems.append(f"std {list(self.std)} (finite and > 0: pixels are divided by it)")
-        if self.resize_mode == "center_crop" and not (self.crop_pct and 0 < self.crop_pct <= 1):
-            problems.append(f"crop_pct {self.crop_pct} (center_crop needs 0 < crop_pct <= 1)")
+        if not all(0 <= value <= 1 for value in self.mean):  # NaN fails too
+            problems.append(f"mean {list(self.mean)} (finite numbers in [0, 1]: of pixels scaled to [0, 1])")
+        if not all(MIN_STD <= value <= 1 for value in self.std):
+            problems.append(
+                f"std {list(self.std)} (finite and > 0: from {MIN_STD} to 1, as pixels in [0, 1] are divided by it)"
+            )
+        if self.resize_mode == "center_crop" and not (
+            self.crop_pct and 0 < self.crop_pct <= 1 and self.image_size / self.crop_pct < MAX_IMAGE_SIZE + 1
+        ):
+            problems.append(
+                f"crop_pct {self.crop_pct} (center_crop needs 0 < crop_pct <= 1 and image_size / crop_pct, the "
+                f"side it resizes to, at most {MAX_IMAGE_SIZE})"
+            )
         if self.resize_mode == "pad_square" and not _is_fill(self.fill, self.in_chans):
             problems.append(f"fill {self.fill!r} (pad_square needs `auto` or one value per channel, 0-255)")
         if problems:
@@ -111,8 +123,12 @@ class Preprocess:
     def from_dict(cls, data: dict[str, Any]) -> Preprocess:
         """The `Preprocess` written by `to_dict` (a `preprocess.json`).
 
+        The JSON types are read strictly (`_PreprocessFile`): `image_size` `"32"`, `32.7` or `true`
+        is refused, not read as 32 or 1.
+
         Raises:
-            UserError: a field is missing, unknown or out of range, or the file is of a newer format.
+            UserError: a field is missing, unknown, of the wrong type or out of range (naming it), or
+                the file is of a newer format.
         """
         if data.get("format") != PREPROCESS_FORMAT:
             raise UserError(
@@ -120,21 +136,19 @@ class Preprocess:
                 "export the model again with this version of retrieval"
             )
         try:
-            fields: dict[str, Any] = {
-                "image_size": int(data["image_size"]),
-                "resize_mode": str(data["resize_mode"]),
-                "interpolation": str(data["interpolation"]),
-                "channels": str(data["channels"]),
-                "mean": tuple(float(value) for value in data["mean"]),
-                "std": tuple(float(value) for value in data["std"]),
-                "crop_pct": None if data.get("crop_pct") is None else float(data["crop_pct"]),
-                "fill": _parse_fill(data.get("fill")),
-            }
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(
-                f"invalid preprocess.json ({exc.__class__.__name__}: {exc}); export the model again"
-            ) from exc
-        return cls(**fields)
+            record = _PreprocessFile.model_validate(data)
+        except ValidationError as exc:
+            raise user_error(_PreprocessFile, exc, "preprocess.json", "export the model again") from None
+        return cls(
+            image_size=record.image_size,
+            resize_mode=record.resize_mode,
+            interpolation=record.interpolation,
+            channels=record.channels,
+            mean=tuple(record.mean),
+            std=tuple(record.std),
+            crop_pct=record.crop_pct,
+            fill=tuple(record.fill) if isinstance(record.fill, list) else record.fill,  # type: ignore[arg-type]
+        )
 
     @classmethod
     def read(cls, path: str | Path) -> Preprocess:
@@ -145,12 +159,10 @@ class Preprocess:
         """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise UserError(
-                f"cannot read {path} ({exc.__class__.__name__}); pass a directory from retrieval export"
-            ) from exc
+        except (OSError, ValueError, RecursionError) as exc:  # RecursionError: arrays nested thousands deep
+            raise UserError(f"cannot read {path} ({exc.__class__.__name__}); export the model again") from exc
         if not isinstance(data, dict):
-            raise UserError(f"{path} is not a JSON object; pass a directory from retrieval export")
+            raise UserError(f"{path} is not a JSON object; export the model again")
         return cls.from_dict(data)
 
     def to_dict(self) -> dict[str, Any]:
@@ -186,14 +198,17 @@ class Preprocess:
             return np.zeros((0, self.in_chans, size, size), dtype=np.float32)
         return np.stack([self(image) for image in images])
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its resize gives a `width` x `height` image, before the crop or pad (`eval_sizes.resized_size`)."""
+        return resized_size(self.resize_mode, self.image_size, self.crop_pct, (width, height))
+
     def _geometry(self, image: Image.Image) -> Image.Image:
         size = self.image_size
+        image = self._resize(image, self.resized_size(*image.size))
         if self.resize_mode == "resize":
-            return self._resize(image, (size, size))
+            return image
         if self.resize_mode == "center_crop":
-            resized = math.floor(size / (self.crop_pct or 1.0))  # crop_pct is set for center_crop (__post_init__)
-            return _center_crop_or_pad(self._resize(image, _shorter_side_to(image.size, resized)), size, 0)
-        image = self._resize(image, _longer_side_to(image.size, size))
+            return _center_crop_or_pad(image, size, 0)
         fill = self.fill if isinstance(self.fill, int | tuple) else border_colour(image)  # else: `auto`
         return _center_crop_or_pad(image, size, fill)
 
@@ -204,38 +219,35 @@ class Preprocess:
         return image.resize(width_height, resample=_RESAMPLING[self.interpolation])
 
 
-def _parse_fill(value: Any) -> str | Fill | None:
-    """A JSON `fill`: `auto`, a gray level, `[red, green, blue]`, or null (no padding)."""
-    if isinstance(value, list) and len(value) == 3:
-        red, green, blue = (int(part) for part in value)
-        return red, green, blue
-    if value is None or isinstance(value, str | int):
-        return value
-    raise ValueError(f"fill {value!r} is not `auto`, a gray level or [red, green, blue]")
+class _PreprocessFile(Record):
+    """`preprocess.json` as JSON types, read strictly; `Preprocess` checks the values and how they fit together."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    format: int
+    image_size: int
+    resize_mode: str
+    crop_pct: float | None = None
+    fill: str | int | list[int] | None = None  # `auto`, a gray level or [red, green, blue]; null: no padding
+    interpolation: str
+    channels: str
+    in_chans: int | None = None  # what `channels` means, written for readers of the file
+    mean: list[float]
+    std: list[float]
+    input: dict[str, Any] | None = None  # the input layout, written for readers of the file
 
 
 def _is_fill(fill: str | Fill | None, in_chans: int) -> bool:
     """Whether `fill` pads an image of `in_chans` channels: `auto`, or 8-bit values (one, or three for RGB)."""
     if fill == "auto":
         return True
-    values = (fill,) if isinstance(fill, int) else fill if isinstance(fill, tuple) and in_chans == 3 else ()
-    return bool(values) and all(isinstance(value, int) and 0 <= value <= 255 for value in values)
-
-
-def _shorter_side_to(width_height: tuple[int, int], side: int) -> tuple[int, int]:
-    """`(width, height)` with the shorter side `side` and the aspect ratio kept (torchvision's `Resize(int)`)."""
-    width, height = width_height
-    short, long = min(width, height), max(width, height)
-    new_long = int(side * long / short)
-    return (side, new_long) if width <= height else (new_long, side)
-
-
-def _longer_side_to(width_height: tuple[int, int], side: int) -> tuple[int, int]:
-    """`(width, height)` with the longer side `side` and the aspect ratio kept (`Resize(None, max_size=side)`)."""
-    width, height = width_height
-    short, long = min(width, height), max(width, height)
-    new_short = int(side * short / long)
-    return (new_short, side) if width <= height else (side, new_short)
+    if isinstance(fill, int):
+        values: tuple[int, ...] = (fill,)
+    elif isinstance(fill, tuple) and len(fill) == in_chans == 3:
+        values = fill
+    else:
+        return False
+    return all(isinstance(value, int) and 0 <= value <= 255 for value in values)
 
 
 def _center_crop_or_pad(image: Image.Image, size: int, fill: Fill) -> Image.Image:

@@ -15,18 +15,19 @@ Rows are numbered 0..N-1 across all files in that order: these numbers become th
 The files' `id` (the image path) becomes the metadata column `path`, `label` stays `label`, and
 extra columns keep their names (in `.npz`/`.npy` files, whose arrays have no nulls, an empty
 string or a NaN is read back as null). The manifest records each file (name, rows, size) and, when the
-files say so, the checkpoint sha256 that made them; querying or adding images later needs that
-model (`--checkpoint`).
+files say so (parts directories, and the `.parquet` and `.npz` files `embed` writes), the checkpoint
+sha256 that made them; querying or adding images later needs that model (`--checkpoint`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import pyarrow as pa
@@ -35,14 +36,15 @@ import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
 from retrieval.index.streaming import VectorStream
-from retrieval.inference.file_formats import EMBEDDING_SUFFIXES
+from retrieval.inference.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
 from retrieval.inference.parts_layout import iter_embedding_parts, read_success
 from retrieval.runtime.files import file_sha256, sampled_sha256
 
-__all__ = ["EmbeddingFiles", "open_embedding_files"]
+__all__ = ["EmbeddingFiles", "check_column_types", "open_embedding_files"]
 
 _VECTOR_COLUMN = "embedding"
 _RENAMED = {"id": "path", "ids": "path", "labels": "label"}  # file column -> index metadata column
+_NOT_METADATA = ("embeddings", NPZ_CHECKPOINT_MEMBER)  # the `.npz` members that are not columns
 
 
 @dataclass(frozen=True)
@@ -99,6 +101,27 @@ class _File:
             return sampled_sha256(self.path)
         return hashlib.sha256("".join(str(unit.sha256) for unit in self.units()).encode()).hexdigest()
 
+    def schema(self) -> pa.Schema:
+        """The types of `metadata()`'s columns, from headers only: a parquet footer (a parts directory's first
+        part: embed types every part as the whole source), a `.npy` header, the `.npz` members' headers."""
+        if self.path.is_dir():
+            fields = list(pq.read_schema(self.path / read_success(self.path)["parts"][0]))
+        elif self.path.suffix == ".parquet":
+            fields = list(pq.read_schema(self.path))
+        else:
+            if self.path.suffix == ".npy":
+                dtype = np.load(self.path, mmap_mode="r").dtype
+                dtypes = {name: dtype[name] for name in dtype.names or ()}
+            else:
+                dtypes = _npz_dtypes(self.path)
+            fields = [
+                pa.field(name, pa.from_numpy_dtype(dtype))
+                for name, dtype in dtypes.items()
+                if name not in (_VECTOR_COLUMN, *_NOT_METADATA)
+            ]
+        kept = [field for field in fields if field.name not in (_VECTOR_COLUMN, *_NOT_METADATA)]
+        return pa.schema([field.with_name(_RENAMED.get(field.name, field.name)) for field in kept])
+
     def metadata(self) -> pa.Table:
         """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
         if self.path.is_dir():
@@ -113,7 +136,9 @@ class _File:
             table = _with_nulls(pa.table({name: np.asarray(array[name]) for name in names}))
         else:
             with np.load(self.path) as loaded:
-                table = _with_nulls(pa.table({name: loaded[name] for name in loaded.files if name != "embeddings"}))
+                table = _with_nulls(
+                    pa.table({name: loaded[name] for name in loaded.files if name not in _NOT_METADATA})
+                )
         if not table.column_names:
             return pa.table({"row": pa.nulls(self.rows, pa.int64())}).drop_columns(["row"])
         return table.rename_columns([_RENAMED.get(name, name) for name in table.column_names])
@@ -139,7 +164,8 @@ class EmbeddingFiles:
         files: every file or parts directory read, in order.
         rows: N.
         dim: D.
-        checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories).
+        checkpoint_sha256: the checkpoint that made the embeddings, when the files record it (parts directories,
+            `embed`'s `.parquet` and `.npz` files).
     """
 
     files: tuple[_File, ...]
@@ -213,7 +239,7 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
 
     Raises:
         UserError: a path is missing, of an unknown format, without embeddings, an unfinished parts
-            directory, or of another dimension than the first.
+            directory, of another dimension than the first, or made by another checkpoint than another path.
     """
     if not paths:
         raise UserError("--embeddings needs at least one file or directory")
@@ -223,9 +249,11 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
         if path.is_dir():
             record = read_success(path)
             files.append(_File(path, int(record["rows"]), int(record["dim"])))
-            checkpoints |= {record["checkpoint_sha256"]} if record.get("checkpoint_sha256") else set()
+            recorded = record.get("checkpoint_sha256")
         else:
             files.append(_open_file(path))
+            recorded = read_checkpoint_sha256(path)
+        checkpoints |= {recorded} if recorded else set()
     dims = {file.dim for file in files}
     if len(dims) > 1:
         shown = ", ".join(f"{file.path} ({file.dim}-d)" for file in files[:4])
@@ -234,8 +262,45 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
     if rows == 0:
         raise UserError(f"the embedding files hold no rows: {', '.join(map(str, paths))}")
     if len(checkpoints) > 1:
-        raise UserError("the embedding directories were made by different checkpoints; index one model's only")
+        raise UserError("the embedding files were made by different checkpoints; index one model's only")
+    check_column_types(
+        [(str(file.path), file.schema()) for file in files],
+        "embed every file with the same --column-types, or index them apart",
+    )
     return EmbeddingFiles(tuple(files), rows, dims.pop(), checkpoints.pop() if checkpoints else None)
+
+
+def check_column_types(schemas: Sequence[tuple[str, pa.Schema]], fix: str) -> pa.Schema:
+    """The one metadata schema of several sources' tables, as `pa.concat_tables(promote_options="permissive")`
+    unifies them (int64 with float64 is float64; a column one source lacks is null in its rows).
+
+    Called before any row is read, so that a shard build refuses its inputs at once, not the merge at the end.
+
+    Args:
+        schemas: each source's name (for the message) and its columns' types.
+        fix: how to fix a conflict, appended after "; ".
+
+    Raises:
+        UserError: a column has types no promotion joins (int64 in one file, string in another), naming it,
+            the two types and their sources.
+    """
+    try:
+        return pa.unify_schemas([schema for _, schema in schemas], promote_options="permissive")
+    except (pa.ArrowTypeError, pa.ArrowInvalid):
+        pass
+    seen: dict[str, tuple[str, pa.DataType]] = {}
+    for name, schema in schemas:
+        for field in schema:
+            first = seen.setdefault(field.name, (name, field.type))
+            try:
+                pa.unify_schemas(
+                    [pa.schema([(field.name, first[1])]), pa.schema([field])], promote_options="permissive"
+                )
+            except (pa.ArrowTypeError, pa.ArrowInvalid):
+                raise UserError(
+                    f"column {field.name!r} is {first[1]} in {first[0]} but {field.type} in {name}; {fix}"
+                ) from None
+    raise UserError(f"the column types of {', '.join(name for name, _ in schemas)} cannot be joined; {fix}")
 
 
 def _open_file(path: Path) -> _File:
@@ -269,6 +334,23 @@ def _npy_vectors(path: Path) -> np.ndarray:
     return array
 
 
+def _npz_dtypes(path: Path) -> dict[str, np.dtype]:
+    """Each `.npz` member's dtype, from its `.npy` header alone (`np.load` of a member reads it whole)."""
+    dtypes = {}
+    with zipfile.ZipFile(path) as archive:
+        for member in archive.namelist():
+            with archive.open(member) as handle:
+                dtypes[member.removesuffix(".npy")] = _npy_header(handle)[2]
+    return dtypes
+
+
+def _npy_header(handle: IO[bytes]) -> tuple[tuple[int, ...], bool, np.dtype]:
+    """`(shape, fortran_order, dtype)` of the `.npy` data at `handle`'s position, which moves past the header."""
+    version = np.lib.format.read_magic(handle)
+    read_header = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
+    return read_header(handle)
+
+
 def _slices(array: np.ndarray, chunk_rows: int) -> Iterator[np.ndarray]:
     for start in range(0, len(array), chunk_rows):
         yield array[start : start + chunk_rows]
@@ -281,9 +363,7 @@ def _npy_chunks(path: Path, chunk_rows: int) -> Iterator[np.ndarray]:
     resident memory, and a 5 GB file would look like a 5 GB process.
     """
     with open(path, "rb") as handle:
-        version = np.lib.format.read_magic(handle)
-        read_header = np.lib.format.read_array_header_2_0 if version >= (2, 0) else np.lib.format.read_array_header_1_0
-        shape, fortran_order, dtype = read_header(handle)
+        shape, fortran_order, dtype = _npy_header(handle)
         if fortran_order:
             raise UserError(f"{path} is stored in Fortran order; save it with np.save of a C-ordered array")
         row = dtype if dtype.names is not None else np.dtype((dtype, shape[1:]))  # a plain array's row: D floats

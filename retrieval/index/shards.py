@@ -36,7 +36,7 @@ from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
-from retrieval.index.from_embeddings import EmbeddingFiles
+from retrieval.index.from_embeddings import EmbeddingFiles, check_column_types
 from retrieval.index.manifest import FileEntry, IndexManifest
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
@@ -173,8 +173,9 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     `save` links that file into the index directory (atomically, as every save); the index is read-only.
 
     Raises:
-        UserError: a shard is not a shard (built without `--trained`), or the shards differ in trained
-            index, kind or dimension, or their ids overlap.
+        UserError: a shard is not a shard (built without `--trained`), the shards differ in trained
+            index, kind or dimension, their ids overlap, a shard's manifest does not fit its ids or its
+            contents (an edited manifest), or a metadata column has types that do not join.
     """
     manifests = [read_verified_manifest(shard) for shard in shards]
     records = _check_compatible(shards, manifests)
@@ -187,11 +188,17 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
             )
     _check_complete(records)
     indexes = [_read_shard(shard, manifest) for shard, manifest in zip(shards, manifests, strict=True)]
+    tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
+    for shard, manifest, index, table in zip(shards, manifests, indexes, tables, strict=True):
+        _check_stored(shard, manifest, int(index.ntotal), table.num_rows)
+    check_column_types(  # shard builds check their inputs; these could be of another version, or edited
+        [(str(shard), table.schema) for shard, table in zip(shards, tables, strict=True)],
+        "build every shard again from embedding files with one column type each",
+    )
     merged = merged_lists(
         _empty_copy(indexes[0]), [faiss.extract_index_ivf(i).invlists for i in indexes], work / LISTS_FILE
     )
     del indexes
-    tables = [Metadata.read(shard / METADATA_FILE).table for shard in shards]
     metadata = Metadata(pa.concat_tables(tables, promote_options="permissive"))
     return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
 
@@ -217,9 +224,35 @@ def _check_compatible(shards: list[Path], manifests: list[IndexManifest]) -> lis
             raise UserError(f"{shard} was embedded by another model than {shards[0]}; merge one model's shards")
         if manifest.removed_ids:
             raise UserError(f"{shard} has removed ids; build the shard again from its embedding files")
+        _check_id_range(shard, manifest)
         records.append(_shard_record(shard, manifest))
         _check_same_inputs(shard, records[-1], shards[0], _shard_record(shards[0], first))
     return records
+
+
+def _check_id_range(shard: Path, manifest: IndexManifest) -> None:
+    """Refuse a shard whose manifest's ids do not add up: a shard holds ids first_id .. first_id + count - 1.
+
+    The manifest is the one file of an index its sha256 table does not cover, so a hand edit (`next_id`
+    lowered) would merge into an index whose filtered searches index past its id range.
+    """
+    first_id = manifest.first_id or 0
+    stored = manifest.count if manifest.stored is None else manifest.stored
+    if manifest.next_id != first_id + manifest.count or stored != manifest.count:
+        raise UserError(
+            f"{shard / MANIFEST_FILE}: next_id {manifest.next_id}, count {manifest.count} and stored {stored} do not "
+            f"fit a shard of ids {first_id}.. (next_id = first_id + count = stored + first_id); the manifest was "
+            "edited: build the shard again"
+        )
+
+
+def _check_stored(shard: Path, manifest: IndexManifest, vectors: int, rows: int) -> None:
+    """Refuse a shard whose index or metadata holds another number of items than its manifest's `count`."""
+    if vectors != manifest.count or rows != manifest.count:
+        raise UserError(
+            f"{shard} holds {vectors} vectors and {rows} metadata rows, its manifest's count is {manifest.count}; "
+            "the manifest was edited: build the shard again"
+        )
 
 
 def _shard_record(shard: Path, manifest: IndexManifest) -> dict[str, Any]:

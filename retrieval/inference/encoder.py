@@ -26,6 +26,7 @@ from retrieval.data.transforms import build_eval_transform, describe_eval_transf
 from retrieval.errors import UserError
 from retrieval.images import flatten_image
 from retrieval.inference.backbone import backbone_checkpoint
+from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
@@ -152,6 +153,11 @@ class ImageEncoder:
         """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""
         return self.transform(flatten_image(image))
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its eval transform resizes a `width` x `height` image to, before the crop or pad."""
+        info = self.transform_info
+        return resized_size(info["eval_mode"], self.image_size, info.get("crop_pct"), (width, height))
+
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
         if not images:
@@ -199,7 +205,10 @@ def checkpoint_encoder_for_index(
         return _backbone_encoder(info, checkpoint, device)
     recorded = info.checkpoint_sha256
     if not recorded:
-        raise UserError("the index records no checkpoint (built from raw embeddings); images cannot be embedded for it")
+        raise UserError(
+            "the index records no checkpoint (built from embeddings that do not name one); rebuild it with "
+            "`index build --embeddings ... --checkpoint CKPT` naming the checkpoint that made them"
+        )
     if checkpoint is None and not info.checkpoint:
         raise UserError(
             "the index records its checkpoint's sha256 but not its path (built from embedding files); "

@@ -19,6 +19,11 @@ rule). Parquet keeps nulls (empty cells); `.npz`/`.npy` arrays cannot, so there 
 | `.npy` | one structured array, fields `id`, `label`, extras, `embedding` (D,) | `np.load(path)["embedding"]` |
 | `.parquet` | columns `id`, `label`, extras, `embedding` (fixed-size list of D float32) | `pq.read_table(path)` |
 
+Each also records the sha256 of the checkpoint that made the embeddings, where the format has room for
+it: parquet in its schema's key-value metadata (`retrieval.checkpoint_sha256`), `.npz` as the member
+`_checkpoint_sha256`. A `.npy` file is one array with no room for it (numpy's header takes no other
+keys): `retrieval index build --embeddings FILE.npy --checkpoint CKPT` names the model instead.
+
 No format needs `allow_pickle`. Files are written with `retrieval.runtime.files.atomic_write`
 (a temporary name beside the target, renamed into place), so a reader never sees a half-written file.
 """
@@ -39,9 +44,17 @@ if TYPE_CHECKING:  # pyarrow loads when a file is read or written, so `embed --h
 
     Column: TypeAlias = Sequence[str] | pa.Array | pa.ChunkedArray
 
-__all__ = ["EMBEDDING_SUFFIXES", "read_embeddings", "write_embeddings"]
+__all__ = [
+    "EMBEDDING_SUFFIXES",
+    "NPZ_CHECKPOINT_MEMBER",
+    "read_checkpoint_sha256",
+    "read_embeddings",
+    "write_embeddings",
+]
 
 EMBEDDING_SUFFIXES = (".npz", ".npy", ".parquet")
+_PARQUET_CHECKPOINT_KEY = b"retrieval.checkpoint_sha256"
+NPZ_CHECKPOINT_MEMBER = "_checkpoint_sha256"  # a leading `_`: no metadata column of a source is called that
 
 
 def write_embeddings(
@@ -50,11 +63,14 @@ def write_embeddings(
     ids: Column,
     labels: Column,
     extra: Mapping[str, Column] | None = None,
+    checkpoint_sha256: str | None = None,
 ) -> None:
     """Write `(N, D)` embeddings with their ids, labels and extra columns to `path` (format by suffix).
 
     Typed Arrow columns are written with their types (files written in parts pass the whole
     source's, so every part has the same); text cells are typed by `retrieval.column_types`.
+    `checkpoint_sha256` (the model that made them) is recorded where the format has room (not `.npy`),
+    so that an index built from the file can embed query images with that checkpoint.
 
     Raises:
         UserError: the suffix is not one of `EMBEDDING_SUFFIXES`, or the parent folder cannot be written.
@@ -74,7 +90,7 @@ def write_embeddings(
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_write(path) as temporary:
-            writer(temporary, embeddings, columns)
+            writer(temporary, embeddings, columns, checkpoint_sha256)
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror}; choose another --out") from exc
 
@@ -93,10 +109,27 @@ def read_embeddings(path: str | Path) -> dict[str, np.ndarray]:
         return out
     loaded = np.load(path, allow_pickle=False)
     if path.suffix == ".npz":
-        return {name: loaded[name] for name in loaded.files}
+        return {name: loaded[name] for name in loaded.files if name != NPZ_CHECKPOINT_MEMBER}
     out = {"embeddings": loaded["embedding"]}
     out.update({_PLURAL.get(name, name): loaded[name] for name in loaded.dtype.names if name != "embedding"})
     return out
+
+
+def read_checkpoint_sha256(path: str | Path) -> str | None:
+    """The checkpoint sha256 a file `write_embeddings` wrote records (parquet, `.npz`), None when it has none.
+
+    Reads the parquet footer or the one `.npz` member only, never the rows.
+    """
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        recorded = (pq.read_schema(path).metadata or {}).get(_PARQUET_CHECKPOINT_KEY)
+        return recorded.decode() if recorded else None
+    if path.suffix == ".npz":
+        with np.load(path, allow_pickle=False) as loaded:
+            return str(loaded[NPZ_CHECKPOINT_MEMBER]) if NPZ_CHECKPOINT_MEMBER in loaded.files else None
+    return None
 
 
 _PLURAL = {"id": "ids", "label": "labels"}
@@ -127,13 +160,16 @@ def _numpy(values: pa.Array) -> np.ndarray:
     return values.to_numpy(zero_copy_only=False)
 
 
-def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+def _write_npz(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array], checkpoint: str | None) -> None:
     arrays = {name: _numpy(values) for name, values in columns.items()}
+    if checkpoint:
+        arrays[NPZ_CHECKPOINT_MEMBER] = np.asarray(checkpoint)
     with path.open("wb") as handle:  # a file object: np.savez would append .npz to a name
         np.savez(handle, allow_pickle=False, embeddings=embeddings, **arrays)
 
 
-def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array], checkpoint: str | None) -> None:
+    del checkpoint  # a .npy file has no room for it (see the module's docstring)
     arrays = {name: _numpy(values) for name, values in columns.items()}
     fields = [(_SINGULAR.get(name, name), values.dtype) for name, values in arrays.items()]
     table = np.empty(len(embeddings), dtype=[*fields, ("embedding", np.float32, (embeddings.shape[1],))])
@@ -144,17 +180,18 @@ def _write_npy(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array])
         np.save(handle, table, allow_pickle=False)
 
 
-def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array]) -> None:
+def _write_parquet(path: Path, embeddings: np.ndarray, columns: dict[str, pa.Array], checkpoint: str | None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     arrays = {_SINGULAR.get(name, name): values for name, values in columns.items()}
     flat = pa.array(embeddings.reshape(-1), type=pa.float32())
     arrays["embedding"] = pa.FixedSizeListArray.from_arrays(flat, embeddings.shape[1])
-    pq.write_table(pa.table(arrays), path)
+    metadata = {_PARQUET_CHECKPOINT_KEY: checkpoint.encode()} if checkpoint else None
+    pq.write_table(pa.table(arrays, metadata=metadata), path)
 
 
-_WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, pa.Array]], None]] = {
+_WRITERS: dict[str, Callable[[Path, np.ndarray, dict[str, pa.Array], str | None], None]] = {
     ".npz": _write_npz,
     ".npy": _write_npy,
     ".parquet": _write_parquet,

@@ -49,6 +49,13 @@ class Encoder(Protocol):
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""
         ...
 
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """The size its evaluation resize gives a `width` x `height` image, before the crop or pad.
+
+        What preprocessing one image costs, known from the header alone (`retrieval.inference.eval_sizes`).
+        """
+        ...
+
     def embed_files(
         self, paths: Sequence[str | Path], batch_size: int = 64, num_workers: int = 0, progress: bool = True
     ) -> EmbeddedFiles:

@@ -32,7 +32,14 @@ from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.parsing import INT64_MAX, INT64_MIN, MAX_K, parse_vector
 from retrieval.serve.public import PublicPaths, public_info
-from retrieval.serve.uploads import BYTES_PER_PIXEL, ImageTooLarge, load_pixels, open_image, thumbnail
+from retrieval.serve.uploads import (
+    BYTES_PER_PIXEL,
+    ImageTooLarge,
+    load_pixels,
+    open_image,
+    preprocess_bytes,
+    thumbnail,
+)
 
 __all__ = ["IndexView", "Searcher", "load_view"]
 
@@ -102,7 +109,8 @@ class Searcher:
             raise RequestError(400, "this index records no model; search it by vector or id")
         try:
             image = open_image(data, self.limits.max_pixels)
-            with self.decoding.hold(image.width * image.height * BYTES_PER_PIXEL):
+            resized = view.encoder.resized_size(image.width, image.height)
+            with self.decoding.hold(preprocess_bytes(image, resized, self.limits.max_pixels)):
                 try:
                     # decoded before it joins a batch, so that a broken file fails alone
                     vector = self.embedding.embed(view.encoder, image, decode=lambda: load_pixels(image))

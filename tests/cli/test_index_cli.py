@@ -100,6 +100,17 @@ def test_query_reranks_with_query_expansion(built, capsys):
     assert "dba re-ranks the stored vectors" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("spec", ["qe:k=10,alpha=0", "kreciprocal"])
+def test_an_indexed_image_comes_back_first_when_reranked(built, capsys, spec):
+    """`qe:k=10,alpha=0` (what `evaluate --rerank qe` chose on validation) once put the image itself at rank 6."""
+    csv_path, index, _ = built
+    images = sorted((csv_path.parent / "images").glob("train_*.png"))
+    answers = _query(capsys, index, "--image", *map(str, images), "-k", "3", "--rerank", spec)
+    for image, answer in zip(images, answers, strict=True):
+        first = answer["results"][0]
+        assert first["path"] == str(image.resolve()) and first["score"] == pytest.approx(1, abs=1e-4), image.name
+
+
 def test_build_with_dba_stores_augmented_vectors_and_add_augments_new_ones(built, tiny_checkpoint, capsys, tmp_path):
     csv_path, plain_dir, _ = built
     args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--type", "flat"]

@@ -30,22 +30,41 @@ _CASES: dict[str, tuple[dict[str, Any], str]] = {
     "other image size": ({"image_size": 48}, "but preprocess.json makes float32 (B, 3, 48, 48) images"),
     "huge image size": ({"image_size": 1_000_000}, "image_size 1000000 (must be 1 to 4096)"),
     "zero std": ({"std": [0, 0, 0]}, "std [0.0, 0.0, 0.0] (finite and > 0"),
-    "nan mean": ({"mean": [float("nan"), 0.5, 0.5]}, "mean [nan, 0.5, 0.5] (finite numbers)"),
+    "nan mean": ({"mean": [float("nan"), 0.5, 0.5]}, "mean [nan, 0.5, 0.5] (finite numbers in [0, 1]"),
+    # Hand edits that once loaded and embedded NaN, overflowed, or were read as another value (issue 36):
+    "subnormal std": ({"std": [1e-45] * 3}, "std [1e-45, 1e-45, 1e-45] (finite and > 0: from 0.001 to 1"),
+    "huge mean": ({"mean": [1e308] * 3}, "mean [1e+308, 1e+308, 1e+308] (finite numbers in [0, 1]"),
+    "tiny crop_pct": ({"resize_mode": "center_crop", "crop_pct": 1e-9}, "crop_pct 1e-09 (center_crop needs"),
+    "image_size as text": ({"image_size": "32"}, "preprocess.json.image_size must be int, got '32'"),
+    "fractional image_size": ({"image_size": 32.7}, "preprocess.json.image_size must be int, got 32.7"),
+    "image_size true": ({"image_size": True}, "preprocess.json.image_size must be int, got True"),
+    "nested preprocess.json": ({"preprocess_text": "[" * 100_000 + "]" * 100_000}, "(RecursionError)"),
+    "tflite kind": ({"manifest": {"kind": "tflite"}}, "manifest.json.kind must be one of onnx, got 'tflite'"),
+    "other embedding_dim": (
+        {"manifest": {"embedding_dim": 3072}},
+        "gives 16-d embeddings, but manifest.json's embedding_dim is 3072",
+    ),
 }
 
 
 def _damaged(exported: Path, folder: Path, change: dict[str, Any]) -> Path:
-    """A copy of `exported` with `change` applied (`truncate`: half of model.onnx; else preprocess.json fields)."""
+    """A copy of `exported` with `change` applied.
+
+    `truncate`: half of model.onnx; `preprocess_text`: preprocess.json's whole text; `manifest`: manifest.json
+    fields; any other key: a preprocess.json field.
+    """
     copy = folder / "damaged"
     shutil.copytree(exported, copy)
     change = dict(change)
     if change.pop("truncate", False):
         model = (copy / "model.onnx").read_bytes()
         (copy / "model.onnx").write_bytes(model[: len(model) // 2])
+    if "preprocess_text" in change:
+        (copy / "preprocess.json").write_text(change.pop("preprocess_text"))
+    manifest = {**json.loads((copy / "manifest.json").read_text()), **change.pop("manifest", {})}
     if change:
         preprocess = json.loads((copy / "preprocess.json").read_text())
         (copy / "preprocess.json").write_text(json.dumps({**preprocess, **change}))
-    manifest = json.loads((copy / "manifest.json").read_text())
     manifest["files"] = {name: file_sha256(copy / name) for name in manifest["files"]}
     (copy / "manifest.json").write_text(json.dumps(manifest))
     return copy

@@ -48,6 +48,36 @@ def test_pixels_equal_the_torch_eval_transform(eval_mode, fill, in_chans, interp
         np.testing.assert_array_equal(preprocess(image), expected)
 
 
+@pytest.mark.parametrize("eval_mode", ["center_crop", "resize", "pad_square"])
+def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_checkpoint):
+    """The size serve checks before decoding is the size the torch transform, and `Preprocess`, make."""
+    from torchvision.transforms import v2
+
+    from retrieval.inference.encoder import ImageEncoder
+
+    augment = resolve_augment({"eval_mode": eval_mode, "crop_pct": 0.875}, "csv")
+    preprocess = Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3))
+    resize = build_eval_transform(augment, 32, _STATS, 3).transforms[2]  # after ToPILImage and RGB
+    assert isinstance(resize, v2.Resize)
+    encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+    encoder.transform_info = describe_eval_transform(augment, 32, _STATS, 3)
+    for width, height in ((1, 400), (400, 3), (23, 61), (100, 37), (8, 8), (3000, 2000)):
+        got = preprocess.resized_size(width, height)
+        assert encoder.resized_size(width, height) == got
+        try:
+            assert resize(Image.new("RGB", (width, height))).size == got, (width, height)
+        except ValueError:  # torchvision cannot resize a side to 0 pixels: serve refuses such an image first
+            assert min(got) == 0 and eval_mode == "pad_square"
+    assert (
+        Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3)).resized_size(1, 400_000)
+        == {
+            "center_crop": (36, 14_400_000),
+            "resize": (32, 32),
+            "pad_square": (0, 32),
+        }[eval_mode]
+    )
+
+
 def test_json_round_trip_and_fill_as_pixel_values():
     augment = resolve_augment({"eval_mode": "pad_square", "fill": "mean"}, "csv")
     preprocess = Preprocess.from_description(describe_eval_transform(augment, 48, {**_STATS}, 3))
@@ -64,7 +94,7 @@ def test_json_round_trip_and_fill_as_pixel_values():
         ({"mean": [0.5]}, "channels 'RGB' with 1 means"),
         ({"interpolation": "cubic"}, "interpolation 'cubic'"),
         ({"resize_mode": "pad_square", "fill": [1, 2]}, "fill"),
-        ({"image_size": "big"}, "ValueError"),
+        ({"image_size": "big"}, "preprocess.json.image_size must be int, got 'big'"),
     ],
 )
 def test_a_broken_preprocess_json_is_one_line(change, message):

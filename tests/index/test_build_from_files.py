@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from retrieval.cli.main import main
 from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.index.from_embeddings import open_embedding_files
+from retrieval.index.from_embeddings import check_column_types, open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
 from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
@@ -229,3 +230,70 @@ def test_an_index_from_embedding_files_asks_for_the_checkpoint_to_embed_images(t
     with pytest.raises(UserError, match="is not the one this index was built with"):
         (tmp_path / "other.pt").write_bytes(b"another model")
         encoder_for_index({"checkpoint_sha256": "ab" * 32}, tmp_path / "other.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("suffix", ["parquet", "npz"])
+def test_an_index_of_one_embed_file_is_searched_by_image_with_its_checkpoint(
+    tmp_path, tiny_checkpoint, csv_dataset_factory, suffix, capsys
+) -> None:
+    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=2, test_classes=2, per_class=3)
+    embeddings, index = tmp_path / f"emb.{suffix}", tmp_path / "index"
+    embed = ["embed", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(embeddings)]
+    assert main([*embed, "--device", "cpu", "--num-workers", "0"]) == 0
+    assert open_embedding_files([embeddings]).checkpoint_sha256 == file_sha256(tiny_checkpoint)
+    assert main(["index", "build", "--embeddings", str(embeddings), "--out", str(index), "--type", "flat"]) == 0
+    image = next((csv_path.parent / "images").iterdir())
+    capsys.readouterr()
+    query = ["index", "query", "--index", str(index), "--image", str(image), "--json", "--num-workers", "0"]
+    assert main([*query, "--checkpoint", str(tiny_checkpoint)]) == 0
+    assert json.loads(capsys.readouterr().out)[0]["results"][0]["path"] == str(image.resolve())
+
+
+def test_build_checkpoint_names_the_model_of_files_without_room_for_it(data, tmp_path, capsys) -> None:
+    vectors, _ = data
+    paths, labels = [f"/img/{i}.png" for i in range(300)], ["0"] * 300
+    write_embeddings(tmp_path / "plain.npy", vectors[:300], paths, labels, checkpoint_sha256="ab" * 32)
+    write_embeddings(tmp_path / "named.parquet", vectors[:300], paths, labels, checkpoint_sha256="cd" * 32)
+    assert open_embedding_files([tmp_path / "plain.npy"]).checkpoint_sha256 is None  # a .npy has no room
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"the model")
+    build = ["index", "build", "--type", "flat", "--checkpoint", str(checkpoint), "--embeddings"]
+    assert main([*build, str(tmp_path / "plain.npy"), "--out", str(tmp_path / "index")]) == 0
+    assert SearchIndex.load(tmp_path / "index").manifest.model == {"checkpoint_sha256": file_sha256(checkpoint)}
+    capsys.readouterr()
+    assert main([*build, str(tmp_path / "named.parquet"), "--out", str(tmp_path / "other")]) == 2
+    err = capsys.readouterr().err
+    assert "did not make these embeddings" in err and len(err.strip().splitlines()) == 1
+
+
+def test_files_whose_columns_have_other_types_are_refused_before_any_row_is_read(data, tmp_path, capsys) -> None:
+    """Labels int64 in one file and string in the other once raised ArrowTypeError (in a sharded flow: at merge)."""
+    vectors, _ = data
+    paths = [f"/img/{i}.png" for i in range(300)]
+    write_embeddings(tmp_path / "a.parquet", vectors[:300], paths, [str(i % 7) for i in range(300)])
+    write_embeddings(tmp_path / "b.npz", vectors[300:600], paths, [f"class{i % 7}" for i in range(300)])
+    write_embeddings(
+        tmp_path / "c.npy", vectors[600:900], paths, [str(i % 5) for i in range(300)], {"n": ["1.5"] * 300}
+    )
+    inputs = [str(tmp_path / name) for name in ("a.parquet", "b.npz")]
+    expected = f"column 'label' is int64 in {inputs[0]} but string in {inputs[1]}; embed every file with the same"
+    assert main(["index", "train", "--embeddings", str(tmp_path / "a.parquet"), "--out", str(tmp_path / "t")]) == 0
+    capsys.readouterr()
+    for extra in ([], ["--trained", str(tmp_path / "t"), "--shard", "1/2"]):
+        assert main(["index", "build", "--embeddings", *inputs, "--out", str(tmp_path / "index"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert expected in err and len(err.strip().splitlines()) == 1, err
+    assert main(["index", "train", "--embeddings", *inputs, "--out", str(tmp_path / "t2")]) == 2
+    assert expected in capsys.readouterr().err
+    # int64 joins float64 and a column one file lacks is null there: those still build
+    files = open_embedding_files([tmp_path / "a.parquet", tmp_path / "c.npy"])
+    assert files.metadata().schema.field("label").type == pa.int64()
+
+
+def test_column_types_name_the_column_and_both_sources() -> None:
+    schemas = [("s0", pa.schema([("x", pa.int64()), ("y", pa.string())])), ("s1", pa.schema([("y", pa.int64())]))]
+    with pytest.raises(UserError, match=r"^column 'y' is string in s0 but int64 in s1; rebuild$"):
+        check_column_types(schemas, "rebuild")
+    joined = check_column_types([("s0", pa.schema([("x", pa.int64())])), ("s1", pa.schema([("x", pa.float64())]))], "")
+    assert joined.field("x").type == pa.float64()

@@ -270,3 +270,25 @@ def test_the_merge_prints_only_its_own_lines(split, tmp_path) -> None:
     done = subprocess.run(merge, env=env, capture_output=True, text=True, check=True)  # FAISS's C++ output is fd-level
     assert [line.split(":")[0] for line in done.stdout.splitlines()] == ["index", "vectors"]
     assert done.stderr == ""
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"next_id": 500}, "next_id 500, count 1400 and stored 1400 do not fit a shard of ids 0.."),
+        ({"count": 900, "stored": 900, "next_id": 900}, "holds 1400 vectors and 1400 metadata rows"),
+    ],
+)
+def test_a_shard_whose_manifest_was_edited_is_refused_before_merging(split, tmp_path, capsys, edit, message) -> None:
+    """A lowered next_id once merged, and filtered searches of the result raised IndexError."""
+    edited = tmp_path / "shard0"
+    shutil.copytree(split["shard0"], edited)
+    manifest = json.loads((edited / "manifest.json").read_text())
+    assert (manifest.get("first_id", 0), manifest["count"], manifest["next_id"]) == (0, 1400, 1400)
+    (edited / "manifest.json").write_text(json.dumps({**manifest, **edit}))
+    capsys.readouterr()
+    shards = [str(edited), str(split["shard1"]), str(split["shard2"])]
+    assert main(["index", "merge", *shards, "--out", str(tmp_path / "merged")]) == 2
+    error = capsys.readouterr().err
+    assert message in error and len(error.strip().splitlines()) == 1 and "Traceback" not in error
+    assert not (tmp_path / "merged").exists()

@@ -8,14 +8,20 @@ from __future__ import annotations
 
 import io
 import logging
+import time
+from pathlib import Path
 
 import httpx
 import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
+from retrieval.cli.main import main
+from retrieval.errors import UserError
 from retrieval.index import SearchIndex
+from retrieval.inference.file_formats import write_embeddings
 from retrieval.serve import create_app
+from retrieval.serve.uploads import ImageTooLarge, open_image, preprocess_bytes
 
 _INFLATED = 50_000_000  # bytes a metadata chunk inflates to: Pillow refuses over 1 MB
 
@@ -125,3 +131,49 @@ def test_an_indexed_file_whose_metadata_chunk_inflates_is_a_404_thumbnail(
         assert "cannot be read" in _one_line_error(client.get("/thumb/0"), 404)
         assert client.get("/healthz").status_code == 200
     assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+def _thin_png(height: int) -> bytes:
+    """A 1 x `height` PNG of one colour: a few hundred bytes, and few pixels, however tall."""
+    buffer = io.BytesIO()
+    Image.new("RGB", (1, height), (9, 9, 9)).save(buffer, "PNG")
+    return buffer.getvalue()
+
+
+@pytest.fixture(scope="module")
+def center_crop_index(tmp_path_factory, checkpoint_factory) -> tuple[Path, Path]:
+    """A flat index of random vectors, recording a 32-pixel center_crop checkpoint (the photo recipe's eval)."""
+    root = tmp_path_factory.mktemp("center_crop")
+    checkpoint = checkpoint_factory(root / "best.pt", eval_mode="center_crop")
+    vectors = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
+    write_embeddings(root / "e.npy", vectors, [f"/img/{i}.png" for i in range(8)], ["0"] * 8)
+    build = ["index", "build", "--embeddings", str(root / "e.npy"), "--checkpoint", str(checkpoint)]
+    assert main([*build, "--out", str(root / "index"), "--type", "flat"]) == 0
+    return root / "index", checkpoint
+
+
+@pytest.mark.slow
+def test_an_elongated_upload_that_center_crop_scales_up_is_a_quick_413(center_crop_index, serving, gallery, caplog):
+    """1 x 400,000 resizes to 32 x 12,800,000 before the crop: refused from its header, not after 30 s and 3.7 GB."""
+    index_dir, checkpoint = center_crop_index
+    caplog.set_level(logging.ERROR)
+    app = create_app(index_dir, checkpoint, device="cpu")  # the default limits: 40 megapixels
+    with serving(app) as url, httpx.Client(base_url=url, timeout=60) as client:
+        for height in (400_000, 2_000_000):
+            started = time.perf_counter()
+            response = client.post("/search", files={"image": ("thin.png", _thin_png(height), "image/png")})
+            assert time.perf_counter() - started < 5
+            message = _one_line_error(response, 413)
+            assert f"1x{height} pixels" in message and "aspect ratio at most 39,062:1" in message
+        files = {"image": ("q.png", gallery.paths[0].read_bytes(), "image/png")}
+        assert client.post("/search", files=files).status_code == 200
+    assert [record for record in caplog.records if record.levelno >= logging.ERROR] == []
+
+
+def test_the_resized_image_counts_in_the_cap_and_the_reserved_bytes():
+    image = open_image(_thin_png(1000), max_pixels=10_000)
+    assert preprocess_bytes(image, (36, 36_000), max_pixels=2_000_000) == 1000 * 20 + 36 * 36_000 * 8
+    with pytest.raises(ImageTooLarge, match=r"resize to 36x36000 \(1,296,000\).* at most 771:1"):
+        preprocess_bytes(image, (36, 36_000), max_pixels=1_000_000)
+    with pytest.raises(UserError, match="image too thin for this model: 1x1000 pixels .* at most 32:1"):
+        preprocess_bytes(image, (0, 32), max_pixels=1_000_000)  # pad_square's shorter side truncates to 0

@@ -26,7 +26,6 @@ from retrieval.config import DataConfig, TrainConfig
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.losses import build_loss
 from retrieval.train.builders import assemble_training
-from retrieval.train.settings import TrainSettings
 from retrieval.train.trainer import Trainer, TrainResult
 
 EMBEDDING_DIM = 32
@@ -71,7 +70,7 @@ def train(epochs: int, out: Path) -> TrainResult:
     )
     loading = DataConfig(batch_size=64, eval_batch_size=256, num_workers=0)
     parts = assemble_training(model, loss, data, knobs, loading)
-    return Trainer(parts, TrainSettings.from_config(knobs, out)).fit()
+    return Trainer(parts, knobs, out).fit()
 
 
 def main() -> None:

@@ -32,7 +32,6 @@ __all__ = [
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
-    "SELECTION_METRICS",
     "TRACKERS",
     "AugmentConfig",
     "Config",
@@ -499,4 +498,3 @@ def _field_choices(section: type[_Section], name: str) -> tuple[str, ...]:
 
 BAD_IMAGE_POLICIES: tuple[str, ...] = _field_choices(DataConfig, "on_bad_image")  # as retrieval.data.image_loader's
 SCHEDULES: tuple[str, ...] = _field_choices(TrainConfig, "schedule")  # retrieval.train.schedule
-SELECTION_METRICS: tuple[str, ...] = _field_choices(TrainConfig, "select_on")  # retrieval.train.settings

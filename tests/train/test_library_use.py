@@ -12,7 +12,6 @@ import torch
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.train.run_files import RunFiles
-from retrieval.train.settings import TrainSettings
 from retrieval.train.trainer import Trainer
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_custom_model.py"
@@ -47,7 +46,22 @@ def test_freezing_a_backbone_needs_a_model_with_one(tmp_path):
         example.DataConfig(batch_size=64, num_workers=0),
     )
     with pytest.raises(UserError, match="freeze_backbone_epochs=1 freezes the model's `backbone` submodule"):
-        Trainer(parts, TrainSettings(run_dir=tmp_path, epochs=1, freeze_backbone_epochs=1))
+        Trainer(parts, example.TrainConfig(epochs=1, freeze_backbone_epochs=1), tmp_path)
+
+
+def test_a_python_trainer_trains_as_the_config_says_with_the_config_defaults(tmp_path):
+    """One source of training settings: `Trainer` takes the config's `TrainConfig`, so its defaults
+    (BatchNorm frozen, `train.freeze_bn: true`) are a config user's."""
+    example = _example()
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(1), example.SmallCNN())
+    loss = example.build_loss("proxy_nca", {}, num_classes=10, embedding_dim=example.EMBEDDING_DIM)
+    knobs = example.TrainConfig(epochs=1, device="cpu", freeze_backbone_epochs=0)
+    parts = example.assemble_training(model, loss, example.digits_data(), knobs, example.DataConfig(num_workers=0))
+    trainer = Trainer(parts, knobs, tmp_path)
+    trainer.begin_epoch(0)
+    assert knobs.freeze_bn  # the config default: BatchNorm frozen
+    assert not model[0].training and not model[0].weight.requires_grad  # frozen, as a config run's default
+    assert model[1].training
 
 
 def test_building_a_trainer_leaves_process_settings_and_random_state_alone(tmp_path):

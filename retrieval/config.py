@@ -105,7 +105,7 @@ class _Section(Record):
 class ModelConfig(_Section):
     section: ClassVar[str] = "model"
 
-    backbone: str = "resnet50"  # any timm model name
+    backbone: str = "resnet50"  # a timm model name, or a registered backbone (retrieval.models.backbones)
     # size of the L2-normalized embedding; null: the backbone's pooled features, no head (a baseline without training)
     embedding_dim: Annotated[
         int | None, accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")

@@ -13,7 +13,7 @@ from torch import Tensor, nn
 
 from retrieval.errors import UserError
 from retrieval.models.backbone_weights import load_backbone_weights
-from retrieval.models.backbones import backbone_builder, registered_backbones
+from retrieval.models.backbones import BackboneBuilder, backbone_builder, registered_backbones
 from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
 
 __all__ = ["Embedder", "create_backbone"]
@@ -88,11 +88,6 @@ class Embedder(nn.Module):
         self.backbone_name = backbone
         self.pooling = pooling
         self.timm_backbone = timm.is_model(backbone)  # else registered: a plain module, called as it is
-        if not self.timm_backbone and pooling == "token":
-            raise UserError(
-                f"model.pooling=token takes a timm ViT's class token; {backbone} is a registered backbone: "
-                "use model.pooling=avg, max, avgmax or gem"
-            )
         global_pool = pooling if pooling in TIMM_POOLINGS else ""
         self.backbone = create_backbone(
             backbone,
@@ -103,6 +98,11 @@ class Embedder(nn.Module):
             global_pool=global_pool,
             output_stride=output_stride,
         )
+        if not self.timm_backbone and pooling == "token":
+            raise UserError(
+                f"model.pooling=token takes a timm ViT's class token; {backbone} is a registered backbone: "
+                "use model.pooling=avg, max, avgmax or gem"
+            )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
         self.flip_average = flip_average
@@ -190,7 +190,7 @@ def create_backbone(
     if not timm.is_model(name):
         builder = backbone_builder(name)
         if builder is not None:
-            return _registered(name, builder(pretrained=pretrained, in_chans=in_chans), weights, output_stride)
+            return _registered(name, builder, pretrained, in_chans, weights, output_stride)
         close = difflib.get_close_matches(name, [*registered_backbones(), *timm.list_models()], n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
         raise UserError(
@@ -228,14 +228,22 @@ def create_backbone(
     return model
 
 
-def _registered(name: str, model: nn.Module, weights: str | Path | None, output_stride: int | None) -> nn.Module:
-    """A registered builder's module, refusing the timm-only options its builder does not take."""
+def _registered(
+    name: str,
+    builder: BackboneBuilder,
+    pretrained: bool,
+    in_chans: int,
+    weights: str | Path | None,
+    output_stride: int | None,
+) -> nn.Module:
+    """A registered builder's module, refusing first the timm-only options its builder does not take."""
     if weights is not None or output_stride is not None:
         option = "model.weights" if weights is not None else "model.output_stride"
         raise UserError(
             f"{option} applies to timm backbones; {name} is a registered backbone, whose builder loads its own "
             f"weights (model.pretrained) and sets its own strides: leave {option} unset"
         )
+    model = builder(pretrained=pretrained, in_chans=in_chans)
     if not isinstance(model, nn.Module):
         raise UserError(f"the builder of backbone {name!r} returned {type(model).__name__}, not a torch nn.Module")
     return model

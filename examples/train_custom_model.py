@@ -1,11 +1,16 @@
-"""Train your own `nn.Module` on your own torch Dataset with a loss from the registry: no YAML, no `Config`.
+"""Train your own `nn.Module` on your own torch Dataset with a loss from the registry: no YAML file.
 
 A small CNN embeds scikit-learn's 8x8 digits into 32-d unit vectors with the Proxy-NCA loss; a
-stratified half of each digit trains, the other half is the test set. The typed `TrainConfig` and
-`DataConfig` dataclasses carry the knobs (optimizer, schedule, batches); `assemble_training` wires
-model, loss and data into the parts the `Trainer` runs. The model needs only `forward(images) ->
-(B, D)`: no `backbone` (so `freeze_backbone_epochs=0`), no `data_config()`, and no checkpoint
-files are written for it (the selected epoch's weights stay in memory).
+stratified half of each digit trains, the other half is the test set. `@register_backbone` makes
+the CNN a `model.backbone` name, as timm's `register_model` does for timm's models: the `Embedder`
+adds the pooling, the Linear head and the L2 normalization, and the run writes checkpoints the
+toolkit can rebuild, so the model goes on to `retrieval export`, `index build` and `serve`
+(`tests/train/test_custom_backbone.py` does all three). A process that never imports this file
+(the command line) finds the builder through the `retrieval.backbones` entry-point group of the
+package that holds it (`retrieval/models/backbones.py`).
+
+The typed config sections carry the knobs (optimizer, schedule, batches); `assemble_training`
+wires model, loss and data into the parts the `Trainer` runs.
 
     python examples/train_custom_model.py [--epochs 2] [--out runs/custom]
 """
@@ -17,38 +22,48 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from torch import Tensor, nn
 from torch.utils.data import TensorDataset
 
-from retrieval.config import DataConfig, TrainConfig
+from retrieval.config import Config, DataConfig, ModelConfig, TrainConfig, config_to_dict
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.losses import build_loss
+from retrieval.models import Embedder
+from retrieval.models.backbones import register_backbone
 from retrieval.train.builders import assemble_training
 from retrieval.train.result import RunResult
-from retrieval.train.settings import TrainSettings
 from retrieval.train.trainer import Trainer
 
 EMBEDDING_DIM = 32
+# The model as the toolkit rebuilds it: the registered CNN, average-pooled, a Linear head to 32-d.
+MODEL = ModelConfig(backbone="small_cnn", embedding_dim=EMBEDDING_DIM, pooling="avg", in_chans=1, pretrained=False)
+LOADING = DataConfig(name="digits", image_size=8, batch_size=64, eval_batch_size=256, num_workers=0)
 
 
 class SmallCNN(nn.Module):
-    """`(B, 1, 8, 8)` images -> `(B, EMBEDDING_DIM)` unit vectors."""
+    """`(B, C, 8, 8)` images -> `(B, 32, 8, 8)` feature maps."""
 
-    def __init__(self) -> None:
+    # Preprocessing as timm reads it: pixels scaled to [0, 1] and not normalized, as `digits_data` gives them.
+    pretrained_cfg = {"input_size": (1, 8, 8), "mean": (0.0,), "std": (1.0,), "crop_pct": 1.0}
+
+    def __init__(self, in_chans: int = 1) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(1, 16, 3, padding=1),
+            nn.Conv2d(in_chans, 16, 3, padding=1),
             nn.ReLU(),
             nn.Conv2d(16, 32, 3, padding=1),
             nn.ReLU(),
-            nn.AdaptiveAvgPool2d(1),
         )
-        self.head = nn.Linear(32, EMBEDDING_DIM)
 
     def forward(self, images: Tensor) -> Tensor:
-        return F.normalize(self.head(self.features(images).flatten(1)), dim=1)
+        return self.features(images)
+
+
+@register_backbone("small_cnn")
+def small_cnn(*, pretrained: bool = False, in_chans: int = 1) -> SmallCNN:
+    """The CNN from scratch (it has no pretrained weights to load)."""
+    return SmallCNN(in_chans)
 
 
 def digits_data() -> RetrievalData:
@@ -65,14 +80,15 @@ def digits_data() -> RetrievalData:
 def train(epochs: int, out: Path) -> RunResult:
     """Train the CNN for `epochs` and return the test metrics of the last epoch (no validation split)."""
     torch.manual_seed(0)
-    model, data = SmallCNN(), digits_data()
+    model, data = Embedder(**MODEL.model_dump()), digits_data()
     loss = build_loss("proxy_nca", {"scale": 16.0}, num_classes=data.num_classes, embedding_dim=EMBEDDING_DIM)
     knobs = TrainConfig(
         epochs=epochs, lr=3e-3, warmup_epochs=0, freeze_backbone_epochs=0, freeze_bn=False, device="cpu", amp="none"
     )
-    loading = DataConfig(batch_size=64, eval_batch_size=256, num_workers=0)
-    parts = assemble_training(model, loss, data, knobs, loading)
-    return Trainer(parts, TrainSettings.from_config(knobs, out)).fit()
+    parts = assemble_training(model, loss, data, knobs, LOADING)
+    # The model and run config make checkpoints/best.pt one that export, index build and serve read.
+    run_config = config_to_dict(Config(model=MODEL, data=LOADING, train=knobs))
+    return Trainer(parts, knobs, out, MODEL, run_config).fit()
 
 
 def main() -> None:

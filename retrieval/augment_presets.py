@@ -3,7 +3,9 @@
 A plain table (no imports from the rest of the package), so that `retrieval.config` and the dataset
 registry (`retrieval.data.registry`, which names each dataset's preset) can use it without importing
 each other. `retrieval.data.transforms` turns the resolved values into timm / torchvision transforms;
-`retrieval.config.AugmentConfig` documents each knob.
+`retrieval.config.AugmentConfig` documents each knob and holds its neutral default (no crop, no
+flip, no affine, no photometric noise, the whole image at eval, borders in the image's own colour):
+a preset lists only the knobs it sets otherwise.
 """
 
 from __future__ import annotations
@@ -22,26 +24,12 @@ FILLS: tuple[str, ...] = typing.get_args(Fill)
 # `augment.preset: auto` stands for the preset its dataset names (`DatasetSpec.augment_preset`).
 AUTO_PRESET = "auto"
 
-# ImageNet's RandomResizedCrop range and aspect ratios; only used when `crop_scale` is set.
-_RRC_RATIO = (3 / 4, 4 / 3)
-
 PRESETS: dict[PresetName, dict[str, Any]] = {
     # Natural photos (CUB, Cars, SOP, In-Shop): the benchmark recipe, RandomResizedCrop + flip,
     # eval Resize(size / 0.875) + CenterCrop(size).
     "natural": {
         "crop_scale": (0.08, 1.0),
-        "crop_ratio": _RRC_RATIO,
         "hflip": 0.5,
-        "affine_degrees": 0.0,
-        "affine_translate": 0.0,
-        "affine_scale": (1.0, 1.0),
-        "affine_shear": 0.0,
-        "color_jitter": 0.0,
-        "auto_augment": None,
-        "hue_jitter": 0.0,
-        "grayscale": 0.0,
-        "blur": 0.0,
-        "random_erasing": 0.0,
         "eval_mode": "center_crop",
         "crop_pct": 0.875,
         "fill": "mean",
@@ -51,103 +39,45 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
     # on unseen glyphs, docs/benchmarks.md, "What made the difference: one knob at a time"), the whole image
     # at eval, borders in the image's background colour.
     "glyph": {
-        "crop_scale": None,
-        "crop_ratio": _RRC_RATIO,
-        "hflip": 0.0,
         "affine_degrees": 5.0,
         "affine_translate": 0.04,
         "affine_scale": (0.9, 1.1),
-        "affine_shear": 0.0,
-        "color_jitter": 0.0,
-        "auto_augment": None,
-        "hue_jitter": 0.0,
-        "grayscale": 0.0,
-        "blur": 0.0,
-        "random_erasing": 0.0,
-        "eval_mode": "resize",
-        "crop_pct": 1.0,
-        "fill": "auto",
     },
     # Colour artwork drawn in several styles (emoji from several vendors, icons, logos, clip art): the
     # glyph geometry with a wider affine (renders differ in size, angle and position), and photometric
     # noise that teaches style invariance: colour jitter with a small hue shift, grayscale, blur and
     # random erasing (docs/benchmarks.md, "Unseen colour emoji at 64 px").
     "artwork": {
-        "crop_scale": None,
-        "crop_ratio": _RRC_RATIO,
-        "hflip": 0.0,
         "affine_degrees": 10.0,
         "affine_translate": 0.08,
         "affine_scale": (0.85, 1.15),
-        "affine_shear": 0.0,
         "color_jitter": 0.4,
-        "auto_augment": None,
         "hue_jitter": 0.05,
         "grayscale": 0.2,
         "blur": 0.2,
         "random_erasing": 0.25,
-        "eval_mode": "resize",
-        "crop_pct": 1.0,
-        "fill": "auto",
     },
     # Pages and portrait documents: no flip, no crop, very light affine, letterboxed (pad_square)
     # in training and eval so the whole page keeps its aspect ratio, padded with the page's colour.
     "document": {
-        "crop_scale": None,
-        "crop_ratio": _RRC_RATIO,
-        "hflip": 0.0,
         "affine_degrees": 3.0,
         "affine_translate": 0.05,
         "affine_scale": (0.95, 1.05),
-        "affine_shear": 0.0,
-        "color_jitter": 0.0,
-        "auto_augment": None,
-        "hue_jitter": 0.0,
-        "grayscale": 0.0,
-        "blur": 0.0,
-        "random_erasing": 0.0,
         "eval_mode": "pad_square",
-        "crop_pct": 1.0,
-        "fill": "auto",
     },
     # Line drawings and sketches: no crop, mirror images are the same object (flip ok),
     # light affine, the whole image at eval, borders in the image's own background colour.
     "sketch": {
-        "crop_scale": None,
-        "crop_ratio": _RRC_RATIO,
         "hflip": 0.5,
         "affine_degrees": 10.0,
         "affine_translate": 0.1,
         "affine_scale": (0.9, 1.1),
-        "affine_shear": 0.0,
-        "color_jitter": 0.0,
-        "auto_augment": None,
-        "hue_jitter": 0.0,
-        "grayscale": 0.0,
-        "blur": 0.0,
-        "random_erasing": 0.0,
-        "eval_mode": "resize",
-        "crop_pct": 1.0,
-        "fill": "auto",
     },
     # Images of unknown kind: nothing that can change a class (no crop, no flip), light affine,
     # the whole image at eval, borders in the image's own background colour.
     "light": {
-        "crop_scale": None,
-        "crop_ratio": _RRC_RATIO,
-        "hflip": 0.0,
         "affine_degrees": 10.0,
         "affine_translate": 0.1,
         "affine_scale": (0.9, 1.1),
-        "affine_shear": 0.0,
-        "color_jitter": 0.0,
-        "auto_augment": None,
-        "hue_jitter": 0.0,
-        "grayscale": 0.0,
-        "blur": 0.0,
-        "random_erasing": 0.0,
-        "eval_mode": "resize",
-        "crop_pct": 1.0,
-        "fill": "auto",
     },
 }

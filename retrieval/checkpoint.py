@@ -17,7 +17,9 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
                  (`retrieval evaluate --verification --save-threshold FMR`; keys in
                  `retrieval.evaluate.match_thresholds.threshold_record`); older toolkits ignore it
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
-                 and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`)
+                 and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`);
+                 for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the
+                 `module:qualname` of the code that builds it, which a process without it names
 
 `best.pt` is the same without `optimizer`, `ema` and `grad_scaler` (`Checkpoint.slim`). Version 2 files
 (this layout) are what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
@@ -45,6 +47,7 @@ from retrieval import __version__
 from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
 from retrieval.errors import UserError
 from retrieval.models import Embedder
+from retrieval.models.backbones import backbone_builder, builder_path
 from retrieval.runtime.files import atomic_write
 
 __all__ = [
@@ -86,6 +89,8 @@ class Checkpoint:
     grad_scaler: StateDict | None = None  # last.pt with train.amp fp16: the loss scaler's scale and growth tracker
     # {"score", "target_fmr", "chosen_on", ...} from `evaluate --save-threshold`; `index build` copies it
     match_threshold: dict[str, Any] | None = None
+    # `module:qualname` of a registered backbone's builder (None: a timm backbone); recorded when saved
+    backbone_builder: str | None = None
 
     @property
     def resumable(self) -> bool:
@@ -98,6 +103,7 @@ class Checkpoint:
         if self.model_config.embedding_dim is not None:
             return self.model_config.embedding_dim
         config = self.model_config.model_copy(update={"pretrained": False, "weights": None})
+        self._check_backbone()
         with torch.device("meta"):  # the architecture alone: no memory, no initialization
             return Embedder(**config.model_dump()).embedding_dim
 
@@ -119,9 +125,24 @@ class Checkpoint:
         update = {"pretrained": False, "weights": None}
         if flip_average is not None:
             update["flip_average"] = flip_average
+        self._check_backbone()
         model = Embedder(**self.model_config.model_copy(update=update).model_dump())
         model.load_state_dict(self.model)
         return model.eval()
+
+    def _check_backbone(self) -> None:
+        """Refuse, naming its builder, a registered backbone this process has no builder for.
+
+        Raises:
+            UserError: the checkpoint's backbone is neither a timm model nor registered here.
+        """
+        name = self.model_config.backbone
+        if self.backbone_builder is not None and backbone_builder(name) is None:
+            raise UserError(
+                f"this checkpoint's backbone {name!r} is built by {self.backbone_builder}, which is not registered "
+                "here: install the package that declares it in the retrieval.backbones entry-point group, or "
+                "import the module that registers it (retrieval.models.backbones) before loading"
+            )
 
     def config(self, config_file: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
         """The config to use this checkpoint with: the run's, or `config_file`'s, with `--set` `overrides`.
@@ -166,6 +187,9 @@ class Checkpoint:
                 "checksum": state_checksum(self.model),
             },
         }
+        builder = self.backbone_builder or builder_path(self.model_config.backbone)
+        if builder is not None:
+            payload["manifest"]["backbone_builder"] = builder
         for name, state in (
             ("optimizer", self.optimizer),
             ("ema", self.ema),
@@ -236,6 +260,7 @@ class Checkpoint:
             ema=raw.get("ema"),
             grad_scaler=raw.get("grad_scaler"),
             match_threshold=raw.get("match_threshold"),
+            backbone_builder=manifest.get("backbone_builder"),
         )
 
 

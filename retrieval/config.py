@@ -32,7 +32,6 @@ __all__ = [
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
-    "SELECTION_METRICS",
     "TRACKERS",
     "AugmentConfig",
     "Config",
@@ -106,7 +105,7 @@ class _Section(Record):
 class ModelConfig(_Section):
     section: ClassVar[str] = "model"
 
-    backbone: str = "resnet50"  # any timm model name
+    backbone: str = "resnet50"  # a timm model name, or a registered backbone (retrieval.models.backbones)
     # size of the L2-normalized embedding; null: the backbone's pooled features, no head (a baseline without training)
     embedding_dim: Annotated[
         int | None, accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")
@@ -158,7 +157,9 @@ class AugmentConfig(_Section):
     the config file or with `--set augment.KEY=VALUE` overrides the preset's value. A knob left out
     comes from the preset; `null` is a value (no random crop, no auto-augment). `--set
     augment.preset=NAME` starts from that preset: only the augment keys also given with --set apply.
-    The saved config holds every resolved value. Build one with `resolve_augment`.
+    The saved config holds every resolved value. Build one with `resolve_augment`. Each knob's default
+    here changes nothing (no crop, flip, affine or noise; the whole image at eval): a preset lists only
+    the knobs it sets otherwise.
     """
 
     section: ClassVar[str] = "augment"
@@ -173,31 +174,39 @@ class AugmentConfig(_Section):
             lambda pair: pair is None or _ordered(upper=1.0)(pair),
             "null or two area fractions 0 < low <= high <= 1, e.g. 0.08,1.0",
         ),
-    ]
-    # RandomResizedCrop aspect-ratio range (used only with crop_scale)
-    crop_ratio: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two aspect ratios 0 < low <= high")]
-    hflip: Annotated[float, _PROBABILITY]  # probability of a horizontal flip
+    ] = None
+    # RandomResizedCrop aspect-ratio range (used only with crop_scale; ImageNet's 3/4 to 4/3)
+    crop_ratio: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two aspect ratios 0 < low <= high")] = (
+        3 / 4,
+        4 / 3,
+    )
+    hflip: Annotated[float, _PROBABILITY] = 0.0  # probability of a horizontal flip
     # random rotation in [-degrees, degrees] (0: none)
-    affine_degrees: Annotated[float, accepts(lambda value: 0.0 <= value <= 180.0, "degrees in [0, 180]")]
+    affine_degrees: Annotated[float, accepts(lambda value: 0.0 <= value <= 180.0, "degrees in [0, 180]")] = 0.0
     # random shift up to this fraction of the width and height (0: none)
-    affine_translate: Annotated[float, accepts(lambda value: 0.0 <= value <= 1.0, "a fraction in [0, 1]")]
+    affine_translate: Annotated[float, accepts(lambda value: 0.0 <= value <= 1.0, "a fraction in [0, 1]")] = 0.0
     # random zoom range (1,1: none)
-    affine_scale: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two zoom factors 0 < low <= high")]
+    affine_scale: Annotated[tuple[float, float], _PAIR, accepts(_ordered(), "two zoom factors 0 < low <= high")] = (
+        1.0,
+        1.0,
+    )
     # random horizontal shear in [-degrees, degrees], e.g. italic vs upright (0: none)
-    affine_shear: Annotated[float, accepts(lambda value: 0.0 <= value < 90.0, "degrees in [0, 90)")]
+    affine_shear: Annotated[float, accepts(lambda value: 0.0 <= value < 90.0, "degrees in [0, 90)")] = 0.0
     # brightness/contrast/saturation jitter strength (0: none; timm skips it with auto_augment)
-    color_jitter: Annotated[float, accepts(lambda value: value >= 0.0, "a strength >= 0")]
+    color_jitter: Annotated[float, accepts(lambda value: value >= 0.0, "a strength >= 0")] = 0.0
     # timm policy, e.g. rand-m9-mstd0.5 (RandAugment) or original; null: none (timm parses it: _check_auto_augment)
-    auto_augment: str | None
+    auto_augment: str | None = None
     # hue shift strength added to color_jitter, in [0, 0.5] (0: none; applied only with color_jitter)
-    hue_jitter: Annotated[float, accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")]
-    grayscale: Annotated[float, _PROBABILITY]  # probability of turning the image gray (RGB models)
-    blur: Annotated[float, _PROBABILITY]  # probability of a Gaussian blur (sigma 0.1-2 px)
-    random_erasing: Annotated[float, _PROBABILITY]  # probability of erasing a rectangle after normalization
-    eval_mode: EvalMode  # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
+    hue_jitter: Annotated[float, accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")] = 0.0
+    grayscale: Annotated[float, _PROBABILITY] = 0.0  # probability of turning the image gray (RGB models)
+    blur: Annotated[float, _PROBABILITY] = 0.0  # probability of a Gaussian blur (sigma 0.1-2 px)
+    random_erasing: Annotated[float, _PROBABILITY] = 0.0  # probability of erasing a rectangle after normalization
+    # center_crop (resize to size/crop_pct, crop) | resize (whole image) | pad_square (letterbox)
+    eval_mode: EvalMode = "resize"
     # center_crop: the crop's share of the resized image's side
-    crop_pct: Annotated[float, accepts(lambda value: 0.0 < value <= 1.0, "a fraction in (0, 1]")]
-    fill: Fill  # auto (each image's border colour) | white | black | mean: affine borders and letterbox padding
+    crop_pct: Annotated[float, accepts(lambda value: 0.0 < value <= 1.0, "a fraction in (0, 1]")] = 1.0
+    # auto (each image's border colour) | white | black | mean: affine borders and letterbox padding
+    fill: Fill = "auto"
 
     @field_validator("auto_augment")
     @classmethod
@@ -499,4 +508,3 @@ def _field_choices(section: type[_Section], name: str) -> tuple[str, ...]:
 
 BAD_IMAGE_POLICIES: tuple[str, ...] = _field_choices(DataConfig, "on_bad_image")  # as retrieval.data.image_loader's
 SCHEDULES: tuple[str, ...] = _field_choices(TrainConfig, "schedule")  # retrieval.train.schedule
-SELECTION_METRICS: tuple[str, ...] = _field_choices(TrainConfig, "select_on")  # retrieval.train.settings

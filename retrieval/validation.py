@@ -30,7 +30,7 @@ from typing import Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, ValidationInfo, field_validator
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-from retrieval.errors import UserError
+from retrieval.errors import UserError, short_repr
 
 __all__ = [
     "Record",
@@ -123,7 +123,7 @@ def user_error(
         if error["type"] == "json_invalid":
             return UserError(f"{prefix} is not valid JSON ({context.get('error')})" + _then(fix, prefix))
         return UserError(
-            f"{prefix} must be a mapping of keys to values, got {_short(error['input'])}" + _then(fix, prefix)
+            f"{prefix} must be a mapping of keys to values, got {short_repr(error['input'])}" + _then(fix, prefix)
         )
     name = str(error["loc"][0])  # the key as the record spells it: a field's alias, if it has one
     field = next(item for key, item in model.model_fields.items() if name in (key, item.validation_alias))
@@ -177,11 +177,6 @@ def _must(key: str, expected: str, value: Any) -> str:
 
 def _then(fix: str, key: str) -> str:
     return f"; {fix.replace('{key}', key)}" if fix else ""
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def _is_scalar(value: Any) -> bool:

@@ -10,11 +10,12 @@ seeded by (seed, the class's code point), so a dataset is the same on every mach
 
 from __future__ import annotations
 
+import argparse
 import csv
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 from PIL import Image
@@ -22,7 +23,16 @@ from tqdm import tqdm
 
 from retrieval.runtime.files import atomic_write
 
-__all__ = ["Plan", "pick", "split_classes", "write_dataset"]
+__all__ = [
+    "Plan",
+    "add_size_arguments",
+    "cross_style_plan",
+    "pick",
+    "print_counts",
+    "size_options",
+    "split_classes",
+    "write_dataset",
+]
 
 Item = TypeVar("Item")
 Member = TypeVar("Member")
@@ -49,6 +59,79 @@ def pick(rng: np.random.Generator, items: Sequence[Item], n: int) -> list[Item]:
     while len(chosen) < n:
         chosen.extend(items[i] for i in rng.permutation(len(items))[: n - len(chosen)])
     return chosen
+
+
+def cross_style_plan(
+    styles: Sequence[Item],
+    queries: Sequence[Item],
+    gallery: Sequence[Item],
+    train_per_class: int,
+    queries_per_class: int,
+    gallery_per_class: int,
+) -> Callable[[str, np.random.Generator], Plan]:
+    """The images of a class in a split: training ones in any of `styles`; val/test queries in `queries`, gallery
+    in `gallery` (a query never meets its own style)."""
+
+    def plan(split: str, rng: np.random.Generator) -> Plan:
+        if split == "train":
+            return [(style, 0, 0) for style in pick(rng, styles, train_per_class)]
+        return [(style, 1, 0) for style in pick(rng, queries, queries_per_class)] + [
+            (style, 0, 1) for style in pick(rng, gallery, gallery_per_class)
+        ]
+
+    return plan
+
+
+def add_size_arguments(
+    parser: argparse.ArgumentParser,
+    *,
+    size: int,
+    classes: tuple[int, int, int],
+    train_per_class: int,
+    gallery_per_class: int,
+    styles: str,
+    query_styles: str,
+) -> None:
+    """The options both makers take: `--out`, image side, classes per split, images per class, seed.
+
+    `classes` are the default train, val and test class counts; `styles` and `query_styles` name what the
+    images are drawn in, for the help.
+    """
+    train, val, test = classes
+    parser.add_argument("--out", type=Path, required=True, help="output folder (dataset.csv + images/)")
+    parser.add_argument("--size", type=int, default=size, help="image side in pixels")
+    parser.add_argument("--train-classes", type=int, default=train)
+    parser.add_argument("--val-classes", type=int, default=val, help="held-out train-side classes for selection")
+    parser.add_argument("--test-classes", type=int, default=test)
+    parser.add_argument(
+        "--train-per-class", type=int, default=train_per_class, help=f"training images per class (all {styles})"
+    )
+    parser.add_argument("--queries-per-class", type=int, default=2, help=f"val/test queries per class ({query_styles})")
+    parser.add_argument(
+        "--gallery-per-class", type=int, default=gallery_per_class, help="val/test gallery images per class (others)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def size_options(args: argparse.Namespace) -> dict[str, Any]:
+    """`make_dataset`'s keyword arguments from the options of `add_size_arguments`."""
+    names = (
+        "train_classes",
+        "val_classes",
+        "test_classes",
+        "train_per_class",
+        "queries_per_class",
+        "gallery_per_class",
+    )
+    return {"cell": args.size, "seed": args.seed, **{name: getattr(args, name) for name in names}}
+
+
+def print_counts(args: argparse.Namespace, counts: dict[str, int]) -> None:
+    """What a maker wrote: classes and images per split, and the CSV's path."""
+    classes = {"train": args.train_classes, "val": args.val_classes, "test": args.test_classes}
+    for split, n in counts.items():
+        print(f"{split}: {classes[split]} classes, {n} images")
+    print(f"wrote {args.out / 'dataset.csv'}")
 
 
 def write_dataset(

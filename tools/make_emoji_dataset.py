@@ -42,7 +42,14 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-from cross_style_dataset import Plan, pick, split_classes, write_dataset
+from cross_style_dataset import (
+    add_size_arguments,
+    cross_style_plan,
+    print_counts,
+    size_options,
+    split_classes,
+    write_dataset,
+)
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
 
@@ -259,13 +266,7 @@ def make_dataset(
     if not gallery:
         raise SystemExit("error: the gallery needs a style other than the query style; install every style")
 
-    def plan(split: str, rng: np.random.Generator) -> Plan:
-        if split == "train":
-            return [(s, 0, 0) for s in pick(rng, styles, train_per_class)]
-        return [(s, 1, 0) for s in pick(rng, query, queries_per_class)] + [
-            (s, 0, 1) for s in pick(rng, gallery, gallery_per_class)
-        ]
-
+    plan = cross_style_plan(styles, query, gallery, train_per_class, queries_per_class, gallery_per_class)
     splits = split_classes(emoji_classes(styles), seed, train_classes, val_classes, test_classes)
     return write_dataset(
         out,
@@ -302,33 +303,18 @@ def _cmap(path: Path) -> frozenset[int]:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="output folder (dataset.csv + images/)")
-    parser.add_argument("--size", type=int, default=64, help="image side in pixels")
-    parser.add_argument("--train-classes", type=int, default=270)
-    parser.add_argument("--val-classes", type=int, default=80, help="held-out classes for selection")
-    parser.add_argument("--test-classes", type=int, default=80)
-    parser.add_argument("--train-per-class", type=int, default=15, help="training images per class (all styles)")
-    parser.add_argument("--queries-per-class", type=int, default=2, help="val/test queries per class (query style)")
-    parser.add_argument("--gallery-per-class", type=int, default=6, help="val/test gallery images per class (others)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_size_arguments(
+        parser,
+        size=64,
+        classes=(270, 80, 80),
+        train_per_class=15,
+        gallery_per_class=6,
+        styles="styles",
+        query_styles="query style",
+    )
     parser.add_argument("--query-style", default="noto", choices=list(STYLES), help="the queries' style")
     args = parser.parse_args(argv)
-    counts = make_dataset(
-        args.out,
-        cell=args.size,
-        train_classes=args.train_classes,
-        val_classes=args.val_classes,
-        test_classes=args.test_classes,
-        train_per_class=args.train_per_class,
-        queries_per_class=args.queries_per_class,
-        gallery_per_class=args.gallery_per_class,
-        seed=args.seed,
-        query_style=args.query_style,
-    )
-    classes = {"train": args.train_classes, "val": args.val_classes, "test": args.test_classes}
-    for split, n in counts.items():
-        print(f"{split}: {classes[split]} classes, {n} images")
-    print(f"wrote {args.out / 'dataset.csv'}")
+    print_counts(args, make_dataset(args.out, **size_options(args), query_style=args.query_style))
 
 
 if __name__ == "__main__":

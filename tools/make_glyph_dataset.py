@@ -37,7 +37,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from cross_style_dataset import Plan, pick, split_classes, write_dataset
+from cross_style_dataset import (
+    add_size_arguments,
+    cross_style_plan,
+    print_counts,
+    size_options,
+    split_classes,
+    write_dataset,
+)
 from fontTools.ttLib import TTFont
 from PIL import Image, ImageDraw, ImageFont
 
@@ -221,15 +228,9 @@ def make_dataset(
     for group, members in groups.items():
         if len({f.family for f in members}) < (1 if query_family and group == "serif" else 2):
             raise SystemExit(f"error: fewer than two {group} font families installed; install the fonts-* packages")
-    queries, gallery = groups["serif"], groups["other"]
-
-    def plan(split: str, rng: np.random.Generator) -> Plan:
-        if split == "train":
-            return [(f, 0, 0) for f in pick(rng, fonts, train_per_class)]
-        return [(f, 1, 0) for f in pick(rng, queries, queries_per_class)] + [
-            (f, 0, 1) for f in pick(rng, gallery, gallery_per_class)
-        ]
-
+    plan = cross_style_plan(
+        fonts, groups["serif"], groups["other"], train_per_class, queries_per_class, gallery_per_class
+    )
     splits = split_classes(glyph_classes(fonts, cell), seed, train_classes, val_classes, test_classes)
     return write_dataset(out, splits, seed, ord, plan, lambda char, font, rng: render(char, font, cell, rng))
 
@@ -257,33 +258,18 @@ def _plain_render(char: str, path: Path, cell: int) -> np.ndarray:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="output folder (dataset.csv + images/)")
-    parser.add_argument("--size", type=int, default=32, help="image side in pixels")
-    parser.add_argument("--train-classes", type=int, default=240)
-    parser.add_argument("--val-classes", type=int, default=50, help="held-out train-side classes for selection")
-    parser.add_argument("--test-classes", type=int, default=150)
-    parser.add_argument("--train-per-class", type=int, default=12, help="training images per class (all fonts)")
-    parser.add_argument("--queries-per-class", type=int, default=2, help="val/test queries per class (serif)")
-    parser.add_argument("--gallery-per-class", type=int, default=4, help="val/test gallery images per class (others)")
-    parser.add_argument("--seed", type=int, default=0)
+    add_size_arguments(
+        parser,
+        size=32,
+        classes=(240, 50, 150),
+        train_per_class=12,
+        gallery_per_class=4,
+        styles="fonts",
+        query_styles="serif",
+    )
     parser.add_argument("--query-family", help="queries in this family, gallery in all others (default: serif/other)")
     args = parser.parse_args(argv)
-    counts = make_dataset(
-        args.out,
-        cell=args.size,
-        train_classes=args.train_classes,
-        val_classes=args.val_classes,
-        test_classes=args.test_classes,
-        train_per_class=args.train_per_class,
-        queries_per_class=args.queries_per_class,
-        gallery_per_class=args.gallery_per_class,
-        seed=args.seed,
-        query_family=args.query_family,
-    )
-    classes = {"train": args.train_classes, "val": args.val_classes, "test": args.test_classes}
-    for split, n in counts.items():
-        print(f"{split}: {classes[split]} classes, {n} images")
-    print(f"wrote {args.out / 'dataset.csv'}")
+    print_counts(args, make_dataset(args.out, **size_options(args), query_family=args.query_family))
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrieval.errors import UserError
+from retrieval.errors import UserError, short_repr
 
 __all__ = [
     "MAX_DEPTH",
@@ -339,12 +339,12 @@ def _json_node(obj: Any, depth: int) -> Node:
     if depth > MAX_DEPTH:
         raise UserError(f"filter is nested more than {MAX_DEPTH} deep; flatten it")
     if not isinstance(obj, Mapping):
-        raise UserError(f"a filter inside and/or/not must be a JSON object, got {_short(obj)}")
+        raise UserError(f"a filter inside and/or/not must be a JSON object, got {short_repr(obj)}")
     nodes: list[Node] = []
     for key, spec in obj.items():
         if key in ("and", "or"):
             if not isinstance(spec, list) or not spec:
-                raise UserError(f'filter "{key}" takes a non-empty list of filter objects, got {_short(spec)}')
+                raise UserError(f'filter "{key}" takes a non-empty list of filter objects, got {short_repr(spec)}')
             nodes.append(_combined([_json_node(item, depth + 1) for item in spec], key))
         elif key == "not":
             nodes.append(Not(_json_node(spec, depth + 1)))
@@ -376,7 +376,7 @@ def _column_conditions(column: str, spec: Any) -> list[Node]:
             raise UserError(f"filter on {column!r}: unknown operator {op!r}; use one of {', '.join(_OPS)}")
         if op in _LIST_OPS:
             if not isinstance(value, (list, tuple)):
-                raise UserError(f"filter on {column!r}: '{op}' takes a list of values, got {_short(value)}")
+                raise UserError(f"filter on {column!r}: '{op}' takes a list of values, got {short_repr(value)}")
             value = tuple(value)
         conditions.append(Condition(column, op, value))
     return conditions
@@ -435,7 +435,7 @@ def _kind_of_value(column: str, value: Any) -> str:
         return "boolean"
     if isinstance(value, int):
         if not _INT64_MIN <= value <= _INT64_MAX:
-            raise UserError(f"filter on {column!r}: {_short(value)} is outside the 64-bit integer range")
+            raise UserError(f"filter on {column!r}: {short_repr(value)} is outside the 64-bit integer range")
         return "number"
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -444,7 +444,7 @@ def _kind_of_value(column: str, value: Any) -> str:
     if isinstance(value, str):
         _check_text(value, f"filter on {column!r}: a string value")
         return "string"
-    raise UserError(f"filter on {column!r}: values are numbers, strings or true/false, got {_short(value)}")
+    raise UserError(f"filter on {column!r}: values are numbers, strings or true/false, got {short_repr(value)}")
 
 
 def _check_text(text: str, what: str) -> None:
@@ -467,16 +467,6 @@ def _kind_of_type(arrow_type: pa.DataType) -> str | None:
     if pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type):
         return "string"
     return None
-
-
-def _short(value: Any) -> str:
-    """`repr(value)` cut to 40 characters: an error quotes a filter, it does not echo it."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        # str() of an int past 4,300 digits raises: describe the size from its bits instead
-        digits = len(str(value)) if value.bit_length() < 10_000 else int(value.bit_length() * math.log10(2)) + 1
-        return f"an integer of {digits} digits"
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 # One pass over the text: every alternative starts where the previous token ended, so scanning is
@@ -623,7 +613,7 @@ class _WhereParser:
         return token
 
     def _fail(self, token: _Token, expected: str, shown: str | None = None, hint: str = "") -> NoReturn:
-        found = "the end of the expression" if token.kind == "end" else shown or _short(token.text)
+        found = "the end of the expression" if token.kind == "end" else shown or short_repr(token.text)
         raise UserError(f"bad filter expression at character {token.position}: {expected}, found {found}{hint}")
 
 
@@ -635,7 +625,7 @@ def _tokenize(text: str) -> list[_Token]:
         if kind == "space":
             continue
         if kind == "bad":
-            shown = _short(match.group())
+            shown = short_repr(match.group())
             raise UserError(
                 f"bad filter expression at character {match.start() + 1}: unexpected {shown}; "
                 "operators are = != < <= > >= in, not in, is null"

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from retrieval.errors import UserError
+from retrieval.errors import UserError, short_repr
 
 __all__ = ["FileEntry", "IndexManifest", "MatchThreshold", "Sha256"]
 
@@ -103,7 +103,7 @@ class IndexManifest(BaseModel):
         except ValidationError as exc:
             field = str(exc.errors()[0]["loc"][0])
             expected = cls.model_fields[field].description
-            shown = _shown(manifest[field])
+            shown = short_repr(manifest[field], limit=60)
             raise UserError(
                 f"{path}: field {field!r} must be {expected}, got {shown}; fix it or rebuild the index"
             ) from None
@@ -121,9 +121,3 @@ class IndexManifest(BaseModel):
     def as_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data, with exactly the fields it was made from."""
         return self.model_dump(exclude_unset=True)
-
-
-def _shown(value: Any, limit: int = 60) -> str:
-    """`repr(value)` cut to `limit` characters: enough to recognise a hand edit, never a screenful."""
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

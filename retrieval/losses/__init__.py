@@ -1,8 +1,8 @@
 """Losses for deep metric learning; `LOSSES` maps each config name to its class.
 
 Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ...) own their
-proxies and train on shuffled batches; pair losses (`CircleLoss`, `TripletLoss`) need P x K
-batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
+proxies and train on shuffled batches; pair losses (`PairLoss`: `CircleLoss`, `TripletLoss`, ...) need
+P x K batches from `PKSampler`. Every loss takes raw embeddings `(B, D)` and labels `(B,)` (or
 multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar; all of them are a
 `MetricLoss`, the interface the trainer and the proxy classifier rely on. `CrossBatchMemory`
 (`loss.memory_size`) lets a pair loss compare each batch with the embeddings of earlier ones.
@@ -13,7 +13,7 @@ multi-hot `(B, K)` for `AsymmetricProxyLoss`) and returns a scalar; all of them 
 from retrieval.losses.anchor import AnchorLoss
 from retrieval.losses.arcface import ArcFaceLoss
 from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
-from retrieval.losses.base import MetricLoss
+from retrieval.losses.base import MetricLoss, PairLoss
 from retrieval.losses.circle import CircleLoss
 from retrieval.losses.contrastive import ContrastiveLoss
 from retrieval.losses.cosface import CosFaceLoss
@@ -43,6 +43,7 @@ __all__ = [
     "MultiSimilarityLoss",
     "PMLLoss",
     "PMLPairLoss",
+    "PairLoss",
     "ProxyAnchorLoss",
     "ProxyNCALoss",
     "SoftTripleLoss",

@@ -6,11 +6,13 @@ these members directly and never probes a loss with `getattr` / `hasattr`.
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 from torch import Tensor, nn
 
-__all__ = ["MetricLoss"]
+from retrieval.losses.functional.pair import reference_labels
+
+__all__ = ["MetricLoss", "PairLoss", "PairMemory"]
 
 
 class MetricLoss(nn.Module):
@@ -55,3 +57,53 @@ class MetricLoss(nn.Module):
 
     def set_epoch(self, epoch: int) -> None:
         """Told the 0-based epoch about to be trained (e.g. a gate's warm-up); nothing by default."""
+
+
+class PairMemory(NamedTuple):
+    """Embeddings of earlier batches `(M, D)`, detached, and their class ids `(M,)` (`CrossBatchMemory`)."""
+
+    embeddings: Tensor
+    labels: Tensor
+
+
+class PairLoss(MetricLoss):
+    """A loss over the pairs of a P x K batch, whose references may extend to a memory of earlier batches.
+
+    The one `forward` of every pair loss (ours and PML's): subclasses implement `pair_loss`, which
+    sees the memory (or None) checked and bundled.
+    """
+
+    needs_pk_batches: ClassVar[bool] = True
+    proxies = None
+
+    def forward(
+        self,
+        embeddings: Tensor,
+        labels: Tensor,
+        memory_embeddings: Tensor | None = None,
+        memory_labels: Tensor | None = None,
+    ) -> Tensor:
+        """Loss of one batch: each anchor against the rest of the batch and, when given, a memory of earlier batches.
+
+        Args:
+            embeddings: raw embeddings (B, D); normalized by the loss, computed in float32.
+            labels: class ids (B,).
+            memory_embeddings: raw embeddings of earlier batches (M, D), detached, or None
+                (`retrieval.losses.CrossBatchMemory` passes them).
+            memory_labels: their class ids (M,), or None.
+
+        Returns:
+            Scalar loss; 0 (still backpropagating) when the batch has nothing to compare.
+
+        Raises:
+            ValueError: if only one of `memory_embeddings` and `memory_labels` is given, or their lengths differ.
+        """
+        reference_labels(labels, memory_embeddings, memory_labels)  # checks that they come together
+        memory = (
+            None if memory_embeddings is None or memory_labels is None else PairMemory(memory_embeddings, memory_labels)
+        )
+        return self.pair_loss(embeddings, labels, memory)
+
+    def pair_loss(self, embeddings: Tensor, labels: Tensor, memory: PairMemory | None) -> Tensor:
+        """The loss of `forward`, with the memory checked (None: the batch alone)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement pair_loss")

@@ -3,14 +3,14 @@
 import torch
 from torch import Tensor
 
-from retrieval.losses.base import MetricLoss
+from retrieval.losses.base import PairLoss, PairMemory
 from retrieval.losses.functional.pair import circle_loss, cosine_similarity_matrix, reference_labels
 from retrieval.miners.masks import pair_masks
 
 __all__ = ["CircleLoss"]
 
 
-class CircleLoss(MetricLoss):
+class CircleLoss(PairLoss):
     """Circle Loss, per anchor over the batch (Sun et al., CVPR 2020).
 
     Each anchor's positives are pushed towards cosine 1 + m and its negatives towards -m, with
@@ -31,9 +31,6 @@ class CircleLoss(MetricLoss):
         last_stats: after each forward, {"valid_anchors": number of anchors with a positive and a negative}.
     """
 
-    needs_pk_batches = True
-    proxies = None
-
     def __init__(self, m: float = 0.25, gamma: float = 256.0) -> None:
         super().__init__()
         if m < 0:
@@ -43,25 +40,9 @@ class CircleLoss(MetricLoss):
         self.m = m
         self.gamma = gamma
 
-    def forward(
-        self,
-        embeddings: Tensor,
-        labels: Tensor,
-        memory_embeddings: Tensor | None = None,
-        memory_labels: Tensor | None = None,
-    ) -> Tensor:
-        """Loss of one batch, each anchor against the rest of the batch and, when given, a memory of earlier batches.
-
-        Args:
-            embeddings: raw embeddings (B, D); normalized here, computed in float32.
-            labels: class ids (B,).
-            memory_embeddings: raw embeddings of earlier batches (M, D), detached, or None
-                (`retrieval.losses.CrossBatchMemory` passes them).
-            memory_labels: their class ids (M,), or None.
-
-        Returns:
-            Scalar loss; 0 (still backpropagating) if no anchor has both a positive and a negative.
-        """
+    def pair_loss(self, embeddings: Tensor, labels: Tensor, memory: PairMemory | None) -> Tensor:
+        """See `PairLoss.forward`; 0 (still backpropagating) if no anchor has both a positive and a negative."""
+        memory_embeddings, memory_labels = memory or (None, None)
         ref_labels = reference_labels(labels, memory_embeddings, memory_labels)
         similarities = cosine_similarity_matrix(embeddings, memory_embeddings)
         loss = circle_loss(similarities, labels, m=self.m, gamma=self.gamma, ref_labels=ref_labels)

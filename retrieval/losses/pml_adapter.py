@@ -27,7 +27,7 @@ from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
 from retrieval.errors import UserError
-from retrieval.losses.base import MetricLoss
+from retrieval.losses.base import MetricLoss, PairLoss, PairMemory
 
 __all__ = [
     "PML_PREFIX",
@@ -245,29 +245,24 @@ class PMLLoss(MetricLoss):
                     return rows
         return None
 
-    def forward(
-        self,
-        embeddings: Tensor,
-        labels: Tensor,
-        memory_embeddings: Tensor | None = None,
-        memory_labels: Tensor | None = None,
-    ) -> Tensor:
-        """Loss of raw embeddings `(B, D)` with labels `(B,)`; returns a scalar.
+    def forward(self, embeddings: Tensor, labels: Tensor) -> Tensor:
+        """Loss of raw embeddings `(B, D)` with labels `(B,)`; returns a scalar."""
+        return self._pml_loss(embeddings, labels, None)
 
-        With `memory_embeddings (M, D)` and `memory_labels (M,)` (`CrossBatchMemory`), the references are
-        the batch followed by the memory, without an embedding's pair with itself.
-        """
+    def _pml_loss(self, embeddings: Tensor, labels: Tensor, memory: PairMemory | None) -> Tensor:
+        """The PML loss of the batch; with a memory (`PairLoss`), the references are the batch followed by the
+        memory, without an embedding's pair with itself."""
         if self.num_classes is not None and self.check_labels and labels.numel():
             if int(labels.min()) < 0 or int(labels.max()) >= self.num_classes:
                 raise ValueError(f"labels must lie in [0, {self.num_classes}); remap class ids to 0..K-1")
         with torch.autocast(embeddings.device.type, enabled=False):
             embeddings = embeddings.float()
-            if memory_embeddings is None or memory_labels is None:
+            if memory is None:
                 indices = self.miner(embeddings, labels) if self.miner is not None else None
                 loss: Tensor = self.loss(embeddings, labels, indices)
             else:
-                references = torch.cat([embeddings, memory_embeddings.float()])
-                reference_labels = torch.cat([labels, memory_labels.to(labels.dtype)])
+                references = torch.cat([embeddings, memory.embeddings.float()])
+                reference_labels = torch.cat([labels, memory.labels.to(labels.dtype)])
                 if self.miner is not None:
                     indices = self.miner(embeddings, labels, references, reference_labels)
                 else:
@@ -282,13 +277,15 @@ class PMLLoss(MetricLoss):
         return f"pml={type(self.loss).__name__}, miner={type(self.miner).__name__ if self.miner else None}"
 
 
-class PMLPairLoss(PMLLoss):
+class PMLPairLoss(PairLoss, PMLLoss):
     """A PML loss over the pairs (or triplets) of a batch: P x K batches, gathered under torchrun.
 
     `memory_size` wraps it in a `CrossBatchMemory` where PML's own memory supports the loss.
     """
 
-    needs_pk_batches = True
+    def pair_loss(self, embeddings: Tensor, labels: Tensor, memory: PairMemory | None) -> Tensor:
+        """See `PairLoss.forward`."""
+        return self._pml_loss(embeddings, labels, memory)
 
 
 def _mined_counts(indices: tuple[Tensor, ...] | None) -> dict[str, Tensor]:

@@ -3,7 +3,7 @@
 import torch
 from torch import Tensor
 
-from retrieval.losses.base import MetricLoss
+from retrieval.losses.base import PairLoss, PairMemory
 from retrieval.losses.functional.pair import (
     cosine_similarity_matrix,
     euclidean_distance_matrix,
@@ -16,7 +16,7 @@ from retrieval.miners import TripletMiner, build_miner
 __all__ = ["TripletLoss"]
 
 
-class TripletLoss(MetricLoss):
+class TripletLoss(PairLoss):
     """Triplet margin loss [d(a, p) - d(a, n) + margin]_+ on Euclidean distances of unit vectors.
 
     Schroff et al. 2015 ("FaceNet"); batch-hard mining from Hermans et al. 2017. The loss is the
@@ -42,9 +42,6 @@ class TripletLoss(MetricLoss):
             "active_fraction": fraction of them with a loss > 0}.
     """
 
-    needs_pk_batches = True
-    proxies = None
-
     def __init__(self, margin: float = 0.2, miner: str | TripletMiner = "semihard") -> None:
         super().__init__()
         if margin < 0:
@@ -52,25 +49,12 @@ class TripletLoss(MetricLoss):
         self.margin = margin
         self.miner = build_miner(miner, margin) if isinstance(miner, str) else miner
 
-    def forward(
-        self,
-        embeddings: Tensor,
-        labels: Tensor,
-        memory_embeddings: Tensor | None = None,
-        memory_labels: Tensor | None = None,
-    ) -> Tensor:
-        """Loss of one batch: anchors from the batch, positives and negatives from the batch and, when given, a memory.
+    def pair_loss(self, embeddings: Tensor, labels: Tensor, memory: PairMemory | None) -> Tensor:
+        """See `PairLoss.forward`: anchors from the batch, positives and negatives from the batch and the memory.
 
-        Args:
-            embeddings: raw embeddings (B, D); normalized here, computed in float32.
-            labels: class ids (B,).
-            memory_embeddings: raw embeddings of earlier batches (M, D), detached, or None
-                (`retrieval.losses.CrossBatchMemory` passes them).
-            memory_labels: their class ids (M,), or None.
-
-        Returns:
-            Scalar loss; 0 (still backpropagating) when no triplet is mined or none violates the margin.
+        0 (still backpropagating) when no triplet is mined or none violates the margin.
         """
+        memory_embeddings, memory_labels = memory or (None, None)
         ref_labels = reference_labels(labels, memory_embeddings, memory_labels)
         distances = euclidean_distance_matrix(cosine_similarity_matrix(embeddings, memory_embeddings))
         losses = triplet_margin_losses(distances, self.miner(distances, labels, ref_labels), self.margin)

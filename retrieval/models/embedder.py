@@ -1,4 +1,4 @@
-"""The image embedder: timm backbone -> global pooling -> Linear (or none) -> L2 normalization."""
+"""The image embedder: a timm or registered backbone -> global pooling -> Linear (or none) -> L2 normalization."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from torch import Tensor, nn
 
 from retrieval.errors import UserError
 from retrieval.models.backbone_weights import load_backbone_weights
+from retrieval.models.backbones import BackboneBuilder, backbone_builder, registered_backbones
 from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
 
 __all__ = ["Embedder", "create_backbone"]
@@ -42,10 +43,13 @@ class Embedder(nn.Module):
     poolings only: the model's own pooling knows its prefix tokens and head norm, which a generic
     pooling of the token sequence would get wrong; a feature-map pooling is refused when the
     model is built. The Linear head's input width is measured, not read from `num_features`
-    (`_pooled_width`).
+    (`_pooled_width`). A registered backbone (`retrieval.models.backbones`) is called as it is:
+    its feature maps are pooled here (`avg`, `max`, `avgmax`, `gem`), features it pooled itself
+    `(B, F)` pass through `avg` or `max` unchanged.
 
     Args:
-        backbone: a timm model name, e.g. `resnet50`, `resnet18`, `vit_small_patch16_224`.
+        backbone: a timm model name, e.g. `resnet50`, `resnet18`, `vit_small_patch16_224`, or the
+            name of a registered backbone (`retrieval.models.backbones.register_backbone`).
         embedding_dim: size of the output embedding; None: no Linear head, the backbone's pooled
             features are the embedding, the baseline without training.
         pooling: timm's `avg`, `max` or `token` (class token), or ours for feature maps: `avgmax`
@@ -82,6 +86,8 @@ class Embedder(nn.Module):
         if pooling not in POOLINGS:
             raise UserError(f"unknown model.pooling {pooling!r}; valid: {', '.join(POOLINGS)}")
         self.backbone_name = backbone
+        self.pooling = pooling
+        self.timm_backbone = timm.is_model(backbone)  # else registered: a plain module, called as it is
         global_pool = pooling if pooling in TIMM_POOLINGS else ""
         self.backbone = create_backbone(
             backbone,
@@ -92,6 +98,11 @@ class Embedder(nn.Module):
             global_pool=global_pool,
             output_stride=output_stride,
         )
+        if not self.timm_backbone and pooling == "token":
+            raise UserError(
+                f"model.pooling=token takes a timm ViT's class token; {backbone} is a registered backbone: "
+                "use model.pooling=avg, max, avgmax or gem"
+            )
         self.channels_last_features = getattr(self.backbone, "output_fmt", "NCHW") == "NHWC"
         self.pool = GlobalPool(pooling) if pooling in FEATURE_MAP_POOLINGS else None
         self.flip_average = flip_average
@@ -110,7 +121,8 @@ class Embedder(nn.Module):
 
     def embed(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` float32 unit vectors of the images as they are."""
-        embeddings = self.head(self.pool_features(_timm(self.backbone).forward_features(images)))
+        features = _timm(self.backbone).forward_features(images) if self.timm_backbone else self.backbone(images)
+        embeddings = self.head(self.pool_features(features))
         return F.normalize(embeddings.float(), dim=1)
 
     def _pooled_width(self, in_chans: int) -> int:
@@ -131,8 +143,12 @@ class Embedder(nn.Module):
 
     def pool_features(self, features: Tensor) -> Tensor:
         """The backbone's `forward_features` output -> `(B, F)` pooled features (`_pooled_width`), before the head."""
-        if self.pool is None:
+        if self.pool is None and self.timm_backbone:
             return _timm(self.backbone).forward_head(features, pre_logits=True)
+        if self.pool is None:  # a registered backbone's maps, pooled as timm's avg or max would; (B, F) as is
+            if features.ndim == 2:
+                return features
+            return features.mean(dim=(2, 3)) if self.pooling == "avg" else features.amax(dim=(2, 3))
         if features.ndim != 4:
             raise UserError(
                 f"model.pooling={self.pool.kind} pools CNN feature maps, but {self.backbone_name} gives "
@@ -156,21 +172,31 @@ def create_backbone(
     global_pool: str = "",
     output_stride: int | None = None,
 ) -> nn.Module:
-    """A timm model without classifier, pooling with `global_pool` ("" for none).
+    """A timm model without classifier, pooling with `global_pool` ("" for none), or a registered backbone.
 
     Models with absolute position embeddings (ViT, DeiT, EVA, ...) are built with timm's
     `dynamic_img_size`: they keep their native position grid (so pretrained weights and checkpoints
     fit whatever `data.image_size` is) and resample it to each input's grid, 2x2 patches at 32 px
     included. `weights` are loaded strictly unless `weights_partial` (`load_backbone_weights`).
 
+    A registered backbone (`retrieval.models.backbones`) is its builder's module, built with
+    `pretrained` and `in_chans`; it takes no `weights` file and no `output_stride` (its builder
+    decides both).
+
     Raises:
         UserError: for unknown names, missing weights or weights that do not fit, or a pooling or
             output stride the model does not offer.
     """
     if not timm.is_model(name):
-        close = difflib.get_close_matches(name, timm.list_models(), n=3)
+        builder = backbone_builder(name)
+        if builder is not None:
+            return _registered(name, builder, pretrained, in_chans, weights, output_stride)
+        close = difflib.get_close_matches(name, [*registered_backbones(), *timm.list_models()], n=3)
         hint = f"did you mean {', '.join(close)}?" if close else "see timm.list_models()"
-        raise UserError(f"unknown backbone {name!r} (model.backbone): {hint}")
+        raise UserError(
+            f"unknown backbone {name!r} (model.backbone): neither a timm model nor a registered one "
+            f"(retrieval.models.backbones); {hint}"
+        )
     path = None if weights is None else Path(weights)
     if path is not None and not path.is_file():
         raise UserError(f"model.weights file not found: {path}; give the path to a .safetensors or .pth state dict")
@@ -199,6 +225,27 @@ def create_backbone(
         ) from exc
     if path is not None:
         load_backbone_weights(model, name, path, in_chans, weights_partial)
+    return model
+
+
+def _registered(
+    name: str,
+    builder: BackboneBuilder,
+    pretrained: bool,
+    in_chans: int,
+    weights: str | Path | None,
+    output_stride: int | None,
+) -> nn.Module:
+    """A registered builder's module, refusing first the timm-only options its builder does not take."""
+    if weights is not None or output_stride is not None:
+        option = "model.weights" if weights is not None else "model.output_stride"
+        raise UserError(
+            f"{option} applies to timm backbones; {name} is a registered backbone, whose builder loads its own "
+            f"weights (model.pretrained) and sets its own strides: leave {option} unset"
+        )
+    model = builder(pretrained=pretrained, in_chans=in_chans)
+    if not isinstance(model, nn.Module):
+        raise UserError(f"the builder of backbone {name!r} returned {type(model).__name__}, not a torch nn.Module")
     return model
 
 

@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, PlainValidator, ValidationError, mod
 from starlette.datastructures import UploadFile
 from starlette.requests import ClientDisconnect
 
-from retrieval.errors import UserError
+from retrieval.errors import UserError, short_repr
 from retrieval.index.filter_language import Filter, parse_filter, parse_where
 from retrieval.serve.errors import RequestError
 from retrieval.validation import user_error
@@ -122,14 +122,14 @@ def read_json(body: bytes) -> SearchBody:
 def parse_k(k: Any) -> int:
     """`k` as an int in [1, MAX_K]."""
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= MAX_K:
-        raise RequestError(400, f"k must be an integer between 1 and {MAX_K}, got {_short(k)}")
+        raise RequestError(400, f"k must be an integer between 1 and {MAX_K}, got {short_repr(k)}")
     return k
 
 
 def parse_id(item_id: Any) -> int:
     """An item id as an int; whether it exists (and fits int64) is the index's question, a 404."""
     if isinstance(item_id, bool) or not isinstance(item_id, int):
-        raise RequestError(400, f"id must be an integer, got {_short(item_id)}")
+        raise RequestError(400, f"id must be an integer, got {short_repr(item_id)}")
     return item_id
 
 
@@ -174,7 +174,7 @@ def parse_filter_field(value: Any) -> Filter | None:
             return parse_where(value)
     except UserError as exc:
         raise RequestError(400, str(exc)) from exc
-    raise RequestError(400, f"filter must be a JSON object or a where-expression string, got {_short(value)}")
+    raise RequestError(400, f"filter must be a JSON object or a where-expression string, got {short_repr(value)}")
 
 
 def parse_vector(values: Any, dim: int) -> np.ndarray:
@@ -200,9 +200,3 @@ def parse_vector(values: Any, dim: int) -> np.ndarray:
         raise RequestError(400, "vector is all zeros; it has no direction to search")
     scaled = vector / largest  # no overflow or underflow in the norm, whatever the magnitude
     return (scaled / np.linalg.norm(scaled)).astype(np.float32)
-
-
-def _short(value: Any) -> str:
-    """`repr(value)`, cut to 40 characters: an error message quotes a request, it does not echo it."""
-    text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."

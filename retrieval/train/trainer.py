@@ -12,8 +12,9 @@ which was selected (`selected_weights`). Without a validation split the result i
 average: asking for EMA is asking for the averaged weights.
 
 The `Trainer` only runs the loop: the parts it drives (model, loss, loader, optimizer, schedule,
-step, evaluators) come built in `TrainingParts` (`retrieval.train.builders`), its settings in
-`TrainSettings`. `Trainer.from_config(config, run_dir)` does both from a `Config`.
+step, evaluators) come built in `TrainingParts` (`retrieval.train.builders`), its settings are the
+config's `TrainConfig` (the one source of its defaults and checks, for a config file and for Python
+alike). `Trainer.from_config(config, run_dir)` does both from a `Config`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from tqdm import tqdm
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.config import Config, config_to_dict
+from retrieval.config import Config, ModelConfig, TrainConfig, config_to_dict
 from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
@@ -43,7 +44,6 @@ from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers
-from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
@@ -89,16 +89,18 @@ def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
 
 
 class Trainer:
-    """Trains `parts.model` with `parts.loss` and writes the run directory `settings.run_dir`.
+    """Trains `parts.model` with `parts.loss` as `train` says and writes the run directory `run_dir`.
 
     The run directory holds `config.yaml` (with a run config), `environment.json` (versions,
     threads, CPU), `metrics.jsonl` (one JSON object per epoch, with the seconds spent training,
     evaluating and writing, and the training images per second), `result.json` (the selected
     epoch's test metrics), `plots/*.png` and, with a model config, `checkpoints/last.pt`
     (everything a resume needs, every epoch) and `best.pt` (the selected weights, no optimizer state).
-    `settings.loggers` mirror the config, the records and the result to experiment trackers.
+    Without a model config (a model the toolkit cannot rebuild) no checkpoint file is written; the
+    selected epoch's weights are kept in memory either way, and the test set is scored on them at the end.
+    `train.loggers` mirror the config, the records and the result to experiment trackers.
 
-    The model needs only `forward(images) -> (B, D)`; `settings.freeze_backbone_epochs > 0` also
+    The model needs only `forward(images) -> (B, D)`; `train.freeze_backbone_epochs > 0` also
     needs a `backbone` submodule (the part frozen first). Under torchrun (an initialized process
     group) every process trains its share of each global batch, evaluates its shard of each
     split, and only rank 0 writes files and prints.
@@ -108,21 +110,35 @@ class Trainer:
 
     Args:
         parts: the built parts (`build_training`, `assemble_training`).
-        settings: epochs, evaluation, selection and what to record.
+        train: the `train` config section: epochs, evaluation, selection, freezing, EMA and trackers.
+        run_dir: where metrics.jsonl, result.json, environment.json, plots/ and checkpoints/ go.
+        model_config: rebuilds the model from a checkpoint (`retrieval.checkpoint.Checkpoint`); None: no
+            checkpoint files.
+        run_config: the resolved config as plain dicts: config.yaml and the checkpoints' copy.
 
     Raises:
         UserError: `freeze_backbone_epochs > 0` for a model without a `backbone` submodule.
     """
 
-    def __init__(self, parts: TrainingParts, settings: TrainSettings) -> None:
+    def __init__(
+        self,
+        parts: TrainingParts,
+        train: TrainConfig,
+        run_dir: Path,
+        model_config: ModelConfig | None = None,
+        run_config: dict[str, Any] | None = None,
+    ) -> None:
         self.parts = parts
-        self.settings = settings
-        self.files = RunFiles(settings.run_dir)
-        self.backbone = _backbone(parts.model, settings.freeze_backbone_epochs)
+        self.train = train
+        self.run_dir = Path(run_dir)
+        self.model_config = model_config
+        self.run_config = run_config
+        self.files = RunFiles(self.run_dir)
+        self.backbone = _backbone(parts.model, train.freeze_backbone_epochs)
         self.base_lrs = [group["lr"] for group in parts.optimizer.param_groups]
-        self.selection_split = "test" if settings.select_on_test else ("val" if "val" in parts.evaluators else None)
+        self.selection_split = "test" if train.select_on_test else ("val" if "val" in parts.evaluators else None)
         self.start_epoch, self.best_score, self.best_epoch = 0, -1.0, 0
-        self.ema = WeightAverage(parts.model, parts.loss, settings.ema) if settings.ema else None
+        self.ema = WeightAverage(parts.model, parts.loss, train.ema) if train.ema else None
         # Without a selection split the result is the last epoch: its average when there is one.
         self.selected_weights = "ema" if self.ema is not None and self.selection_split is None else "raw"
         self._best_weights: tuple[StateDict, StateDict] | None = None  # (model, loss) of the selected epoch, CPU
@@ -136,8 +152,7 @@ class Trainer:
             run_dir: where the run's files go.
             resuming: the weights will come from a checkpoint (`resume`), so no pretrained weights are loaded.
         """
-        settings = TrainSettings.from_config(config.train, run_dir, config.model, config_to_dict(config))
-        return cls(build_training(config, resuming), settings)
+        return cls(build_training(config, resuming), config.train, run_dir, config.model, config_to_dict(config))
 
     def resume(self, checkpoint: Checkpoint, best: Checkpoint | None = None) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, EMA, loss scale, epoch and selection so far.
@@ -184,36 +199,36 @@ class Trainer:
         )
         if context.is_main:
             environment = describe_environment(self.parts.device) | {"world_size": context.world_size}
-            self.files.start(environment, self.settings.run_config, records)
-        loggers = self.settings.loggers if context.is_main else ()
-        with tracked(open_tracker(loggers, self.settings.run_dir), self.settings.run_config) as tracker:
-            if self.start_epoch < self.settings.epochs:
+            self.files.start(environment, self.run_config, records)
+        loggers = self.train.loggers if context.is_main else ()
+        with tracked(open_tracker(loggers, self.run_dir), self.run_config) as tracker:
+            if self.start_epoch < self.train.epochs:
                 _log.info(
                     "training epochs %d-%d of %d on %s, %d batches each ...",
                     self.start_epoch + 1,
-                    self.settings.epochs,
-                    self.settings.epochs,
+                    self.train.epochs,
+                    self.train.epochs,
                     self.parts.device,
                     len(self.parts.loader),
                 )
             self._train_epochs(records, tracker)
             if context.is_main:
-                plot_run(self.settings.run_dir)
+                plot_run(self.run_dir)
             _log.info("scoring the selected checkpoint on the test split ...")
             result = self._final_result()
             if context.is_main:
-                result.write(self.settings.run_dir)
+                result.write(self.run_dir)
                 tracker.log_result(result.as_dict())
         return result
 
     def _train_epochs(self, records: list[dict[str, Any]], tracker: Tracker) -> None:
         """Train, evaluate, save and record every remaining epoch."""
-        context, epochs = self.parts.context, self.settings.epochs
+        context, epochs = self.parts.context, self.train.epochs
         for epoch in range(self.start_epoch, epochs):
             started = time.perf_counter()
             record = self._train_epoch(epoch)
             trained = time.perf_counter()
-            if (epoch + 1) % self.settings.eval_every == 0 or epoch + 1 == epochs:
+            if (epoch + 1) % self.train.eval_every == 0 or epoch + 1 == epochs:
                 record.update(self._evaluate_epoch())
             evaluated = time.perf_counter()
             self._save(epoch, record)
@@ -257,7 +272,7 @@ class Trainer:
 
     def begin_epoch(self, epoch: int) -> None:
         """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
-        parts, seed = self.parts, self.settings.seed
+        parts, seed = self.parts, self.train.seed
         seed_everything(_epoch_seed(seed, epoch, parts.context.rank))
         if parts.loader.generator is not None:
             parts.loader.generator.manual_seed(_epoch_seed(seed, epoch))
@@ -291,14 +306,14 @@ class Trainer:
         skipped_before, images_seen = parts.step.skipped_steps.clone(), 0
         progress = tqdm(
             parts.loader,
-            desc=f"epoch {epoch + 1}/{self.settings.epochs}",
+            desc=f"epoch {epoch + 1}/{self.train.epochs}",
             leave=False,
             disable=None if parts.context.is_main else True,
         )
         # Where tqdm draws no bar (standard error not a terminal: nohup, CI), a line every so often instead.
         heartbeat = None
         if progress.disable and parts.context.is_main:
-            heartbeat = Heartbeat(f"epoch {epoch + 1}/{self.settings.epochs}", batches, HEARTBEAT_SECONDS)
+            heartbeat = Heartbeat(f"epoch {epoch + 1}/{self.train.epochs}", batches, HEARTBEAT_SECONDS)
         for index, (images, labels) in enumerate(progress):
             step, micro = plan[index]
             self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics, micro)
@@ -350,10 +365,10 @@ class Trainer:
         """Train mode, with the backbone frozen in its first epochs and BatchNorm frozen when configured."""
         model = self.parts.model
         model.train()
-        frozen = epoch < self.settings.freeze_backbone_epochs
+        frozen = epoch < self.train.freeze_backbone_epochs
         if self.backbone is not None:
             self.backbone.requires_grad_(not frozen)
-        if self.settings.freeze_bn or frozen:
+        if self.train.freeze_bn or frozen:
             for module in model.modules():
                 if isinstance(module, _BatchNorm):
                     module.eval()  # running statistics stay as they are
@@ -382,7 +397,7 @@ class Trainer:
         With EMA, the same for the weight average under `ema/` (`ema/val/...`).
         """
         splits = ["val"] if "val" in self.parts.evaluators else []
-        if self.selection_split == "test" or self.settings.log_test:
+        if self.selection_split == "test" or self.train.log_test:
             splits.append("test")
         scores = {}
         for prefix, (model, proxies) in self._candidates().items():
@@ -397,7 +412,7 @@ class Trainer:
 
         Returns whether they did. The better weights of the epoch go into the record (`better_weights`).
         """
-        key = f"{self.selection_split}/{self.settings.select_on}"
+        key = f"{self.selection_split}/{self.train.select_on}"
         if key not in record:
             return False
         weights, score = "raw", record[key]
@@ -421,15 +436,15 @@ class Trainer:
 
     def _save(self, epoch: int, record: dict[str, Any]) -> None:
         """Select; write `last.pt` (for a resume) and `best.pt` (the selected weights; rank 0, with a model config)."""
-        parts, settings = self.parts, self.settings
+        parts = self.parts
         improved = self._select(epoch, record)
-        if not parts.context.is_main or settings.model_config is None:
+        if not parts.context.is_main or self.model_config is None:
             return
         scaler = parts.step.scaler
         checkpoint = Checkpoint(
             model=parts.model.state_dict(),
-            model_config=settings.model_config,
-            run_config=settings.run_config or {},
+            model_config=self.model_config,
+            run_config=self.run_config or {},
             num_classes=parts.data.num_classes,
             epoch=epoch,
             best_score=self.best_score,
@@ -449,7 +464,7 @@ class Trainer:
 
     def _final_result(self) -> RunResult:
         """Test metrics of the selected weights, with per-query scores (`per_query.npz`) and their CIs."""
-        parts, last_epoch = self.parts, self.settings.epochs
+        parts, last_epoch = self.parts, self.train.epochs
         chosen = self.best_epoch if self.selection_split is not None else last_epoch
         selected = None
         if chosen != last_epoch:
@@ -461,7 +476,7 @@ class Trainer:
             parts.model.load_state_dict(model_state)
             parts.loss.load_state_dict(loss_state)
         test, scores = parts.evaluators["test"].score(parts.model, parts.loss.proxies)
-        uncertainty = record_uncertainty(self.settings.run_dir, scores) if scores is not None else None
+        uncertainty = record_uncertainty(self.run_dir, scores) if scores is not None else None
         selection_value = self.best_score if self.selection_split is not None else None
         split = self.selection_split or "last"
         return RunResult.model_validate(
@@ -476,7 +491,7 @@ class Trainer:
         )
 
     def _summary(self, record: dict[str, Any]) -> str:
-        text = f"epoch {record['epoch']}/{self.settings.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
+        text = f"epoch {record['epoch']}/{self.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
         for prefix in self._candidates():
             for split in ("val", "test"):
                 if f"{prefix}{split}/recall@1" in record:

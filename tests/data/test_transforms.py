@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from retrieval.augment_presets import PRESETS
-from retrieval.config import resolve_augment
+from retrieval.config import AugmentConfig, resolve_augment
 from retrieval.data.transforms import (
     border_colour,
     build_eval_transform,
@@ -242,7 +242,7 @@ def test_the_artwork_preset_is_the_glyph_geometry_with_photometric_noise():
 
 
 def _as_raw(augment) -> dict:
-    return {key: getattr(augment, key) for key in PRESETS[augment.preset]} | {"preset": augment.preset}
+    return {key: getattr(augment, key) for key in AugmentConfig.model_fields}
 
 
 @pytest.mark.parametrize("in_chans", [1, 3])

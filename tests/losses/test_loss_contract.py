@@ -7,6 +7,7 @@ import torch
 from torch import Tensor
 
 from retrieval.losses import LOSSES, PAIR_LOSSES, MetricLoss, build_loss
+from retrieval.losses.base import PairLoss
 
 CLASSES, DIM, PER_CLASS = 4, 8, 2
 
@@ -47,8 +48,21 @@ def test_every_loss_trains_a_step_and_declares_the_protocol(name: str) -> None:
 
 def test_pair_losses_are_the_registry_view_of_needs_pk_batches() -> None:
     assert PAIR_LOSSES == {name for name, cls in LOSSES.items() if cls.needs_pk_batches}
-    assert PAIR_LOSSES == {"circle", "triplet", "multi_similarity", "supcon", "contrastive"}
+    assert PAIR_LOSSES == {name for name, cls in LOSSES.items() if issubclass(cls, PairLoss)}
+    assert PAIR_LOSSES >= {"circle", "triplet"}  # our own pair losses, beside PML's presets
     assert [name for name, cls in LOSSES.items() if cls.multi_label] == ["asymmetric_proxy"]
+
+
+@pytest.mark.parametrize("name", sorted(PAIR_LOSSES))
+def test_every_pair_loss_has_the_one_memory_aware_forward(name: str) -> None:
+    loss = build_loss(name, {}, num_classes=CLASSES, embedding_dim=DIM)
+    assert isinstance(loss, PairLoss) and type(loss).forward is PairLoss.forward
+    embeddings, labels = _batch()
+    memory = embeddings.detach()[:4] + 0.1
+    with_memory = loss(embeddings, labels, memory, labels[:4])
+    assert with_memory.shape == () and torch.isfinite(with_memory)
+    with pytest.raises(ValueError, match="together"):  # a memory without its labels is refused, never dropped
+        loss(embeddings, labels, memory, None)
 
 
 @pytest.mark.parametrize(

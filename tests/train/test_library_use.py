@@ -12,7 +12,6 @@ import torch
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.train.run_files import RunFiles
-from retrieval.train.settings import TrainSettings
 from retrieval.train.trainer import Trainer
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_custom_model.py"
@@ -27,14 +26,15 @@ def _example():
 
 
 @pytest.mark.slow
-def test_the_example_trains_a_custom_module_on_a_tensor_dataset_without_a_config(tmp_path):
+def test_the_example_trains_a_custom_module_on_a_tensor_dataset_without_a_yaml_file(tmp_path):
     result = _example().train(epochs=1, out=tmp_path / "run")
     assert result.selected_on == "last" and result.epoch == 1
     assert result.test["recall@1"] > 0.3  # 10 classes: chance is about 0.1
     for name in ("metrics.jsonl", "result.json", "environment.json", "plots/curves.png"):
         assert (tmp_path / "run" / name).is_file(), name
-    assert not (tmp_path / "run" / "checkpoints").exists()  # the toolkit cannot rebuild this model: no checkpoints
-    assert not (tmp_path / "run" / "config.yaml").exists()
+    # A registered backbone: the toolkit rebuilds the model, so the run writes its checkpoints and config.
+    assert (tmp_path / "run" / "checkpoints" / "best.pt").is_file()
+    assert (tmp_path / "run" / "config.yaml").is_file()
 
 
 def test_freezing_a_backbone_needs_a_model_with_one(tmp_path):
@@ -47,7 +47,22 @@ def test_freezing_a_backbone_needs_a_model_with_one(tmp_path):
         example.DataConfig(batch_size=64, num_workers=0),
     )
     with pytest.raises(UserError, match="freeze_backbone_epochs=1 freezes the model's `backbone` submodule"):
-        Trainer(parts, TrainSettings(run_dir=tmp_path, epochs=1, freeze_backbone_epochs=1))
+        Trainer(parts, example.TrainConfig(epochs=1, freeze_backbone_epochs=1), tmp_path)
+
+
+def test_a_python_trainer_trains_as_the_config_says_with_the_config_defaults(tmp_path):
+    """One source of training settings: `Trainer` takes the config's `TrainConfig`, so its defaults
+    (BatchNorm frozen, `train.freeze_bn: true`) are a config user's."""
+    example = _example()
+    model = torch.nn.Sequential(torch.nn.BatchNorm2d(1), example.SmallCNN())
+    loss = example.build_loss("proxy_nca", {}, num_classes=10, embedding_dim=example.EMBEDDING_DIM)
+    knobs = example.TrainConfig(epochs=1, device="cpu", freeze_backbone_epochs=0)
+    parts = example.assemble_training(model, loss, example.digits_data(), knobs, example.DataConfig(num_workers=0))
+    trainer = Trainer(parts, knobs, tmp_path)
+    trainer.begin_epoch(0)
+    assert knobs.freeze_bn  # the config default: BatchNorm frozen
+    assert not model[0].training and not model[0].weight.requires_grad  # frozen, as a config run's default
+    assert model[1].training
 
 
 def test_building_a_trainer_leaves_process_settings_and_random_state_alone(tmp_path):

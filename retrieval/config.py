@@ -420,7 +420,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config file not found: {path}; pass an existing YAML file with --config")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _safe_load(path.read_text(), f"config file {path}")
     except yaml.YAMLError as exc:
         raise UserError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if raw is None:
@@ -442,10 +442,29 @@ def _parse_override(override: str) -> tuple[str, str, Any, str]:
         raise UserError(f"--set expects section.key=value (e.g. train.lr=3e-4), got {override!r}")
     text = text.strip()
     try:
-        value = yaml.safe_load(text)
+        value = _safe_load(text, f"--set {key.strip()}")
     except yaml.YAMLError:
         value = text
     return section, name, value, text
+
+
+def _safe_load(text: str, what: str) -> Any:
+    """`yaml.safe_load(text)`, with the two inputs it fails on outside `YAMLError` as one-line `UserError`s.
+
+    Python refuses integers of more than 4,300 digits and YAML's impossible dates (a `ValueError`), and the
+    YAML parser recurses once per level of nesting (a `RecursionError` for some thousand `[`).
+
+    Raises:
+        yaml.YAMLError: `text` is not YAML.
+        UserError: a value Python cannot hold, or nesting too deep to parse.
+    """
+    try:
+        return yaml.safe_load(text)
+    except ValueError as exc:
+        reason = str(exc).split(":")[0].lower()
+        raise UserError(f"{what}: cannot read the value ({reason}); shorten the number, or quote text") from exc
+    except RecursionError:
+        raise UserError(f"{what}: lists or mappings nested too deeply to parse; write the value flat") from None
 
 
 def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:

@@ -125,6 +125,22 @@ def test_missing_or_invalid_yaml_is_a_user_error(tmp_path):
         load_config(tmp_path / "bad.yaml")
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("9" * 5000, r"--set train.epochs: cannot read the value \(exceeds the limit \(4300 digits\)"),
+        ("[" * 2000, "--set train.epochs: lists or mappings nested too deeply to parse"),
+    ],
+    ids=["5000 digits", "2000 brackets"],
+)
+def test_a_value_python_or_the_parser_cannot_hold_is_one_line(tmp_path, text, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, [f"train.epochs={text}"])
+    (tmp_path / "deep.yaml").write_text(f"train:\n  epochs: {text}\n")
+    with pytest.raises(UserError, match=f"config file {tmp_path / 'deep.yaml'}: "):
+        load_config(tmp_path / "deep.yaml")
+
+
 def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):
     circle = {"memory_size": 0, "m": 0.25}
     assert load_config(None, ["loss.name=circle"]).loss.params == {**circle, "gamma": 256.0}

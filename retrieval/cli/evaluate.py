@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retrieval.cli._common import add_config_arguments
+from retrieval.cli._common import add_config_arguments, output_file, with_folder
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -45,15 +45,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
     add_config_arguments(parser)
     parser.add_argument(
-        "--json", type=Path, metavar="FILE", help="also write the metrics and their 95%% intervals to FILE as JSON"
+        "--json",
+        type=output_file,
+        metavar="FILE",
+        help="also write the metrics and their 95%% intervals to FILE as JSON",
     )
     parser.add_argument(
         "--per-query",
-        type=Path,
+        type=output_file,
         metavar="FILE.npz",
         help="also write every query's Recall@1 and AP@R to FILE.npz, for `retrieval compare`",
     )
-    parser.add_argument("--grid", type=Path, metavar="FILE.png", help="draw queries with their top-5 results")
+    parser.add_argument("--grid", type=output_file, metavar="FILE.png", help="draw queries with their top-5 results")
     parser.add_argument(
         "--rerank",
         metavar="SPEC",
@@ -148,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
     values = QueryValues.from_scores(scores)
     uncertainty = uncertainty_summary(values)
     if args.per_query:
-        save_query_values(args.per_query, values)
+        save_query_values(with_folder(args.per_query), values)
     notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
     extras: dict[str, Any] = {"uncertainty": uncertainty}
     if rerank is not None:
@@ -170,7 +173,7 @@ def run(args: argparse.Namespace) -> int:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
-        write_text(args.json, json.dumps({**metrics, **extras}, indent=2) + "\n")
+        write_text(with_folder(args.json), json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
 
@@ -328,9 +331,8 @@ def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, mod
         return display_image(test.dataset[row][0], config["mean"], config["std"])
 
     title = "worst-ranked queries" if args.grid_queries == "worst" else "random queries"
-    args.grid.parent.mkdir(parents=True, exist_ok=True)
     caption = f"{title}: top-5 results (green: same class)"
-    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, caption, test.class_names)
+    draw_query_grid(ranked, chosen, test.labels, image_of, with_folder(args.grid), caption, test.class_names)
 
 
 def _group_line(metrics: dict[str, Any]) -> str:

@@ -1,0 +1,46 @@
+"""Arguments that used to end in a traceback, or to lose a finished command's result, end in one line or succeed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.cli.main import main
+
+
+def _data(csv_dataset: Path) -> list[str]:
+    settings = [f"data.path={csv_dataset}", "data.val_fraction=0", "data.num_workers=0", "train.threads=1"]
+    return [argument for setting in settings for argument in ("--set", setting)]
+
+
+def test_evaluate_and_compare_write_into_a_folder_that_does_not_exist(tiny_checkpoint, csv_dataset, tmp_path):
+    out = tmp_path / "new" / "deeper"
+    outputs = ["--json", str(out / "metrics.json"), "--per-query", str(out / "queries.npz")]
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), *_data(csv_dataset), *outputs]) == 0
+    assert "map@r" in json.loads((out / "metrics.json").read_text())
+    queries = str(out / "queries.npz")
+    assert main(["compare", queries, queries, "--json", str(tmp_path / "other" / "compare.json")]) == 0
+    assert "difference" in json.loads((tmp_path / "other" / "compare.json").read_text())
+
+
+def test_an_output_file_that_is_a_folder_is_refused_before_any_work(tiny_checkpoint, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--json", str(tmp_path)])
+    assert exit_.value.code == 2
+    assert f"{tmp_path} is a folder; name a file in it" in capsys.readouterr().err
+
+
+def test_more_shards_than_rows_is_one_line(tmp_path, capsys):
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((300, 8), dtype=np.float32))
+    inputs = ["--embeddings", str(tmp_path / "rows.npy")]
+    assert main(["index", "train", *inputs, "--out", str(tmp_path / "trained"), "--nlist", "4"]) == 0
+    capsys.readouterr()
+    build = ["index", "build", *inputs, "--trained", str(tmp_path / "trained"), "--out", str(tmp_path / "shard")]
+    assert main([*build, "--shard", "0/99999999999999999999"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: --shard 0/99999999999999999999: 99999999999999999999 shards of 300 rows; use at most one shard a row"
+    ]
+    assert not (tmp_path / "shard").exists()

@@ -40,6 +40,7 @@ __all__ = [
     "LossConfig",
     "ModelConfig",
     "TrainConfig",
+    "check_config",
     "config_from_dict",
     "config_to_dict",
     "config_with_overrides",
@@ -290,6 +291,22 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     return config_with_overrides(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
 
 
+def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> None:
+    """Check what of `load_config(path, overrides)` needs no PyTorch, so that a typo fails in an instant.
+
+    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, and every
+    field of sections model, data and train. What `load_config` checks beyond it needs the registries,
+    which import PyTorch: the dataset and loss names, the augment preset, the loss's parameters and the
+    rules across fields. The `--set` values are checked on the file given or the demo; each field's
+    check reads only its own value, so they hold for any base (a checkpoint's saved config included).
+
+    Raises:
+        UserError: the first mistake found, worded as `load_config` words it.
+    """
+    raw, texts = _overridden(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
+    _build_plain_sections(raw, texts)
+
+
 def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Config:
     """Set each `section.key=value` in nested dicts `raw` (in place), then build and check the whole config.
 
@@ -298,6 +315,11 @@ def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Conf
     that loss's defaults, and `augment.preset` from that preset's knobs: what the file gave the old
     loss or preset is dropped, and only the keys of that section given on the command line apply.
     """
+    return _build_config(*_overridden(raw, overrides))
+
+
+def _overridden(raw: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`raw` with the overrides set in it (in place), and the `--set` texts by `section.key`, for messages."""
     parsed = [_parse_override(override) for override in overrides]
     new_loss = next((value for section, key, value, _ in reversed(parsed) if (section, key) == ("loss", "name")), None)
     old_loss = raw["loss"].get("name", _default(LossConfig, "name")) if isinstance(raw.get("loss"), dict) else None
@@ -309,7 +331,7 @@ def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Conf
         if not isinstance(raw.get(section), dict):
             raw[section] = {}
         raw[section][key] = value
-    return _build_config(raw, {f"{section}.{key}": text for section, key, _, text in parsed})
+    return raw, {f"{section}.{key}": text for section, key, _, text in parsed}
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
@@ -353,17 +375,22 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
 
 def _build_config(raw: dict[str, Any], texts: Mapping[str, str]) -> Config:
     """The config of nested dicts `raw`; `texts` maps `section.key` to the `--set` text it came from."""
+    model, data, train = _build_plain_sections(raw, texts)
+    augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
+    loss = _build_loss_section(raw.get("loss") or {}, texts)
+    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
+    _check_across_fields(config)
+    return config
+
+
+def _build_plain_sections(raw: dict[str, Any], texts: Mapping[str, str]) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+    """The sections whose checks need no registry (nor PyTorch), after refusing an unknown section."""
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
-    augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
-    train = TrainConfig.build(raw.get("train") or {}, texts)
-    loss = _build_loss_section(raw.get("loss") or {}, texts)
-    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
-    _check_across_fields(config)
-    return config
+    return model, data, TrainConfig.build(raw.get("train") or {}, texts)
 
 
 def _default(section: type[_Section], name: str) -> Any:

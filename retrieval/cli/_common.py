@@ -12,6 +12,7 @@ __all__ = [
     "add_column_types_argument",
     "add_config_arguments",
     "add_embedding_arguments",
+    "existing_checkpoint",
     "output_file",
     "with_folder",
     "seed_list",
@@ -82,4 +83,15 @@ def with_folder(path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot make the folder {path.parent} for {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def existing_checkpoint(path: Path) -> Path:
+    """`path`, refused in the words of `Checkpoint.load` when no file is there: checked before PyTorch loads.
+
+    Raises:
+        UserError: no file at `path`.
+    """
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
     return path

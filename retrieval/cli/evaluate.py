@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retrieval.cli._common import add_config_arguments, output_file, with_folder
+from retrieval.cli._common import add_config_arguments, existing_checkpoint, output_file, with_folder
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -100,6 +100,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Score the model; a missing checkpoint or a config typo fails before PyTorch loads."""
+    from retrieval.config import check_config
+
+    if args.checkpoint is not None:
+        existing_checkpoint(args.checkpoint)
+    check_config(args.config, args.overrides)
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
     from retrieval.evaluate.match_thresholds import check_threshold_request

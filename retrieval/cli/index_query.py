@@ -63,7 +63,6 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
-    from retrieval.inference.sources import image_files
     from retrieval.rerank import IndexGallery, rerank_at_query
 
     if not 1 <= args.k <= 1000:
@@ -75,6 +74,8 @@ def run(args: argparse.Namespace) -> int:
     min_score = resolve_min_score(args.min_score, index.manifest.as_dict())
     reranker = rerank_at_query(args.rerank) if args.rerank else None
     encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
+    from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
+
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
         raise UserError(f"no images in {args.images}; pass query images with --image or --images")

@@ -523,13 +523,16 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
     if entries:
         kwargs = params["kwargs"] if isinstance(params["kwargs"], dict) else {}
         params["kwargs"] = {**kwargs, **{key.removeprefix("kwargs."): value for key, value in entries.items()}}
-    check_loss_parameters(name, params)
-    return LossConfig(name=name, params=params)
+    return LossConfig(name=name, params=check_loss_parameters(name, params))
 
 
 class _LossParameters(_Section):
-    """Base of the model of one loss's parameters, made from its constructor's defaults."""
+    """Base of the model of one loss's parameters, made from its constructor's defaults.
 
+    A number must be finite: a NaN margin or scale would train on NaN, or on nothing, without a word.
+    """
+
+    model_config = ConfigDict(**_Section.model_config, allow_inf_nan=False)
     section: ClassVar[str] = "loss"
 
 

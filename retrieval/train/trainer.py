@@ -160,8 +160,10 @@ class Trainer:
             run_dir: where the run's files go.
             resuming: the weights will come from a checkpoint (`resume`), so no pretrained weights are loaded.
         """
-        settings = TrainSettings.from_config(config.train, run_dir, config.model, config_to_dict(config))
-        return cls(build_training(config, resuming), settings)
+        parts = build_training(config, resuming)
+        # The run records the P it trains with (`fitting_p`), so that a resume or an evaluation reads the same.
+        run_config = config_to_dict(config.model_copy(update={"data": parts.loading}))
+        return cls(parts, TrainSettings.from_config(config.train, run_dir, config.model, run_config))
 
     def resume(self, checkpoint: Checkpoint, best: Checkpoint | None = None) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, EMA, loss scale, epoch and selection so far.

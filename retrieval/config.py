@@ -7,7 +7,7 @@ together live in `_check_across_fields`. Unknown keys, wrong types and values ou
 one-line `UserError`s that say what is accepted (`retrieval.validation.user_error` words them): a
 typo is never silently dropped, and an unknown key names its nearest valid key.
 
-Defaults follow the published recipe for the standard benchmarks (design.md): a pretrained
+Defaults follow the published recipe for the standard benchmarks (docs/benchmarks.md): a pretrained
 ResNet-50, 224 px, AdamW at 1e-4 with 100x on proxies, batch 128, 60 epochs. The digits demo
 (`retrieval/resources/digits_demo.yaml`) overrides what a from-scratch CPU run needs.
 """

@@ -44,3 +44,16 @@ def test_more_shards_than_rows_is_one_line(tmp_path, capsys):
         "error: --shard 0/99999999999999999999: 99999999999999999999 shards of 300 rows; use at most one shard a row"
     ]
     assert not (tmp_path / "shard").exists()
+
+
+def test_a_change_to_an_index_with_lists_on_disk_names_the_command_that_makes_a_writable_one(tmp_path, capsys):
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((300, 8), dtype=np.float32))
+    build = ["index", "build", "--embeddings", str(tmp_path / "rows.npy"), "--type", "ivf", "--on-disk"]
+    assert main([*build, "--out", str(tmp_path / "index")]) == 0
+    capsys.readouterr()
+    assert main(["index", "remove", "--index", str(tmp_path / "index"), "--ids", "1"]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "error: cannot remove from a read-only index: its lists.ivfdata is a memory-mapped file (--on-disk, index "
+        "merge, ivfpq), which FAISS cannot change; build the index again with what it should hold: retrieval index "
+        "build --embeddings PATH... --out NEW_DIR"
+    ]

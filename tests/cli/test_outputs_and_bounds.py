@@ -57,3 +57,15 @@ def test_a_change_to_an_index_with_lists_on_disk_names_the_command_that_makes_a_
         "merge, ivfpq), which FAISS cannot change; build the index again with what it should hold: retrieval index "
         "build --embeddings PATH... --out NEW_DIR"
     ]
+
+
+def test_index_export_draws_no_bar_into_a_log(tmp_path, capsys):
+    """Standard error is no terminal here, as in a log: the bar's carriage returns stay out of it."""
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((300, 8), dtype=np.float32))
+    assert main(["index", "build", "--embeddings", str(tmp_path / "rows.npy"), "--out", str(tmp_path / "index")]) == 0
+    capsys.readouterr()
+    uri = f"qdrant+local://{tmp_path / 'db'}?collection=rows"
+    assert main(["index", "export", "--index", str(tmp_path / "index"), "--to", uri]) == 0
+    out, err = capsys.readouterr()
+    assert "300 vectors (300 written" in out
+    assert "\r" not in err and "exporting" not in err

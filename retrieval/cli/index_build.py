@@ -93,11 +93,6 @@ def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     """`index build`: from images with a model, or streamed from `--embeddings` files."""
-    from retrieval.column_types import parse_column_types
-    from retrieval.index import SearchIndex
-    from retrieval.index.build import IndexBuildOptions
-    from retrieval.inference.sources import embed_source, read_source
-
     if args.embeddings:
         if args.column_types:
             raise UserError(
@@ -116,6 +111,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.csv is None and args.images is None:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+    from retrieval.column_types import parse_column_types
+    from retrieval.index import SearchIndex
+    from retrieval.index.build import IndexBuildOptions
+    from retrieval.inference.sources import embed_source, read_source  # PyTorch: only a build from images needs it
+
     target_recall, default_target_recall = _tuning(args.target_recall)
     options = IndexBuildOptions(
         kind=args.type,

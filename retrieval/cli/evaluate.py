@@ -158,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     uncertainty = uncertainty_summary(values)
     if args.per_query:
         save_query_values(with_folder(args.per_query), values)
-    notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
+    grouped = f"{GROUP_NAMES[0]}/recall@1" in metrics
+    notes = [_group_line(metrics, _trained_elsewhere(args, checkpoint, config))] if grouped else []
     extras: dict[str, Any] = {"uncertainty": uncertainty}
     if rerank is not None:
         notes.append(rerank.line())
@@ -341,8 +342,28 @@ def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, mod
     draw_query_grid(ranked, chosen, test.labels, image_of, with_folder(args.grid), caption, test.class_names)
 
 
-def _group_line(metrics: dict[str, Any]) -> str:
-    """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`."""
+def _trained_elsewhere(args: argparse.Namespace, checkpoint: Checkpoint, config: Config) -> str | None:
+    """What the model trained on when it is not this data's training split (None when it is).
+
+    The frequency groups count this data's training images a class; for a model that never saw
+    them, head / mid / tail say nothing about what it learned, and the line says so.
+    """
+    if args.backbone is not None:
+        return "the backbone never trained on these classes"
+    trained = checkpoint.run_config.get("data") or {}
+    data = config.data
+    if (trained.get("name"), trained.get("path"), trained.get("root")) == (data.name, data.path, data.root):
+        return None
+    source = trained.get("path") or trained.get("root") or trained.get("name")
+    return f"the checkpoint trained on {source}, not on these classes"
+
+
+def _group_line(metrics: dict[str, Any], trained_elsewhere: str | None = None) -> str:
+    """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`.
+
+    With `trained_elsewhere` (`_trained_elsewhere`), the line ends by saying the groups are of classes the
+    model never trained on.
+    """
     from retrieval.metrics import GROUP_NAMES
 
     present = [name for name in GROUP_NAMES if f"{name}/recall@1" in metrics]
@@ -352,6 +373,8 @@ def _group_line(metrics: dict[str, Any]) -> str:
         accuracies = [metrics.get(f"{name}/proxy_accuracy", float("nan")) for name in present]
         line += ", proxy accuracy " + " / ".join(f"{value:.4f}" for value in accuracies)
         line += f" (all {metrics['proxy_accuracy']:.4f})"
+    if trained_elsewhere is not None:
+        line += f"; groups of this data's training split: {trained_elsewhere}"
     return line
 
 

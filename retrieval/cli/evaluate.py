@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from retrieval.cli._common import add_config_arguments, existing_checkpoint, output_file, with_folder
+from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -106,6 +107,11 @@ def run(args: argparse.Namespace) -> int:
     if args.checkpoint is not None:
         existing_checkpoint(args.checkpoint)
     check_config(args.config, args.overrides)
+    with showing_progress("evaluate"):  # in a log, where no bar shows, a line every so often while embedding
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
     from retrieval.evaluate.match_thresholds import check_threshold_request

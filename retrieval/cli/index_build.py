@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
+from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_shard_arguments
 from retrieval.errors import UserError
@@ -93,6 +94,11 @@ def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     """`index build`: from images with a model, or streamed from `--embeddings` files."""
+    with showing_progress("index build"):  # in a log, where no bar shows, a line every so often while embedding
+        return _build(args)
+
+
+def _build(args: argparse.Namespace) -> int:
     if args.embeddings:
         if args.column_types:
             raise UserError(

@@ -35,11 +35,11 @@ from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
 from retrieval.runtime.environment import describe_environment, seed_everything
+from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps, plan_micro_batches
 from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
-from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers
 from retrieval.train.settings import TrainSettings

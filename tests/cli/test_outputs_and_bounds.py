@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -69,3 +70,24 @@ def test_index_export_draws_no_bar_into_a_log(tmp_path, capsys):
     out, err = capsys.readouterr()
     assert "300 vectors (300 written" in out
     assert "\r" not in err and "exporting" not in err
+
+
+def test_embedding_commands_print_progress_lines_where_no_bar_shows(
+    tiny_checkpoint, csv_dataset, tmp_path, capsys, monkeypatch
+):
+    """Standard error is no terminal here, as in a log: a heartbeat line instead of the bar (every batch at 0 s)."""
+    monkeypatch.setattr("retrieval.runtime.heartbeat.HEARTBEAT_SECONDS", 0.0)
+    settings = ["data.val_fraction=0", "data.num_workers=0", "data.eval_batch_size=8", "train.threads=1"]
+    data = [f"--set=data.path={csv_dataset}", *(f"--set={setting}" for setting in settings)]
+    commands = {
+        "evaluate": ["evaluate", "--checkpoint", str(tiny_checkpoint), *data],
+        "embed": ["embed", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset), "--out", "e.npy"],
+        "index build": ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset)],
+    }
+    monkeypatch.chdir(tmp_path)
+    for name, args in commands.items():
+        extra = ["--out", "index"] if name == "index build" else []
+        workers = [] if name == "evaluate" else ["--num-workers", "0", "--batch-size", "8"]
+        assert main([*args, *extra, *workers]) == 0
+        out = capsys.readouterr().out
+        assert re.search(rf"^retrieval {name}: embed: batch 1/\d+ \(\d+%\), \d+s so far, about \d+s left$", out, re.M)

@@ -50,12 +50,12 @@ def test_the_shipped_configs_cite_only_pages_the_repository_holds():
             assert (root / page).is_file() or (root / "docs" / page).is_file(), f"{path.name} cites {page}"
 
 
-@pytest.mark.parametrize("path", [DEMO_CONFIG, *CONFIGS], ids=lambda path: path.name)
+@pytest.mark.parametrize(
+    "path", [path for path in [DEMO_CONFIG, *CONFIGS] if "steps per epoch" in path.read_text()], ids=lambda p: p.name
+)
 def test_a_digits_config_says_how_many_steps_an_epoch_takes(path):
     """719 of the 898 training digits train when 20% of each digit is held out; the last partial batch is dropped."""
     said = re.search(r"# (\d+) steps per epoch", path.read_text())
-    if said is None:
-        pytest.skip("says no step count")
     data = load_config(path).data
     assert (data.name, data.val_fraction, data.sampler) == ("digits", 0.2, "auto")
     assert int(said[1]) == 719 // data.batch_size

@@ -59,6 +59,7 @@ def test_a_config_file_replaces_data_but_not_the_trained_model(tiny_checkpoint, 
         checkpoint.config(path, ["model.in_chans=1"])
 
 
+@pytest.mark.slow
 def test_groups_of_classes_the_checkpoint_never_trained_on_say_so(tiny_checkpoint, capsys):
     """The tiny checkpoint's run config names no dataset; its frequency groups on the digits are the digits'."""
     digits = ["data.name=digits", "data.image_size=16", "data.num_workers=0", "train.threads=1"]

@@ -17,6 +17,7 @@ def _data(csv_dataset: Path) -> list[str]:
     return [argument for setting in settings for argument in ("--set", setting)]
 
 
+@pytest.mark.slow
 def test_evaluate_and_compare_write_into_a_folder_that_does_not_exist(tiny_checkpoint, csv_dataset, tmp_path):
     out = tmp_path / "new" / "deeper"
     outputs = ["--json", str(out / "metrics.json"), "--per-query", str(out / "queries.npz")]
@@ -60,6 +61,7 @@ def test_a_change_to_an_index_with_lists_on_disk_names_the_command_that_makes_a_
     ]
 
 
+@pytest.mark.slow
 def test_index_export_draws_no_bar_into_a_log(tmp_path, capsys):
     """Standard error is no terminal here, as in a log: the bar's carriage returns stay out of it."""
     np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((300, 8), dtype=np.float32))
@@ -72,6 +74,7 @@ def test_index_export_draws_no_bar_into_a_log(tmp_path, capsys):
     assert "\r" not in err and "exporting" not in err
 
 
+@pytest.mark.slow
 def test_embedding_commands_print_progress_lines_where_no_bar_shows(
     tiny_checkpoint, csv_dataset, tmp_path, capsys, monkeypatch
 ):

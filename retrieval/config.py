@@ -7,7 +7,7 @@ together live in `_check_across_fields`. Unknown keys, wrong types and values ou
 one-line `UserError`s that say what is accepted (`retrieval.validation.user_error` words them): a
 typo is never silently dropped, and an unknown key names its nearest valid key.
 
-Defaults follow the published recipe for the standard benchmarks (design.md): a pretrained
+Defaults follow the published recipe for the standard benchmarks (docs/benchmarks.md): a pretrained
 ResNet-50, 224 px, AdamW at 1e-4 with 100x on proxies, batch 128, 60 epochs. The digits demo
 (`retrieval/resources/digits_demo.yaml`) overrides what a from-scratch CPU run needs.
 """
@@ -39,6 +39,7 @@ __all__ = [
     "LossConfig",
     "ModelConfig",
     "TrainConfig",
+    "check_config",
     "config_from_dict",
     "config_to_dict",
     "config_with_overrides",
@@ -299,6 +300,22 @@ def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -
     return config_with_overrides(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
 
 
+def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> None:
+    """Check what of `load_config(path, overrides)` needs no PyTorch, so that a typo fails in an instant.
+
+    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, and every
+    field of sections model, data and train. What `load_config` checks beyond it needs the registries,
+    which import PyTorch: the dataset and loss names, the augment preset, the loss's parameters and the
+    rules across fields. The `--set` values are checked on the file given or the demo; each field's
+    check reads only its own value, so they hold for any base (a checkpoint's saved config included).
+
+    Raises:
+        UserError: the first mistake found, worded as `load_config` words it.
+    """
+    raw, texts = _overridden(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
+    _build_plain_sections(raw, texts)
+
+
 def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Config:
     """Set each `section.key=value` in nested dicts `raw` (in place), then build and check the whole config.
 
@@ -307,6 +324,11 @@ def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Conf
     that loss's defaults, and `augment.preset` from that preset's knobs: what the file gave the old
     loss or preset is dropped, and only the keys of that section given on the command line apply.
     """
+    return _build_config(*_overridden(raw, overrides))
+
+
+def _overridden(raw: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """`raw` with the overrides set in it (in place), and the `--set` texts by `section.key`, for messages."""
     parsed = [_parse_override(override) for override in overrides]
     new_loss = next((value for section, key, value, _ in reversed(parsed) if (section, key) == ("loss", "name")), None)
     old_loss = raw["loss"].get("name", _default(LossConfig, "name")) if isinstance(raw.get("loss"), dict) else None
@@ -318,7 +340,7 @@ def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Conf
         if not isinstance(raw.get(section), dict):
             raw[section] = {}
         raw[section][key] = value
-    return _build_config(raw, {f"{section}.{key}": text for section, key, _, text in parsed})
+    return raw, {f"{section}.{key}": text for section, key, _, text in parsed}
 
 
 def config_from_dict(raw: dict[str, Any]) -> Config:
@@ -362,17 +384,22 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
 
 def _build_config(raw: dict[str, Any], texts: Mapping[str, str]) -> Config:
     """The config of nested dicts `raw`; `texts` maps `section.key` to the `--set` text it came from."""
+    model, data, train = _build_plain_sections(raw, texts)
+    augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
+    loss = _build_loss_section(raw.get("loss") or {}, texts)
+    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
+    _check_across_fields(config)
+    return config
+
+
+def _build_plain_sections(raw: dict[str, Any], texts: Mapping[str, str]) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+    """The sections whose checks need no registry (nor PyTorch), after refusing an unknown section."""
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
-    augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
-    train = TrainConfig.build(raw.get("train") or {}, texts)
-    loss = _build_loss_section(raw.get("loss") or {}, texts)
-    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
-    _check_across_fields(config)
-    return config
+    return model, data, TrainConfig.build(raw.get("train") or {}, texts)
 
 
 def _default(section: type[_Section], name: str) -> Any:
@@ -429,7 +456,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not path.is_file():
         raise UserError(f"config file not found: {path}; pass an existing YAML file with --config")
     try:
-        raw = yaml.safe_load(path.read_text())
+        raw = _safe_load(path.read_text(), f"config file {path}")
     except yaml.YAMLError as exc:
         raise UserError(f"config file {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
     if raw is None:
@@ -451,10 +478,29 @@ def _parse_override(override: str) -> tuple[str, str, Any, str]:
         raise UserError(f"--set expects section.key=value (e.g. train.lr=3e-4), got {override!r}")
     text = text.strip()
     try:
-        value = yaml.safe_load(text)
+        value = _safe_load(text, f"--set {key.strip()}")
     except yaml.YAMLError:
         value = text
     return section, name, value, text
+
+
+def _safe_load(text: str, what: str) -> Any:
+    """`yaml.safe_load(text)`, with the two inputs it fails on outside `YAMLError` as one-line `UserError`s.
+
+    Python refuses integers of more than 4,300 digits and YAML's impossible dates (a `ValueError`), and the
+    YAML parser recurses once per level of nesting (a `RecursionError` for some thousand `[`).
+
+    Raises:
+        yaml.YAMLError: `text` is not YAML.
+        UserError: a value Python cannot hold, or nesting too deep to parse.
+    """
+    try:
+        return yaml.safe_load(text)
+    except ValueError as exc:
+        reason = str(exc).split(":")[0].lower()
+        raise UserError(f"{what}: cannot read the value ({reason}); shorten the number, or quote text") from exc
+    except RecursionError:
+        raise UserError(f"{what}: lists or mappings nested too deeply to parse; write the value flat") from None
 
 
 def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
@@ -486,13 +532,16 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
     if entries:
         kwargs = params["kwargs"] if isinstance(params["kwargs"], dict) else {}
         params["kwargs"] = {**kwargs, **{key.removeprefix("kwargs."): value for key, value in entries.items()}}
-    check_loss_parameters(name, params)
-    return LossConfig(name=name, params=params)
+    return LossConfig(name=name, params=check_loss_parameters(name, params))
 
 
 class _LossParameters(_Section):
-    """Base of the model of one loss's parameters, made from its constructor's defaults."""
+    """Base of the model of one loss's parameters, made from its constructor's defaults.
 
+    A number must be finite: a NaN margin or scale would train on NaN, or on nothing, without a word.
+    """
+
+    model_config = ConfigDict(**_Section.model_config, allow_inf_nan=False)
     section: ClassVar[str] = "loss"
 
 

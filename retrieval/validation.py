@@ -165,6 +165,8 @@ def _problem(key: str, error: ErrorDetails, annotation: Any, wording: str | None
         return _must(key, error["msg"], context["value"])
     value = error["input"]
     shown = value if text is None else text  # a wrong type: the value as the user typed it
+    if error["type"] == "finite_number":  # a model with allow_inf_nan=False refused a NaN or an infinity
+        return _must(key, "a finite number", shown)
     allowed = choices(annotation)
     if allowed and error["type"] == "literal_error":
         return _must(key, wording or _choices_text(allowed), value if _is_scalar(value) else shown)

@@ -43,6 +43,24 @@ def test_every_shipped_config_loads_and_builds_its_loss(path):
     assert isinstance(loss, LOSSES[config.loss.name])
 
 
+def test_the_shipped_configs_cite_only_pages_the_repository_holds():
+    root = CONFIGS[0].parents[1]
+    for path in [*CONFIGS, DEMO_CONFIG]:
+        for page in re.findall(r"[\w./-]+\.md\b", path.read_text()):
+            assert (root / page).is_file() or (root / "docs" / page).is_file(), f"{path.name} cites {page}"
+
+
+@pytest.mark.parametrize(
+    "path", [path for path in [DEMO_CONFIG, *CONFIGS] if "steps per epoch" in path.read_text()], ids=lambda p: p.name
+)
+def test_a_digits_config_says_how_many_steps_an_epoch_takes(path):
+    """719 of the 898 training digits train when 20% of each digit is held out; the last partial batch is dropped."""
+    said = re.search(r"# (\d+) steps per epoch", path.read_text())
+    data = load_config(path).data
+    assert (data.name, data.val_fraction, data.sampler) == ("digits", 0.2, "auto")
+    assert int(said[1]) == 719 // data.batch_size
+
+
 @pytest.mark.parametrize("name", sorted(LOSSES))
 def test_every_registered_loss_is_configured_by_its_name_alone(name):
     """A registered loss needs no config file of its own: `--set loss.name=NAME` takes its constructor's defaults."""
@@ -126,6 +144,22 @@ def test_missing_or_invalid_yaml_is_a_user_error(tmp_path):
     (tmp_path / "bad.yaml").write_text("model: [unclosed")
     with pytest.raises(UserError, match="not valid YAML"):
         load_config(tmp_path / "bad.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("9" * 5000, r"--set train.epochs: cannot read the value \(exceeds the limit \(4300 digits\)"),
+        ("[" * 2000, "--set train.epochs: lists or mappings nested too deeply to parse"),
+    ],
+    ids=["5000 digits", "2000 brackets"],
+)
+def test_a_value_python_or_the_parser_cannot_hold_is_one_line(tmp_path, text, message):
+    with pytest.raises(UserError, match=message):
+        load_config(None, [f"train.epochs={text}"])
+    (tmp_path / "deep.yaml").write_text(f"train:\n  epochs: {text}\n")
+    with pytest.raises(UserError, match=f"config file {tmp_path / 'deep.yaml'}: "):
+        load_config(tmp_path / "deep.yaml")
 
 
 def test_changing_the_loss_name_starts_from_the_new_loss_defaults(tmp_path):

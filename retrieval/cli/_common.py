@@ -4,8 +4,19 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
 
-__all__ = ["add_column_types_argument", "add_config_arguments", "add_embedding_arguments", "seed_list"]
+from retrieval.errors import UserError
+
+__all__ = [
+    "add_column_types_argument",
+    "add_config_arguments",
+    "add_embedding_arguments",
+    "existing_checkpoint",
+    "output_file",
+    "with_folder",
+    "seed_list",
+]
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -48,3 +59,39 @@ def seed_list(text: str) -> list[int]:
     if not seeds or min(seeds) < 0 or len(set(seeds)) != len(seeds):
         raise argparse.ArgumentTypeError(f"--seeds takes distinct integers >= 0 like 0,1,2, got {text!r}")
     return seeds
+
+
+def output_file(text: str) -> Path:
+    """An argument naming a file the command writes at its end (`--json FILE`): refused at once if it is a folder.
+
+    Its folder need not exist: `with_folder` makes it when the file is written, so a typo in it never
+    costs the result of the work.
+    """
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a folder; name a file in it, e.g. {path / 'metrics.json'}")
+    return path
+
+
+def with_folder(path: Path) -> Path:
+    """`path`, once the folder it goes into exists (made with its parents when missing).
+
+    Raises:
+        UserError: the folder cannot be made (a file of that name is in the way, no permission).
+    """
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UserError(f"cannot make the folder {path.parent} for {path}: {exc.strerror or exc}") from exc
+    return path
+
+
+def existing_checkpoint(path: Path) -> Path:
+    """`path`, refused in the words of `Checkpoint.load` when no file is there: checked before PyTorch loads.
+
+    Raises:
+        UserError: no file at `path`.
+    """
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
+    return path

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from retrieval.cli._common import output_file, with_folder
 from retrieval.runtime.files import write_text
 
 __all__ = ["add_parser", "run"]
@@ -21,7 +22,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
             name, type=Path, metavar=name.upper(), help="a run directory (its per_query.npz) or a per-query .npz file"
         )
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap resamples (default 0)")
-    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the comparison to FILE as JSON")
+    parser.add_argument("--json", type=output_file, metavar="FILE", help="also write the comparison to FILE as JSON")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -51,5 +52,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         payload = {key: summary.as_dict() for key, summary in summaries.items()}
         payload["difference"] = {key: list(value) for key, value in differences.items()}
-        write_text(args.json, json.dumps(payload, indent=2) + "\n")
+        write_text(with_folder(args.json), json.dumps(payload, indent=2) + "\n")
     return 0

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
+from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 from retrieval.inference.file_formats import EMBEDDING_SUFFIXES
 from retrieval.inference.splits import SPLITS
@@ -77,6 +78,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Embed the images; in a log, where no bar shows, a line every so often says how far it is."""
+    with showing_progress("embed"):
+        return _embed(args)
+
+
+def _embed(args: argparse.Namespace) -> int:
     from retrieval.checkpoint import Checkpoint
     from retrieval.column_types import parse_column_types
     from retrieval.inference.encoder import ImageEncoder

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from retrieval.cli._common import add_config_arguments
+from retrieval.cli._common import add_config_arguments, existing_checkpoint, output_file, with_folder
+from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -45,15 +46,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--weights", type=Path, metavar="FILE", help="--backbone's .safetensors/.pth state dict")
     add_config_arguments(parser)
     parser.add_argument(
-        "--json", type=Path, metavar="FILE", help="also write the metrics and their 95%% intervals to FILE as JSON"
+        "--json",
+        type=output_file,
+        metavar="FILE",
+        help="also write the metrics and their 95%% intervals to FILE as JSON",
     )
     parser.add_argument(
         "--per-query",
-        type=Path,
+        type=output_file,
         metavar="FILE.npz",
         help="also write every query's Recall@1 and AP@R to FILE.npz, for `retrieval compare`",
     )
-    parser.add_argument("--grid", type=Path, metavar="FILE.png", help="draw queries with their top-5 results")
+    parser.add_argument("--grid", type=output_file, metavar="FILE.png", help="draw queries with their top-5 results")
     parser.add_argument(
         "--rerank",
         metavar="SPEC",
@@ -97,6 +101,17 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Score the model; a missing checkpoint or a config typo fails before PyTorch loads."""
+    from retrieval.config import check_config
+
+    if args.checkpoint is not None:
+        existing_checkpoint(args.checkpoint)
+    check_config(args.config, args.overrides)
+    with showing_progress("evaluate"):  # in a log, where no bar shows, a line every so often while embedding
+        return _evaluate(args)
+
+
+def _evaluate(args: argparse.Namespace) -> int:
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, format_metrics, score_split
     from retrieval.evaluate.match_thresholds import check_threshold_request
@@ -148,8 +163,9 @@ def run(args: argparse.Namespace) -> int:
     values = QueryValues.from_scores(scores)
     uncertainty = uncertainty_summary(values)
     if args.per_query:
-        save_query_values(args.per_query, values)
-    notes = [_group_line(metrics)] if f"{GROUP_NAMES[0]}/recall@1" in metrics else []
+        save_query_values(with_folder(args.per_query), values)
+    grouped = f"{GROUP_NAMES[0]}/recall@1" in metrics
+    notes = [_group_line(metrics, _trained_elsewhere(args, checkpoint, config))] if grouped else []
     extras: dict[str, Any] = {"uncertainty": uncertainty.as_dict()}
     if rerank is not None:
         notes.append(rerank.line())
@@ -170,7 +186,7 @@ def run(args: argparse.Namespace) -> int:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
     if args.json:
-        write_text(args.json, json.dumps({**metrics, **extras}, indent=2) + "\n")
+        write_text(with_folder(args.json), json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
 
@@ -328,13 +344,32 @@ def _grid(args: argparse.Namespace, embeddings: np.ndarray, test: EvalSplit, mod
         return display_image(test.dataset[row][0], config["mean"], config["std"])
 
     title = "worst-ranked queries" if args.grid_queries == "worst" else "random queries"
-    args.grid.parent.mkdir(parents=True, exist_ok=True)
     caption = f"{title}: top-5 results (green: same class)"
-    draw_query_grid(ranked, chosen, test.labels, image_of, args.grid, caption, test.class_names)
+    draw_query_grid(ranked, chosen, test.labels, image_of, with_folder(args.grid), caption, test.class_names)
 
 
-def _group_line(metrics: dict[str, Any]) -> str:
-    """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`."""
+def _trained_elsewhere(args: argparse.Namespace, checkpoint: Checkpoint, config: Config) -> str | None:
+    """What the model trained on when it is not this data's training split (None when it is).
+
+    The frequency groups count this data's training images a class; for a model that never saw
+    them, head / mid / tail say nothing about what it learned, and the line says so.
+    """
+    if args.backbone is not None:
+        return "the backbone never trained on these classes"
+    trained = checkpoint.run_config.get("data") or {}
+    data = config.data
+    if (trained.get("name"), trained.get("path"), trained.get("root")) == (data.name, data.path, data.root):
+        return None
+    source = trained.get("path") or trained.get("root") or trained.get("name")
+    return f"the checkpoint trained on {source}, not on these classes"
+
+
+def _group_line(metrics: dict[str, Any], trained_elsewhere: str | None = None) -> str:
+    """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`.
+
+    With `trained_elsewhere` (`_trained_elsewhere`), the line ends by saying the groups are of classes the
+    model never trained on.
+    """
     from retrieval.metrics import GROUP_NAMES
 
     present = [name for name in GROUP_NAMES if f"{name}/recall@1" in metrics]
@@ -344,6 +379,8 @@ def _group_line(metrics: dict[str, Any]) -> str:
         accuracies = [metrics.get(f"{name}/proxy_accuracy", float("nan")) for name in present]
         line += ", proxy accuracy " + " / ".join(f"{value:.4f}" for value in accuracies)
         line += f" (all {metrics['proxy_accuracy']:.4f})"
+    if trained_elsewhere is not None:
+        line += f"; groups of this data's training split: {trained_elsewhere}"
     return line
 
 

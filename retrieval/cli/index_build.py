@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
+from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_shard_arguments
 from retrieval.errors import UserError
@@ -93,11 +94,11 @@ def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
 
 def run(args: argparse.Namespace) -> int:
     """`index build`: from images with a model, or streamed from `--embeddings` files."""
-    from retrieval.column_types import parse_column_types
-    from retrieval.index import SearchIndex
-    from retrieval.index.build import IndexBuildOptions
-    from retrieval.inference.sources import embed_source, read_source
+    with showing_progress("index build"):  # in a log, where no bar shows, a line every so often while embedding
+        return _build(args)
 
+
+def _build(args: argparse.Namespace) -> int:
     if args.embeddings:
         if args.column_types:
             raise UserError(
@@ -116,6 +117,11 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.csv is None and args.images is None:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+    from retrieval.column_types import parse_column_types
+    from retrieval.index import SearchIndex
+    from retrieval.index.build import IndexBuildOptions
+    from retrieval.inference.sources import embed_source, read_source  # PyTorch: only a build from images needs it
+
     target_recall, default_target_recall = _tuning(args.target_recall)
     options = IndexBuildOptions(
         kind=args.type,

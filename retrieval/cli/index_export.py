@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from retrieval.vectordb import DEFAULT_BATCH_SIZE, parse_database_uri
@@ -37,7 +38,9 @@ def run(args: argparse.Namespace) -> int:
     """`index export`: print how many vectors were written, kept and deleted."""
     from retrieval.vectordb.upload import export_index  # needs the optional qdrant-client
 
-    done = export_index(args.index, parse_database_uri(args.to), args.batch_size, args.recreate)
+    # A bar only on a terminal: in a log its carriage returns pile up into one unreadable line.
+    bar = sys.stderr.isatty()
+    done = export_index(args.index, parse_database_uri(args.to), args.batch_size, args.recreate, progress=bar)
     print(
         f"exported {args.index} to {done.location}: {done.vectors} vectors ({done.written} written, "
         f"{done.kept} already there, {done.deleted} removed)"

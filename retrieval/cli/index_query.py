@@ -15,9 +15,14 @@ from retrieval.errors import UserError
 from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from retrieval.index import SearchIndex
+    from retrieval.index.filter_language import Filter
 
 __all__ = ["add_parser", "run"]
+
+_FIXED_COLUMNS = ("rank", "score", "id", "label", "path")  # every table shows these
 
 
 def add_parser(actions: argparse._SubParsersAction) -> None:
@@ -33,6 +38,12 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
         "--where",
         metavar="EXPR|FILE.json",
         help='search only items whose metadata passes, e.g. "label in (3, 5) and price < 50" or a JSON filter file',
+    )
+    query.add_argument(
+        "--columns",
+        metavar="NAME,...",
+        help="metadata columns the table shows after label and path (default: the columns --where filters on; "
+        "--json shows every column)",
     )
     query.add_argument(
         "--min-score",
@@ -63,7 +74,6 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.encoders import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
-    from retrieval.inference.sources import image_files
     from retrieval.rerank import IndexGallery, rerank_at_query
 
     if not 1 <= args.k <= 1000:
@@ -72,9 +82,12 @@ def run(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index, mmap=True)  # read-only: vectors stay in the page cache, shared
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
+    columns = _shown_columns(args.columns, where, index.metadata_schema.names)
     min_score = resolve_min_score(args.min_score, index.manifest.as_dict())
     reranker = rerank_at_query(args.rerank) if args.rerank else None
     encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
+    from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
+
     paths = list(args.image) if args.image else image_files(args.images)
     if not paths:
         raise UserError(f"no images in {args.images}; pass query images with --image or --images")
@@ -94,7 +107,7 @@ def run(args: argparse.Namespace) -> int:
         }
         for row, path in enumerate(paths)
     ]
-    print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer) for answer in answers))
+    print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer, columns) for answer in answers))
     return 0
 
 
@@ -107,13 +120,33 @@ def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[di
     ]
 
 
-def _table(answer: dict[str, Any]) -> str:
-    lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path"]
+def _shown_columns(requested: str | None, where: Filter | None, names: list[str]) -> list[str]:
+    """The metadata columns the table adds: `--columns`, else those `--where` filters on, in its order.
+
+    Raises:
+        UserError: a `--columns` name the metadata lacks.
+    """
+    if requested is None:
+        filtered = [] if where is None else [condition.column for condition in where.leaves()]
+        return [name for name in dict.fromkeys(filtered) if name not in _FIXED_COLUMNS]
+    columns = [name.strip() for name in requested.split(",") if name.strip()]
+    unknown = [name for name in columns if name not in names]
+    if unknown:
+        raise UserError(f"--columns: {', '.join(unknown)} not in the index's metadata; its columns: {', '.join(names)}")
+    return [name for name in dict.fromkeys(columns) if name not in _FIXED_COLUMNS]
+
+
+def _table(answer: dict[str, Any], columns: Sequence[str] = ()) -> str:
+    """Rank, score, id, label and path of each result, then `columns` (empty cells for null), one line each."""
+    extra = "".join(f"  {name}" for name in columns)
+    lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path{extra}"]
     if not answer["results"] and answer.get("min_score") is not None:
         lines.append(no_match_text(answer["min_score"]))
     for result in answer["results"]:
         label = str(result.get("label") or "")
+        values = "".join(f"  {'' if result.get(name) is None else result[name]}" for name in columns)
         lines.append(
-            f"{result['rank']:>4}  {result['score']:>7.4f}  {result['id']:>8}  {label:<16}  {result.get('path', '')}"
+            f"{result['rank']:>4}  {result['score']:>7.4f}  {result['id']:>8}  {label:<16}  "
+            f"{result.get('path', '')}{values}"
         )
     return "\n".join(lines)

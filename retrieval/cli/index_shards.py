@@ -129,8 +129,8 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
     """This shard's inputs of `index build --embeddings`, or all of them.
 
     Raises:
-        UserError: a malformed `--shard`, `--shard` without `--trained`, another kind than the trained one,
-            or another dimension.
+        UserError: a malformed `--shard`, `--shard` without `--trained`, more shards than rows, another kind
+            than the trained one, or another dimension.
     """
     from retrieval.index.shards import read_trained
 
@@ -147,6 +147,8 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
             f"{args.trained} was trained on {trained.manifest.dimension}-d vectors, the embeddings are {files.dim}-d"
         )
     number, count = shard or (0, 1)
+    if count > files.rows:  # a shard holds at least one row; a larger M would also overflow the split's arithmetic
+        raise UserError(f"--shard {args.shard}: {count} shards of {files.rows} rows; use at most one shard a row")
     record = {"number": number, "count": count, "inputs": files.identity()}
     mine, first_id = files.shard(number, count) if shard else (files, 0)
     return ShardInputs(mine, first_id, trained, record)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, seed_list
+from retrieval.cli._common import add_config_arguments, existing_checkpoint, seed_list
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -44,8 +44,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Train (or resume); the stage each run is in prints as it starts (`showing_progress`)."""
+    from retrieval.config import check_config  # pydantic: not for --help
+
     if args.seeds and args.resume:
         raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
+    if args.resume:
+        existing_checkpoint(_resumed_path(args.resume))
+    check_config(args.config, args.overrides)  # a typo fails at once, before seconds of imports
     with showing_progress("train") as log:
         log.info("loading PyTorch and timm ...")  # the first line, before the imports that take seconds
         return _resume(args) if args.resume else _train(args)
@@ -93,7 +98,7 @@ def _resume(args: argparse.Namespace) -> int:
     from retrieval.runtime.distributed import process_group
     from retrieval.train.trainer import Trainer
 
-    path = args.resume / "checkpoints" / "last.pt" if args.resume.is_dir() else args.resume
+    path = _resumed_path(args.resume)
     checkpoint = Checkpoint.load(path)
     if not checkpoint.resumable:
         raise UserError(
@@ -117,6 +122,11 @@ def _resume(args: argparse.Namespace) -> int:
             print(f"{complete}; its result:")
         _print_result(config, run_dir, result, context)
     return 0
+
+
+def _resumed_path(resume: Path) -> Path:
+    """The checkpoint `--resume RUN_DIR|CKPT` continues from: a run directory's `checkpoints/last.pt`."""
+    return resume / "checkpoints" / "last.pt" if resume.is_dir() else resume
 
 
 def _print_result(config: Config, run_dir: Path, result: RunResult, context: DistributedContext) -> None:

@@ -1,4 +1,4 @@
-"""The generic CSV format of design.md, `path,label,split[,is_query,is_gallery]`, and reading image files.
+"""The generic CSV format (docs/datasets.md), `path,label,split[,is_query,is_gallery]`, and reading image files.
 
 Paths are relative to the CSV file's folder. `label` is any class id (int or string); each
 split's classes are numbered 0..C-1 in sorted order (numeric ids numerically). A row may carry

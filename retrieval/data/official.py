@@ -1,4 +1,4 @@
-"""The four standard benchmarks in their official layouts, with the zero-shot class splits of design.md.
+"""The four standard benchmarks in their official layouts, with the zero-shot class splits of docs/datasets.md.
 
 | `data.name` | `data.root` holds | train | test |
 |---|---|---|---|

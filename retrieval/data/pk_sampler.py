@@ -76,8 +76,7 @@ class PKSampler(Sampler[list[int]]):
         self.rank, self.world_size = _resolve_rank(rank, world_size)
         self.p, self.k, self.seed, self.epoch = p, k, seed, 0
 
-        _, inverse, counts = np.unique(labels_array, return_inverse=True, return_counts=True)
-        by_class = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
+        by_class = _indices_by_class(labels_array)
         self._class_indices = [indices for indices in by_class if len(indices) >= 2]
         singletons = len(by_class) - len(self._class_indices)
         if singletons:
@@ -110,6 +109,18 @@ class PKSampler(Sampler[list[int]]):
         elif batches_per_epoch < 1:
             raise ValueError(f"batches_per_epoch must be >= 1; got {batches_per_epoch}.")
         self.batches_per_epoch = batches_per_epoch
+
+    @staticmethod
+    def largest_p(labels: Sequence[int] | np.ndarray, k: int, world_size: int = 1) -> int:
+        """The largest P (per rank) the sampler accepts for `labels`, `k` and `world_size`; below 2: none.
+
+        It is bounded by the classes with at least 2 images, by the groups of `k` distinct images one
+        step can take from them without two ranks sharing an image, and by one batch per epoch.
+        """
+        sizes = np.array([len(indices) for indices in _indices_by_class(np.asarray(labels))], dtype=np.int64)
+        sizes = sizes[sizes >= 2]
+        capacity = int(np.minimum(np.maximum(sizes // k, 1), world_size).sum())
+        return int(min(len(sizes), capacity // world_size, int(sizes.sum()) // (k * world_size)))
 
     def set_epoch(self, epoch: int) -> None:
         """Select the plan of `epoch` (>= 0); the same (seed, epoch) always gives the same batches."""
@@ -235,3 +246,9 @@ def _resolve_rank(rank: int | None, world_size: int | None) -> tuple[int, int]:
     if world_size < 1 or not 0 <= rank < world_size:
         raise ValueError(f"need world_size >= 1 and 0 <= rank < world_size; got rank={rank}, world_size={world_size}.")
     return rank, world_size
+
+
+def _indices_by_class(labels: np.ndarray) -> list[np.ndarray]:
+    """The dataset indices of each class (classes in sorted order), each in dataset order."""
+    _, inverse, counts = np.unique(labels, return_inverse=True, return_counts=True)
+    return np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])

@@ -489,11 +489,21 @@ class SearchIndex:
             faiss.write_index(self._index if split is None else split[0], writer)
 
     def _check_writable(self, action: str) -> None:
-        if self._read_only:
+        """Refuse a change to a read-only index, with the way to a writable one that fits why it is read-only."""
+        if not self._read_only:
+            return
+        files = self.manifest.files
+        if LISTS_FILE in files or REFINE_FILE in files:
+            where = LISTS_FILE if LISTS_FILE in files else REFINE_FILE
             raise UserError(
-                f"cannot {action} a read-only index (loaded with mmap=True, or with on-disk lists or ivfpq "
-                "re-ranking vectors in refine.faiss); load it without mmap, or rebuild it from the embedding files"
+                f"cannot {action} a read-only index: its {where} is a memory-mapped file (--on-disk, index merge, "
+                "ivfpq), which FAISS cannot change; build the index again with what it should hold: "
+                "retrieval index build --embeddings PATH... --out NEW_DIR"
             )
+        raise UserError(
+            f"cannot {action} a read-only index, loaded with SearchIndex.load(..., mmap=True) (how index query and "
+            "serve read it); load it with mmap=False (the default) to change it"
+        )
 
     def _stored(self) -> tuple[np.ndarray, np.ndarray]:
         """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending."""

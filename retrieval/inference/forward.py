@@ -18,7 +18,9 @@ from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from retrieval.config import TrainConfig
+from retrieval.runtime import heartbeat
 from retrieval.runtime.device import amp_dtype, uses_channels_last
+from retrieval.runtime.heartbeat import Heartbeat
 
 __all__ = ["FLOAT32", "Precision", "embed_batch", "embed_loader"]
 
@@ -65,15 +67,22 @@ def embed_loader(
 ) -> np.ndarray:
     """`(N, D)` float32 embeddings of every `(images, labels)` batch of `loader`, in order, in eval mode.
 
+    With `progress`, a bar on a terminal, else a `Heartbeat` line (INFO) every `HEARTBEAT_SECONDS`.
+
     Images an `ImageLoader` skipped (`loader.skipped_indices`) leave NaN rows, so row i is still
     item i of `loader.dataset`; when every image was skipped, every row is NaN.
     """
     was_training = model.training
     model.eval()
-    chunks = [
-        embed_batch(model, images, device, precision)
-        for images, _ in tqdm(loader, desc="embed", leave=False, disable=None if progress else True)
-    ]
+    batches = tqdm(loader, desc="embed", leave=False, disable=None if progress else True)
+    # Where tqdm draws no bar (standard error not a terminal: a log), a line every so often instead.
+    beating = progress and batches.disable
+    pulse = Heartbeat("embed", len(loader), heartbeat.HEARTBEAT_SECONDS) if beating else None
+    chunks = []
+    for done, (images, _) in enumerate(batches, start=1):
+        chunks.append(embed_batch(model, images, device, precision))
+        if pulse is not None:
+            pulse.beat(done)
     model.train(was_training)
     dim = int(getattr(model, "embedding_dim", 0))
     embedded = torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, dim), dtype=np.float32)

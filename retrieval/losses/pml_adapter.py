@@ -15,6 +15,7 @@ supports one. The weights join the optimizer's proxy group through `parameters()
 from __future__ import annotations
 
 import inspect
+import math
 from typing import Any
 
 import torch
@@ -127,8 +128,13 @@ def _named_arguments(cls: type) -> dict[str, Any]:
     return found
 
 
-def _check_kwargs(cls: type, kwargs: Any, key: str) -> None:
-    """Raise UserError for a kwargs that is no mapping, names an argument `cls` lacks, or misses a required one."""
+def _check_kwargs(cls: type, kwargs: Any, key: str) -> dict[str, Any]:
+    """`kwargs` typed like `cls`'s defaults (`_typed_argument`).
+
+    Raises:
+        UserError: a kwargs that is no mapping, names an argument `cls` lacks, misses a required one, or gives
+            one a value of another type than its default's, or a number that is not finite.
+    """
     if not isinstance(kwargs, dict):
         raise UserError(f"{key} must be a mapping of {cls.__name__}'s arguments (e.g. {{margin: 0.1}}), got {kwargs!r}")
     parameters = constructor_parameters(cls)
@@ -141,6 +147,49 @@ def _check_kwargs(cls: type, kwargs: Any, key: str) -> None:
     ]
     if missing:
         raise UserError(f"{cls.__name__} needs {key} {', '.join(missing)}; its arguments: {listing}")
+    return {name: _typed_argument(cls, key, name, parameters[name], value) for name, value in kwargs.items()}
+
+
+def _typed_argument(cls: type, key: str, name: str, default: Any, value: Any) -> Any:
+    """`value` of argument `name`, checked against the type of its default, since PML's constructors check nothing.
+
+    A number (int or float) default takes any finite number, also as text (`1e-3`, which YAML 1.1 leaves a
+    string); a bool or str default takes its own type. An argument without a default, or with None, takes
+    anything but a non-finite number. Any float must be finite: a NaN margin mines nothing, silently.
+
+    Raises:
+        UserError: naming the class, the argument, its default and the value.
+    """
+    expected = None
+    if isinstance(default, bool):
+        expected = None if isinstance(value, bool) else "true or false"
+    elif isinstance(default, int | float):
+        value = _number(value)
+        expected = None if isinstance(value, int | float) and math.isfinite(value) else "a finite number"
+    elif isinstance(default, str):
+        expected = None if isinstance(value, str) else "text"
+    elif isinstance(value, float) and not math.isfinite(value):
+        expected = "a finite number"
+    if expected is not None:
+        dotted = f"{key.replace(' ', '.')}.{name}"
+        fix = f"fix it in the config or with --set {dotted}=..." if key == "loss.kwargs" else "fix it in the config"
+        raise UserError(
+            f"{dotted} of {cls.__name__} must be {expected} (its default is {default!r}), got {value!r}; {fix}"
+        )
+    return value
+
+
+def _number(value: Any) -> Any:
+    """`value` as an int or float when it is one or its text is; anything else (bools included) as it is."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return value
+    if isinstance(value, str):
+        for parse in (int, float):
+            try:
+                return parse(value)
+            except ValueError:
+                continue
+    return value
 
 
 def _shown(default: Any) -> str:
@@ -160,19 +209,26 @@ def _miner_spec(miner: Any) -> tuple[str, dict[str, Any]] | None:
     )
 
 
-def check_pml_parameters(name: str, kwargs: Any, miner: Any) -> None:
-    """Check `loss.kwargs` and `loss.miner` of `pml.<ClassName>` against PML's constructors, and build both once.
+def check_pml_parameters(name: str, kwargs: Any, miner: Any) -> tuple[dict[str, Any], Any]:
+    """`loss.kwargs` and `loss.miner` of `pml.<ClassName>`, checked against PML's constructors and built once.
+
+    Returns the kwargs and the miner with each argument typed like its default (`_typed_argument`): a
+    number given as text becomes the number.
 
     Raises:
         UserError: an unknown loss or miner (listing the valid ones), an unknown or missing argument
-            (listing the class's arguments), or a value the constructor refuses.
+            (listing the class's arguments), a value of another type than the argument's default, a
+            number that is not finite, or a value the constructor refuses.
     """
     cls = pml_loss_class(name)
-    _check_kwargs(cls, kwargs, "loss.kwargs")
+    kwargs = _check_kwargs(cls, kwargs, "loss.kwargs")
     spec = _miner_spec(miner)
     if spec is not None:
-        _check_kwargs(_miner_class(spec[0]), spec[1], "loss.miner kwargs")
+        miner_kwargs = _check_kwargs(_miner_class(spec[0]), spec[1], "loss.miner kwargs")
+        if isinstance(miner, dict):
+            miner = {**miner, "kwargs": miner_kwargs}
     build_pml_loss(name, kwargs, miner, num_classes=2, embedding_dim=4)
+    return kwargs, miner
 
 
 def build_pml_loss(name: str, kwargs: dict[str, Any], miner: Any, num_classes: int, embedding_dim: int) -> PMLLoss:

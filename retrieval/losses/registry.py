@@ -190,17 +190,24 @@ def _with_memory(loss: MetricLoss, embedding_dim: int, memory_size: int) -> Cros
     return CrossBatchMemory(loss, embedding_dim, memory_size)
 
 
-def check_loss_parameters(name: str, params: dict[str, Any]) -> None:
-    """Check what the constructors check only when the loss is built: `kwargs` and `miner` of a `pml.` loss.
+def check_loss_parameters(name: str, params: dict[str, Any]) -> dict[str, Any]:
+    """`params` once checked for what the constructors check only when the loss is built or runs.
+
+    That is `kwargs` and `miner` of a `pml.` loss, returned typed like the PML arguments' defaults
+    (`check_pml_parameters`); the registered losses' parameters are typed by the config already.
 
     Raises:
-        UserError: an unknown PML class or argument, a missing required one, a value PML refuses, or a
-            cross-batch memory for a PML loss that PML's memory does not take.
+        UserError: an unknown PML class or argument, a missing required one, a value of the wrong type,
+            a number that is not finite, a value PML refuses, or a cross-batch memory for a PML loss that
+            PML's memory does not take.
     """
-    if is_pml_name(name):
-        check_pml_parameters(name, params.get("kwargs"), params.get("miner"))
-        if params.get("memory_size"):
-            build_loss(name, params, num_classes=2, embedding_dim=4)
+    if not is_pml_name(name):
+        return params
+    kwargs, miner = check_pml_parameters(name, params.get("kwargs"), params.get("miner"))
+    params = {**params, "kwargs": kwargs, "miner": miner}
+    if params.get("memory_size"):
+        build_loss(name, params, num_classes=2, embedding_dim=4)
+    return params
 
 
 def _loss_class(name: str) -> type[MetricLoss]:

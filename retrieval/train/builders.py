@@ -34,7 +34,7 @@ from retrieval.runtime.device import amp_dtype, place_model, resolve_device, use
 from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import torch_seeded
 from retrieval.train.accumulation import optimizer_steps
-from retrieval.train.sampling import build_train_loader, sampler_kind
+from retrieval.train.sampling import build_train_loader, fitting_p, sampler_kind
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import GatheredLoss, TrainStep
 
@@ -70,6 +70,7 @@ class TrainingParts:
     class_groups: np.ndarray  # (K,) head / mid / tail group of every training class
     channels_last: bool = False  # batches go to the model in NHWC
     context: DistributedContext = field(default_factory=DistributedContext)
+    loading: DataConfig = field(default_factory=DataConfig)  # as the loader reads it: data.p fitted to the data
 
 
 def build_training(config: Config, resuming: bool = False) -> TrainingParts:
@@ -147,6 +148,8 @@ def assemble_training(
             f"{loading.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
             "and data.sampler=random (or auto)"
         )
+    if kind == "pk":
+        loading = fitting_p(loading, data.train_labels, context)
     loader = build_train_loader(data.train, data.train_labels, kind, loading, train.seed, context, device)
     optimizer = build_optimizer(model, loss, train)
     schedule = LrSchedule(
@@ -172,7 +175,19 @@ def assemble_training(
         )
     evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
     return TrainingParts(
-        model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context
+        model,
+        loss,
+        data,
+        loader,
+        optimizer,
+        schedule,
+        step,
+        evaluators,
+        device,
+        class_groups,
+        channels_last,
+        context,
+        loading,
     )
 
 

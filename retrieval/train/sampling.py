@@ -10,6 +10,7 @@ every epoch) and, where the order is planned per epoch, a sampler or batch sampl
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sized
 from typing import Protocol, cast, runtime_checkable
 
@@ -24,9 +25,18 @@ from retrieval.errors import UserError
 from retrieval.losses import MetricLoss, registry_name
 from retrieval.runtime.distributed import DistributedContext
 
-__all__ = ["SAMPLER_KINDS", "EpochSampler", "build_pk_sampler", "build_train_loader", "epoch_samplers", "sampler_kind"]
+__all__ = [
+    "SAMPLER_KINDS",
+    "EpochSampler",
+    "build_pk_sampler",
+    "build_train_loader",
+    "epoch_samplers",
+    "fitting_p",
+    "sampler_kind",
+]
 
 SAMPLER_KINDS = ("random", "balanced", "pk")
+_log = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -57,6 +67,32 @@ def sampler_kind(requested: str, loss: MetricLoss) -> str:
             f"batch; set data.sampler=pk (or auto) instead of {kind}"
         )
     return kind
+
+
+def fitting_p(cfg: DataConfig, labels: np.ndarray, context: DistributedContext) -> DataConfig:
+    """`cfg` with a P the training labels can fill, when `data.p` is the default the user never set.
+
+    The default (32, the benchmark recipe) exceeds small datasets' classes (the digits demo has 10):
+    P becomes the largest the PK sampler accepts, a multiple of the process count, and one line says so.
+    A `data.p` the user set is kept, and refused by the sampler if it does not fit.
+    """
+    world = context.world_size
+    if "p" in cfg.model_fields_set:
+        return cfg
+    fits = world * min(cfg.p // world, PKSampler.largest_p(labels, cfg.k, world))
+    if fits == cfg.p or fits < 2 * world:  # it fits already, or nothing does: the sampler says why
+        return cfg
+    if context.is_main:
+        classes = int((np.unique(np.asarray(labels), return_counts=True)[1] >= 2).sum())
+        _log.info(
+            "data.p=%d classes per batch: the default %d does not fit the training data (%d classes with at least "
+            "2 images, data.k=%d); set data.p to choose",
+            fits,
+            cfg.p,
+            classes,
+            cfg.k,
+        )
+    return cfg.model_copy(update={"p": fits})
 
 
 def build_pk_sampler(labels: np.ndarray, cfg: DataConfig, seed: int, context: DistributedContext) -> PKSampler:

@@ -36,11 +36,11 @@ from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
 from retrieval.runtime.environment import describe_environment, seed_everything
+from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps, plan_micro_batches
 from retrieval.train.builders import TrainingParts, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
-from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers
@@ -152,7 +152,10 @@ class Trainer:
             run_dir: where the run's files go.
             resuming: the weights will come from a checkpoint (`resume`), so no pretrained weights are loaded.
         """
-        return cls(build_training(config, resuming), config.train, run_dir, config.model, config_to_dict(config))
+        parts = build_training(config, resuming)
+        # The run records the P it trains with (`fitting_p`), so that a resume or an evaluation reads the same.
+        run_config = config_to_dict(config.model_copy(update={"data": parts.loading}))
+        return cls(parts, config.train, run_dir, config.model, run_config)
 
     def resume(self, checkpoint: Checkpoint, best: Checkpoint | None = None) -> None:
         """Continue from a loaded `last.pt`: weights, proxies, optimizer, EMA, loss scale, epoch and selection so far.

@@ -57,3 +57,12 @@ def test_a_config_file_replaces_data_but_not_the_trained_model(tiny_checkpoint, 
     assert checkpoint.config(path, ["model.flip_average=true"]).model.flip_average is True
     with pytest.raises(UserError, match="--set model.in_chans cannot apply to a trained checkpoint"):
         checkpoint.config(path, ["model.in_chans=1"])
+
+
+@pytest.mark.slow
+def test_groups_of_classes_the_checkpoint_never_trained_on_say_so(tiny_checkpoint, capsys):
+    """The tiny checkpoint's run config names no dataset; its frequency groups on the digits are the digits'."""
+    digits = ["data.name=digits", "data.image_size=16", "data.num_workers=0", "train.threads=1"]
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), *(f"--set={item}" for item in digits)]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("by training frequency")]
+    assert line.endswith("; groups of this data's training split: the checkpoint trained on csv, not on these classes")

@@ -1,4 +1,4 @@
-"""`--help` and `--version` answer at once: parsing the command line imports none of the heavy libraries.
+"""`--help`, `--version` and mistakes in the arguments answer at once: none of the heavy libraries is imported first.
 
 Each command imports its library (torch, timm, FAISS, the web stack) when it runs, not when the parser
 is built. Every check runs `python -X importtime -m retrieval ...` in a fresh interpreter, so modules
@@ -36,11 +36,12 @@ INDEX_ACTIONS = ("build", "query", "add", "remove", "compact", "eval", "export",
 CPU_SECONDS = 2.0
 
 
-def _imported(args: list[str]) -> tuple[set[str], subprocess.CompletedProcess[str]]:
+def _imported(args: list[str], cwd: Path | None = None) -> tuple[set[str], subprocess.CompletedProcess[str]]:
     """The top-level packages `python -X importtime -m retrieval ARGS` imported, and the finished process."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-m", "retrieval", *args],
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
@@ -86,3 +87,29 @@ def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
     assert done.returncode == 2
     assert "invalid choice: 'nonsense'" in done.stderr
     assert sorted(names & set(HEAVY)) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["train", "--config", "missing.yaml"], "config file not found: missing.yaml"),
+        (["train", "--set", "train.epochs"], "--set expects section.key=value"),
+        (["train", "--set", "trian.epochs=3"], "unknown config section(s) ['trian']"),
+        (["train", "--set", "model.backbon=resnet18"], "did you mean model.backbone?"),
+        (["train", "--set", "train.epochs=0"], "train.epochs must be an integer >= 1"),
+        (["train", "--resume", "missing-run"], "checkpoint not found: missing-run"),
+        (["evaluate", "--checkpoint", "missing.pt"], "checkpoint not found: missing.pt"),
+        (["evaluate", "--backbone", "resnet18", "--set", "data.batch_size=1"], "data.batch_size must be"),
+        (["index", "query", "--index", "missing-index", "--image", "x.png"], "index directory not found"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_loads(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """The one-line error comes in an instant: no "loading PyTorch" line, no torch or timm imported first."""
+    names, done = _imported(args, cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert (done.returncode, done.stdout) == (2, "")
+    assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
+    assert sorted(names & {"torch", "timm", "torchvision"}) == []

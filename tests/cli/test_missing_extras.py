@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytestmark = pytest.mark.slow  # every test starts a fresh interpreter
@@ -56,6 +57,14 @@ def test_a_command_that_needs_torch_without_it_names_the_train_extra(args: list[
     expected = f"error: {command} needs the training dependencies: pip install 'retrieval[train]'"
     assert (done.returncode, done.stderr.strip().splitlines()[-1]) == (2, expected), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_an_index_from_embedding_files_builds_without_the_training_dependencies(tmp_path: Path) -> None:
+    """No model is involved: the `[serve]` install builds it."""
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((50, 8), dtype=np.float32))
+    done = _run_without(TRAINING, ["index", "build", "--embeddings", "rows.npy", "--out", "index"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "vectors: 50" in done.stdout and (tmp_path / "index" / "manifest.json").is_file()
 
 
 def test_serve_without_the_web_stack_names_the_serve_extra(tmp_path: Path) -> None:

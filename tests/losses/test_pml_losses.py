@@ -195,6 +195,41 @@ def test_unknown_names_and_bad_kwargs_are_one_line_errors_listing_what_exists(lo
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            ["loss.name=pml.ContrastiveLoss", "loss.kwargs.pos_margin=abc"],
+            "loss.kwargs.pos_margin of ContrastiveLoss must be a finite number (its default is 0), got 'abc'; "
+            "fix it in the config or with --set loss.kwargs.pos_margin=...",
+        ),
+        (
+            ["loss.name=pml.TripletMarginLoss", "loss.miner={name: pml.TripletMarginMiner, kwargs: {margin: .nan}}"],
+            "loss.miner.kwargs.margin of TripletMarginMiner must be a finite number (its default is 0.2), got nan; "
+            "fix it in the config",
+        ),
+        (
+            ["loss.name=pml.TripletMarginLoss", "loss.kwargs.margin=.inf"],
+            "margin of TripletMarginLoss must be a finite",
+        ),
+        (["loss.name=pml.TripletMarginLoss", "loss.kwargs.swap=1"], "swap of TripletMarginLoss must be true or false"),
+        (["loss.name=circle", "loss.gamma=.nan"], "loss.gamma must be a finite number, got '.nan'"),
+    ],
+)
+def test_kwargs_of_another_type_than_the_default_or_not_finite_are_refused_by_the_config(
+    overrides: list[str], message: str
+) -> None:
+    """PML's constructors take any value: a text margin would fail in the first step, a NaN one mine nothing."""
+    with pytest.raises(UserError) as error:
+        load_config(None, overrides)
+    assert message in str(error.value)
+
+
+def test_a_number_given_as_text_reaches_pml_as_the_number() -> None:
+    config = load_config(None, ["loss.name=pml.ContrastiveLoss", "loss.kwargs.pos_margin=1e-3"])  # YAML 1.1: a str
+    assert config.loss.params["kwargs"] == {"pos_margin": 0.001}
+
+
 def test_a_bare_pml_class_name_and_dotted_kwargs_from_the_command_line() -> None:
     config = load_config(None, ["loss.name=MultiSimilarityLoss", "loss.kwargs.alpha=3", "loss.kwargs.base=0.25"])
     assert config.loss.name == "pml.MultiSimilarityLoss"

@@ -70,3 +70,39 @@ def test_upload_shows_thumbnails_and_clicking_one_searches_with_it(base_url, gal
             assert errors == [] and page.locator("#error").is_hidden()
         finally:
             browser.close()
+
+
+def test_a_new_filter_count_or_minimum_score_searches_again(base_url, gallery):
+    """Results of the old settings never stay under the new ones: Enter in the filter, or a changed control."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            errors = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            page.goto(base_url)
+            page.wait_for_function("document.getElementById('info').textContent.includes('vectors')")
+            page.set_input_files("#file", str(gallery.paths[6]))
+            page.wait_for_function("document.querySelectorAll('.result').length === 10")
+            cards = page.locator(".result")
+            assert any("split: train" in cards.nth(i).inner_text() for i in range(10))
+
+            page.fill("#filter", "split = 'test'")
+            page.press("#filter", "Enter")
+            page.wait_for_function(
+                "[...document.querySelectorAll('.result')].every((c) => c.innerText.includes('split: test'))"
+            )
+            assert cards.count() == 10  # 12 test images pass
+
+            page.select_option("#k", "5")
+            page.wait_for_function("document.querySelectorAll('.result').length === 5")
+            assert all("split: test" in cards.nth(i).inner_text() for i in range(5))
+
+            page.fill("#min-score", "1")
+            page.dispatch_event("#min-score", "change")
+            page.wait_for_function("document.getElementById('status').textContent.startsWith('no match above')")
+            assert cards.count() == 0  # the image is in the train split, which the filter leaves out
+            assert errors == [] and page.locator("#error").is_hidden()
+        finally:
+            browser.close()

@@ -27,40 +27,63 @@ function showError(message) {
   $("error").hidden = !message;
 }
 
+// The last search, run again when the count, the filter or the minimum score changes; and its number,
+// so that only the answer of the newest search is shown, whichever answer arrives last.
+let repeat = null, latest = 0;
+let searched = "";  // the filter text the last Enter searched with
+
 async function search(body, describe) {
+  const mine = ++latest;
   showError("");
   $("status").textContent = "searching…";
   try {
     const response = await fetch("/search", { method: "POST", ...body });
     const answer = await response.json();
+    if (mine !== latest) return;
     if (!response.ok) throw new Error(answer.error || response.statusText);
     render(answer.results);
     const found = answer.results.length || answer.min_score == null
       ? `${answer.results.length} results` : `no match above ${answer.min_score.toFixed(4)}`;
     $("status").textContent = `${found} for ${describe} in ${answer.took_ms.toFixed(1)} ms`;
   } catch (error) {
+    if (mine !== latest) return;
     $("status").textContent = "";
+    render([]);  // results of another filter or count must not stay under this one's error
     showError(String(error.message || error));
   }
 }
 
+// Run `query` now and whenever the settings change; it reads the count, filter and minimum score each time.
+function searchWith(query) {
+  repeat = query;
+  query();
+}
+
+function searchAgain() {
+  if (repeat) repeat();
+}
+
 function searchFile(image) {
   if (!image) return;
-  const form = new FormData();
-  form.append("image", image);
-  form.append("k", $("k").value);
-  if ($("filter").value.trim()) form.append("filter", $("filter").value);
-  if ($("min-score").value !== "") form.append("min_score", $("min-score").value);
   showPreview(URL.createObjectURL(image));
-  search({ body: form }, image.name);
+  searchWith(() => {
+    const form = new FormData();
+    form.append("image", image);
+    form.append("k", $("k").value);
+    if ($("filter").value.trim()) form.append("filter", $("filter").value);
+    if ($("min-score").value !== "") form.append("min_score", $("min-score").value);
+    search({ body: form }, image.name);
+  });
 }
 
 function searchId(id) {
   showPreview(`/thumb/${id}`);
-  const minScore = $("min-score").value === "" ? undefined : Number($("min-score").value);
-  const filter = $("filter").value.trim() || undefined;
-  const body = JSON.stringify({ id: id, k: Number($("k").value), filter: filter, min_score: minScore });
-  search({ body: body, headers: { "Content-Type": "application/json" } }, `item ${id}`);
+  searchWith(() => {
+    const minScore = $("min-score").value === "" ? undefined : Number($("min-score").value);
+    const filter = $("filter").value.trim() || undefined;
+    const body = JSON.stringify({ id: id, k: Number($("k").value), filter: filter, min_score: minScore });
+    search({ body: body, headers: { "Content-Type": "application/json" } }, `item ${id}`);
+  });
 }
 
 function showPreview(src) {
@@ -108,6 +131,21 @@ drop.addEventListener("drop", (event) => {
   searchFile(event.dataTransfer.files[0]);
 });
 drop.addEventListener("keydown", (event) => { if (event.key === "Enter" || event.key === " ") file.click(); });
+// A new count, filter or minimum score searches again: results of the old ones never stay under the new.
+// The filter searches on Enter, and on leaving the box changed ("change" fires for both: Enter is handled
+// alone, so that one Enter is one search).
+$("k").addEventListener("change", searchAgain);
+$("min-score").addEventListener("change", searchAgain);
+$("filter").addEventListener("keydown", (event) => {
+  if (event.key !== "Enter") return;
+  event.preventDefault();
+  searched = $("filter").value;
+  searchAgain();
+});
+$("filter").addEventListener("change", () => {
+  if ($("filter").value !== searched) searchAgain();
+  searched = $("filter").value;
+});
 
 fetch("/info").then((r) => r.json()).then((manifest) => {
   const model = manifest.model || {};

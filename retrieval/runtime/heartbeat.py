@@ -1,10 +1,11 @@
-"""`Heartbeat`: a plain progress line inside a long epoch, where no progress bar shows.
+"""`Heartbeat`: a plain progress line inside a long epoch or embedding pass, where no progress bar shows.
 
 tqdm draws its bar only on a terminal; under nohup, a batch scheduler or CI (standard error not a
-terminal) an epoch of a large dataset is silent for hours. A line every `HEARTBEAT_SECONDS` keeps
-such a log alive at a bounded volume whatever a step costs (steps range from milliseconds on the
-digits demo to seconds on a large backbone, so a count of steps would either flood or starve it);
-epochs shorter than the interval print nothing but their summary line.
+terminal) an epoch of a large dataset, or the embedding of a large gallery, is silent for hours. A
+line every `HEARTBEAT_SECONDS` keeps such a log alive at a bounded volume whatever a step costs
+(steps range from milliseconds on the digits demo to seconds on a large backbone, so a count of
+steps would either flood or starve it); passes shorter than the interval print nothing but their
+summary line.
 """
 
 from __future__ import annotations
@@ -40,21 +41,25 @@ class Heartbeat:
         self.description, self.total, self.interval, self.clock = description, total, interval, clock
         self.started = self.last = clock()
 
-    def beat(self, done: int, loss: Callable[[], float]) -> None:
-        """After `done` batches: log a line if `interval` has passed since the last; `loss` is read only then."""
+    def beat(self, done: int, loss: Callable[[], float] | None = None) -> None:
+        """After `done` batches: log a line if `interval` has passed since the last; `loss` is read only then.
+
+        Without `loss` (an embedding pass has none), the line leaves it out.
+        """
         now = self.clock()
         if now - self.last < self.interval:
             return
         self.last = now
         elapsed = now - self.started
         left = elapsed * (self.total - done) / max(done, 1)
+        shown = "" if loss is None else f", loss {loss():.4f}"
         _log.info(
-            "%s: batch %d/%d (%d%%), loss %.4f, %s so far, about %s left",
+            "%s: batch %d/%d (%d%%)%s, %s so far, about %s left",
             self.description,
             done,
             self.total,
             100 * done // max(self.total, 1),
-            loss(),
+            shown,
             duration_text(elapsed),
             duration_text(left),
         )

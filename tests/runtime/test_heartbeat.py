@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from retrieval.train.heartbeat import Heartbeat, duration_text
+from retrieval.runtime.heartbeat import Heartbeat, duration_text
 
 
 def test_a_line_comes_once_an_interval_has_passed_and_estimates_what_is_left(caplog) -> None:
@@ -16,7 +16,7 @@ def test_a_line_comes_once_an_interval_has_passed_and_estimates_what_is_left(cap
         return 0.81234
 
     heartbeat = Heartbeat("epoch 3/60", total=560, interval=30.0, clock=lambda: now[0])
-    with caplog.at_level(logging.INFO, logger="retrieval.train.heartbeat"):
+    with caplog.at_level(logging.INFO, logger="retrieval.runtime.heartbeat"):
         now[0] = 129.0
         heartbeat.beat(100, loss)  # 29 s: not yet
         now[0] = 165.0
@@ -31,3 +31,12 @@ def test_a_line_comes_once_an_interval_has_passed_and_estimates_what_is_left(cap
 
 def test_durations_read_at_a_glance() -> None:
     assert [duration_text(s) for s in (0.4, 42, 185, 7620)] == ["0s", "42s", "3m05s", "2h07m"]
+
+
+def test_a_pass_without_a_loss_leaves_it_out(caplog) -> None:
+    now = [0.0]
+    heartbeat = Heartbeat("embed", total=40, interval=30.0, clock=lambda: now[0])
+    with caplog.at_level(logging.INFO, logger="retrieval.runtime.heartbeat"):
+        now[0] = 30.0
+        heartbeat.beat(10)
+    assert caplog.messages == ["embed: batch 10/40 (25%), 30s so far, about 1m30s left"]

@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index, mmap=True)  # read-only: vectors stay in the page cache, shared
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
-    min_score = resolve_min_score(args.min_score, index.manifest.as_dict())
+    min_score = resolve_min_score(args.min_score, index.manifest.match_threshold)
     reranker = rerank_at_query(args.rerank) if args.rerank else None
     encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
     paths = list(args.image) if args.image else image_files(args.images)

@@ -26,6 +26,7 @@ from retrieval.errors import UserError
 from retrieval.export.bundle import read_export
 from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
+from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 
 __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
@@ -63,7 +64,7 @@ class OnnxEncoder:
         self._info = ModelInfo.read(info or {})
         self._input = self.session.get_inputs()[0].name
         self._dim = _embedding_dim(self.session, Path(model_path), preprocess)
-        self.match_threshold: dict[str, Any] | None = None  # the source checkpoint's, from the export's manifest
+        self.match_threshold: MatchThreshold | None = None  # the source checkpoint's, from the export's manifest
 
     @classmethod
     def from_export(cls, directory: str | Path, device: str = "auto", threads: int | None = None) -> OnnxEncoder:
@@ -80,8 +81,7 @@ class OnnxEncoder:
             "transform": files.preprocess.to_dict(),
         }
         encoder = cls(files.model_path, files.preprocess, info, device, threads)
-        threshold = manifest.match_threshold
-        encoder.match_threshold = None if threshold is None else threshold.model_dump()
+        encoder.match_threshold = manifest.match_threshold
         return encoder
 
     @property

@@ -16,8 +16,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from retrieval.errors import UserError
+from retrieval.index.threshold import MatchThreshold
 
-__all__ = ["FileEntry", "IndexManifest", "MatchThreshold", "Sha256"]
+__all__ = ["FileEntry", "IndexManifest", "Sha256"]
 
 _Count = Annotated[int, Field(ge=0)]
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a file digest as the manifests record it
@@ -30,14 +31,6 @@ class FileEntry(BaseModel):
 
     size: _Count
     sha256: Sha256
-
-
-class MatchThreshold(BaseModel):
-    """The model's stored match threshold (`retrieval.index.threshold`): at least a finite `score`."""
-
-    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
-
-    score: float
 
 
 class IndexManifest(BaseModel):

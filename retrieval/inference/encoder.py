@@ -25,6 +25,7 @@ from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
 from retrieval.images import flatten_image
+from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
@@ -61,7 +62,7 @@ class ImageEncoder:
         precision: Precision = FLOAT32,
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
-        match_threshold: dict[str, Any] | None = None,
+        match_threshold: MatchThreshold | None = None,
         backbone_config: dict[str, Any] | None = None,
     ) -> None:
         self.model = model.eval()

@@ -240,7 +240,7 @@ def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint
 def _min_score(value: Any, view: IndexView) -> float | None:
     """A request's `min_score` (a number, "stored" for the index's threshold, or absent) as a number or None."""
     try:
-        return resolve_min_score(parse_min_score(value), view.info)  # public_info keeps match_threshold
+        return resolve_min_score(parse_min_score(value), view.threshold)
     except UserError as exc:
         raise RequestError(400, str(exc)) from exc
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
+from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.interface import Encoder, model_identity
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
@@ -44,6 +45,11 @@ class IndexView:
     index: SearchBackend
     encoder: Encoder | None
     info: dict[str, Any]  # the manifest's public fields (`public_info`)
+
+    @cached_property
+    def threshold(self) -> MatchThreshold | None:
+        """The index's stored match threshold (what `min_score: "stored"` means), read once per version."""
+        return MatchThreshold.read(self.info.get("match_threshold"), "the index's match_threshold", "build it again")
 
 
 def load_view(

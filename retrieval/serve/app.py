@@ -11,7 +11,8 @@ a public service need not describe itself to every visitor.
 The index follows its directory (`LiveIndex`): `retrieval index add`/`remove` by another process
 reach the service within `reload_interval` seconds, without a restart. The work of a request runs
 in the threadpool (`Searcher`), never on the event loop. Every refusal is one JSON line,
-`{"error": "..."}`, with a 4xx status, or 503 + Retry-After when decode memory is full.
+`{"error": "..."}`, with a 4xx status, or 503 + Retry-After when decode memory is full or the
+database of `serve --backend` fails (its message, naming the database's folder or URL, is logged, not sent).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from retrieval.errors import UserError
+from retrieval.errors import BackendFailed, UserError
 from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
 from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
@@ -261,6 +262,15 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServerBusy)
     async def _busy(request: Request, exc: ServerBusy) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": str(_RETRY_AFTER_S)})
+
+    @app.exception_handler(BackendFailed)
+    async def _backend_failed(request: Request, exc: BackendFailed) -> JSONResponse:
+        _log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(
+            {"error": "the search database did not answer; try again later"},
+            status_code=503,
+            headers={"Retry-After": str(_RETRY_AFTER_S)},
+        )
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

@@ -20,7 +20,7 @@ import faiss
 import numpy as np
 
 from retrieval.encoders import encoder_for_index
-from retrieval.errors import UserError
+from retrieval.errors import BackendFailed, UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
 from retrieval.index.threshold import MatchThreshold
@@ -163,6 +163,8 @@ class Searcher:
         try:
             with self._index_lock:
                 (row,) = view.index.metadata_for([item_id])
+        except BackendFailed:
+            raise  # the database's failure, not an unknown id: a 503 (`create_app`'s handler)
         except UserError as exc:
             raise RequestError(404, f"unknown id {item_id}") from exc
         return row
@@ -178,6 +180,8 @@ class Searcher:
                     scores, ids = view.index.search(vectors, k=k, filter=where)
                 else:
                     scores, ids = self.reranker.search(IndexGallery(view.index, where), vectors, k)
+            except BackendFailed:
+                raise
             except UserError as exc:  # the query is valid by now: a filter naming a missing column or type
                 raise RequestError(400, str(exc)) from exc
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored

@@ -44,7 +44,7 @@ from torch import Tensor
 from retrieval import __version__
 from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
 from retrieval.errors import UserError
-from retrieval.index.threshold import MatchThreshold
+from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.runtime.files import atomic_write
 

@@ -17,7 +17,7 @@ import numpy as np
 
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.errors import UserError
-from retrieval.index.threshold import MatchThreshold
+from retrieval.match_threshold import MatchThreshold
 from retrieval.metrics.verification import FMR_TARGETS, Pairs, pairs_of, rates_at, roc_auc, threshold_at_fmr
 
 __all__ = [

@@ -16,7 +16,7 @@ from pydantic import ConfigDict, Field
 
 from retrieval.errors import UserError
 from retrieval.index.manifest import Sha256
-from retrieval.index.threshold import MatchThreshold
+from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = ["EXPORT_FORMAT", "ExportManifest"]

@@ -26,8 +26,8 @@ from retrieval.errors import UserError
 from retrieval.export.bundle import read_export
 from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
-from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
+from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
 

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from retrieval.errors import UserError
-from retrieval.index.threshold import MatchThreshold
+from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["FileEntry", "IndexManifest", "Sha256"]
 

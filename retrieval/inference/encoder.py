@@ -25,10 +25,10 @@ from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
 from retrieval.images import flatten_image
-from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
+from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256

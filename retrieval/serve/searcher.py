@@ -23,8 +23,8 @@ from retrieval.encoders import encoder_for_index
 from retrieval.errors import BackendFailed, UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
-from retrieval.index.threshold import MatchThreshold
 from retrieval.inference.interface import Encoder, model_identity
+from retrieval.match_threshold import MatchThreshold
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher

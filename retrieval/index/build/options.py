@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.streaming import ADD_CHUNK
-from retrieval.index.threshold import MatchThreshold
+from retrieval.match_threshold import MatchThreshold
 
 if TYPE_CHECKING:
     from retrieval.rerank import DatabaseAugmentation

@@ -45,6 +45,7 @@ from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
 from retrieval.serve.parsing import MAX_K, parse_filter_field, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
+from retrieval.serve.responses import Health, Item, SearchQuery, SearchResponse
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
 __all__ = ["MAX_K", "ServeLimits", "create_app"]
@@ -146,17 +147,17 @@ def _add_lookup_routes(app: FastAPI, live: Views[IndexView], searcher: Searcher,
         return HTMLResponse(page)
 
     @get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz() -> Health:
         view = live.current()
-        return {"status": "ok", "vectors": int(view.index.ntotal), "model": view.encoder is not None}
+        return Health(status="ok", vectors=int(view.index.ntotal), model=view.encoder is not None)
 
     @get("/info")
     async def info() -> dict[str, Any]:
         return live.current().info
 
     @get("/items/{item_id}")
-    async def item(item_id: int) -> dict[str, Any]:
-        return await run_in_threadpool(searcher.item, item_id)
+    async def item(item_id: int) -> Item:
+        return Item.model_validate(await run_in_threadpool(searcher.item, item_id))
 
     @get("/thumb/{item_id}")
     async def thumb(item_id: int) -> Response:
@@ -172,7 +173,7 @@ def _add_search_route(app: FastAPI, live: Views[IndexView], searcher: Searcher, 
     "Search service").
     """
 
-    @app.post("/search", response_model=None)
+    @app.post("/search", response_model=SearchResponse)  # the endpoint's Response is sent as it is
     async def search(request: Request) -> Response:
         started = time.perf_counter()
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
@@ -193,10 +194,10 @@ def _search_json(live: Views[IndexView], searcher: Searcher, body: bytes, starte
     where = parse_filter_field(payload.filter)
     minimum = _min_score(payload.min_score, live.current())
     if payload.id is None:
-        query: dict[str, Any] = {"type": "vector"}
+        query = SearchQuery(type="vector")
         results = searcher.by_vector(payload.vector, payload.k, where)
     else:
-        query = {"type": "id", "id": payload.id}
+        query = SearchQuery(type="id", id=payload.id)
         results = searcher.by_id(payload.id, payload.k, where)
     return _answer(started, query, payload.k, minimum, results)
 
@@ -207,16 +208,17 @@ def _search_image(
     """An image search: the upload's embedding against the index."""
     where = parse_filter_field(raw_filter)
     minimum = _min_score(min_score, live.current())
-    return _answer(started, {"type": "image"}, k, minimum, searcher.by_image(data, k, where))
+    return _answer(started, SearchQuery(type="image"), k, minimum, searcher.by_image(data, k, where))
 
 
 def _answer(
-    started: float, query: dict[str, Any], k: int, minimum: float | None, results: list[dict[str, Any]]
+    started: float, query: SearchQuery, k: int, minimum: float | None, results: list[dict[str, Any]]
 ) -> Response:
-    """The search response, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
+    """The `SearchResponse`, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
     results = keep_matches(results, minimum)
     took_ms = round((time.perf_counter() - started) * 1000, 3)
-    content = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
+    fields = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
+    content = SearchResponse.model_validate(fields).model_dump(exclude_unset=True)  # an image query has no `id`
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
     return Response(text.encode("utf-8"), media_type="application/json")
 

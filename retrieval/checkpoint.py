@@ -14,8 +14,8 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     config       the run's resolved config as plain dicts (`config_to_dict`)
     num_classes  training classes (one proxy each)
     match_threshold  optional: the score threshold of "is there a match at all" and how it was chosen
-                 (`retrieval evaluate --verification --save-threshold FMR`; keys in
-                 `retrieval.evaluate.match_thresholds.threshold_record`); older toolkits ignore it
+                 (`retrieval evaluate --verification --save-threshold FMR`; the fields of
+                 `retrieval.index.threshold.MatchThreshold`); older toolkits ignore it
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
                  and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`);
                  for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the
@@ -46,6 +46,7 @@ from torch import Tensor
 from retrieval import __version__
 from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
 from retrieval.errors import UserError
+from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.models.backbones import backbone_builder, builder_path
 from retrieval.runtime.files import atomic_write
@@ -87,8 +88,7 @@ class Checkpoint:
     selected_weights: str = "raw"  # raw | ema: which weights of best_epoch were selected (best.pt's model holds them)
     ema: StateDict | None = None  # last.pt with train.ema: the averaged model and loss (`WeightAverage.averaged`)
     grad_scaler: StateDict | None = None  # last.pt with train.amp fp16: the loss scaler's scale and growth tracker
-    # {"score", "target_fmr", "chosen_on", ...} from `evaluate --save-threshold`; `index build` copies it
-    match_threshold: dict[str, Any] | None = None
+    match_threshold: MatchThreshold | None = None  # from `evaluate --save-threshold`; `index build` copies it
     # `module:qualname` of a registered backbone's builder (None: a timm backbone); recorded when saved
     backbone_builder: str | None = None
 
@@ -194,7 +194,7 @@ class Checkpoint:
             ("optimizer", self.optimizer),
             ("ema", self.ema),
             ("grad_scaler", self.grad_scaler),
-            ("match_threshold", self.match_threshold),
+            ("match_threshold", None if self.match_threshold is None else self.match_threshold.to_dict()),
         ):
             if state is not None:
                 payload[name] = state
@@ -259,7 +259,11 @@ class Checkpoint:
             selected_weights=str(raw.get("selected_weights", "raw")),
             ema=raw.get("ema"),
             grad_scaler=raw.get("grad_scaler"),
-            match_threshold=raw.get("match_threshold"),
+            match_threshold=MatchThreshold.read(
+                raw.get("match_threshold"),
+                f"{path}: match_threshold",
+                "store it again with `retrieval evaluate --checkpoint CKPT --save-threshold 1e-3`",
+            ),
             backbone_builder=manifest.get("backbone_builder"),
         )
 

@@ -2,8 +2,9 @@
 
 Library code raises `UserError` (a `ValueError`) for problems in the user's input: a bad
 config key, a missing file, a dataset that cannot be evaluated. The CLI turns it into one
-line on stderr and exit code 2; anything else is a bug and keeps its traceback. `short_repr` is how
-such a message quotes the value it refuses.
+line on stderr and exit code 2; anything else is a bug and keeps its traceback. `BackendFailed`
+is the one kind of it a server must tell apart: its database failing, not its client's request.
+`short_repr` is how such a message quotes the value it refuses.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["UserError", "short_repr"]
+__all__ = ["BackendFailed", "UserError", "short_repr"]
 
 
 class UserError(ValueError):
@@ -28,3 +29,12 @@ def short_repr(value: Any, limit: int = 40) -> str:
         return f"an integer of {digits} digits"
     text = repr(value)
     return text if len(text) <= limit else f"{text[: limit - 3]}..."
+
+
+class BackendFailed(UserError):
+    """A database the toolkit searches or writes (a Qdrant server or folder) failed to answer.
+
+    A `UserError` for the command line (the message names the database, so its operator can fix
+    the URL, the server or the folder); the search service answers its clients a 503 that names
+    neither, since a failure of the service's own database is not the request's fault.
+    """

@@ -10,6 +10,7 @@ import torch
 from retrieval.checkpoint import CHECKPOINT_VERSION, PAYLOAD_CHECKSUM, Checkpoint, payload_checksum
 from retrieval.config import ModelConfig
 from retrieval.errors import UserError
+from retrieval.match_threshold import MatchThreshold
 
 MODEL_CONFIG = ModelConfig(backbone="resnet10t", embedding_dim=8)
 FIXTURES = Path(__file__).with_name("fixtures")
@@ -171,3 +172,31 @@ def test_the_payload_checksum_is_recorded_and_older_version_2_files_without_it_l
     raw["epoch"] = 6  # unverifiable without the field: only the weights are checked, as before it existed
     torch.save(raw, path)
     assert Checkpoint.load(path).epoch == 6
+
+
+def test_the_match_threshold_is_one_typed_record_through_save_and_load(tmp_path):
+    """Written as the JSON object `evaluate --save-threshold` made, read back as `MatchThreshold`."""
+    path = tmp_path / "c.pt"
+    stored = MatchThreshold(score=0.5, target_fmr=1e-3, chosen_on="val", later_field="kept")
+    _checkpoint(match_threshold=stored).save(path)
+    assert torch.load(path, weights_only=True)["match_threshold"] == {
+        "score": 0.5,
+        "target_fmr": 1e-3,
+        "chosen_on": "val",
+        "later_field": "kept",
+    }
+    assert Checkpoint.load(path).match_threshold == stored
+
+
+@pytest.mark.parametrize(("record", "field"), [({"score": "0.5"}, "score"), ({"chosen_on": "val"}, "score")])
+def test_a_damaged_match_threshold_is_one_line_naming_its_field(tmp_path, record, field):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+
+    def damage(raw):
+        raw["match_threshold"] = record
+        raw["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(raw)  # a record written wrong, not a flipped byte
+
+    _edit_file(path, damage)
+    with pytest.raises(UserError, match=rf"c.pt: match_threshold.{field} (must be|is missing).*--save-threshold"):
+        Checkpoint.load(path)

@@ -216,7 +216,7 @@ def _verification(
         record = threshold_record(report, args.save_threshold, config.data.name)
         dataclasses.replace(checkpoint, match_threshold=record).save(args.checkpoint)
         lines.append(
-            f"threshold {record['score']:.4f} (FMR {fmr_text(args.save_threshold)}) saved to {args.checkpoint}; "
+            f"threshold {record.score:.4f} (FMR {fmr_text(args.save_threshold)}) saved to {args.checkpoint}; "
             "indexes built from it before have its old sha256: build them again to use it"
         )
     return lines

@@ -14,7 +14,7 @@ from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
 from retrieval.cli.index_shards import add_shard_arguments
 from retrieval.errors import UserError
-from retrieval.index.choice import DEFAULT_TARGET_RECALL
+from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
 from retrieval.index.locking import writer_lock
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = ["add_parser", "run"]
 
-_KINDS = ("auto", "flat", "hnsw", "ivf", "ivfpq")
+_KINDS = tuple(kind.value for kind in IndexKind)  # auto, then every row of retrieval.index.choice.KINDS
 
 
 def add_parser(actions: argparse._SubParsersAction) -> None:

@@ -17,6 +17,7 @@ import numpy as np
 
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.errors import UserError
+from retrieval.match_threshold import MatchThreshold
 from retrieval.metrics.verification import FMR_TARGETS, Pairs, pairs_of, rates_at, roc_auc, threshold_at_fmr
 
 __all__ = [
@@ -131,22 +132,19 @@ def verification_lines(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def threshold_record(report: dict[str, Any], fmr: float, dataset: str) -> dict[str, Any]:
-    """What a checkpoint stores of the threshold at `fmr`: `score` (a pair matches at >= score) and its provenance.
-
-    Keys: `score`, `target_fmr`, `chosen_on` ("val" or "test"), `selection_fnmr`, `test_fmr`,
-    `test_fnmr` and `dataset` (the `data.name` it was measured on).
-    """
+def threshold_record(report: dict[str, Any], fmr: float, dataset: str) -> MatchThreshold:
+    """What a checkpoint stores of the threshold at `fmr`: `score` (a pair matches at >= score) and its provenance,
+    every field of `MatchThreshold` set (`dataset` is the `data.name` it was measured on)."""
     (point,) = [point for point in report["operating_points"] if point["target_fmr"] == fmr]
-    return {
-        "score": point["threshold"],
-        "target_fmr": fmr,
-        "chosen_on": report["chosen_on"],
-        "selection_fnmr": point["selection_fnmr"],
-        "test_fmr": point["test_fmr"],
-        "test_fnmr": point["test_fnmr"],
-        "dataset": dataset,
-    }
+    return MatchThreshold(
+        score=point["threshold"],
+        target_fmr=fmr,
+        chosen_on=report["chosen_on"],
+        selection_fnmr=point["selection_fnmr"],
+        test_fmr=point["test_fmr"],
+        test_fnmr=point["test_fnmr"],
+        dataset=dataset,
+    )
 
 
 def fmr_text(fmr: float) -> str:

@@ -27,6 +27,7 @@ from retrieval.export.bundle import read_export
 from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
+from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
 
@@ -63,7 +64,7 @@ class OnnxEncoder:
         self._info = ModelInfo.read(info or {})
         self._input = self.session.get_inputs()[0].name
         self._dim = _embedding_dim(self.session, Path(model_path), preprocess)
-        self.match_threshold: dict[str, Any] | None = None  # the source checkpoint's, from the export's manifest
+        self.match_threshold: MatchThreshold | None = None  # the source checkpoint's, from the export's manifest
 
     @classmethod
     def from_export(cls, directory: str | Path, device: str = "auto", threads: int | None = None) -> OnnxEncoder:
@@ -85,8 +86,7 @@ class OnnxEncoder:
                 f"{files.model_path} gives {encoder.dim}-d embeddings, but manifest.json's embedding_dim is "
                 f"{manifest.embedding_dim}; export the model again"
             )
-        threshold = manifest.match_threshold
-        encoder.match_threshold = None if threshold is None else threshold.model_dump()
+        encoder.match_threshold = manifest.match_threshold
         return encoder
 
     @property

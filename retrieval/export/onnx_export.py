@@ -133,7 +133,8 @@ def _manifest(
         "input": {"name": INPUT_NAME, "shape": ["batch", preprocess.in_chans, *(preprocess.image_size,) * 2]},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", encoder.dim], "l2_normalized": True},
         "parity": parity,  # of the float model: an int8 model's difference is in `quantization`
-        "match_threshold": encoder.match_threshold,  # `evaluate --save-threshold`'s, carried to indexes built from it
+        # `evaluate --save-threshold`'s, carried to indexes built from it
+        "match_threshold": None if encoder.match_threshold is None else encoder.match_threshold.to_dict(),
         "versions": {
             "retrieval": __version__,
             "torch": torch.__version__,

@@ -12,6 +12,13 @@ Every kind searches by inner product on unit vectors and keeps stable int64 ids:
 
 `auto` takes the most accurate kind that fits the memory budget: flat while exact search is
 still fast (N <= 20,000), HNSW when it fits, IVF, then IVF-PQ.
+
+`KINDS` is the one table of them: each kind's plan (factory string, parameters, default search
+parameters, whether it is trained, bytes a vector), whether FAISS removes its vectors natively,
+and when `auto` may take it, in `auto`'s order. The command line's choices, the manifest's `kind`
+field and `auto` derive from it, so adding a kind is a member of `IndexKind` and a row here
+(plus the tuning ranges in `retrieval.index.tuning` if it brings a FAISS structure other than
+inverted lists, a graph or re-ranking, whose search parameters tuning already knows).
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import enum
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from retrieval.errors import UserError
@@ -26,9 +34,12 @@ from retrieval.errors import UserError
 __all__ = [
     "DEFAULT_TARGET_RECALL",
     "FLAT_MAX_VECTORS",
+    "KINDS",
     "TRAINING_VECTORS_PER_CENTROID",
     "IndexKind",
     "IndexPlan",
+    "IndexSizes",
+    "KindSpec",
     "choose_index",
     "parse_memory",
     "plan_index",
@@ -104,6 +115,76 @@ def default_nlist(n: int) -> int:
     return max(1, min(int(round(4 * math.sqrt(n))), n // TRAINING_VECTORS_PER_CENTROID))
 
 
+@dataclass(frozen=True)
+class IndexSizes:
+    """The sizes a caller may set (None: the kind's default from N and D); a kind reads those it has."""
+
+    nlist: int | None = None  # inverted lists (ivf, ivfpq); default about 4·sqrt(N)
+    hnsw_m: int | None = None  # links per HNSW node; default 32
+    pq_bytes: int | None = None  # ivfpq's 4-bit code bytes (2·pq_bytes sub-quantizers must divide D); default D/8
+
+
+@dataclass(frozen=True)
+class KindSpec:
+    """One row of `KINDS`: what the toolkit needs to know about an index kind."""
+
+    plan: Callable[[int, int, IndexSizes], IndexPlan]  # (N, D, sizes) -> factory, parameters, bytes a vector
+    native_remove: bool  # FAISS removes its vectors; otherwise removal hides them until `compact`
+    in_auto: Callable[[int, int], bool]  # (N, D) -> whether `auto` may choose it
+
+
+def _flat(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
+    return IndexPlan(IndexKind.FLAT, "IDMap2,Flat", bytes_per_vector=4.0 * dim + 2 * _ID_BYTES)
+
+
+def _hnsw(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
+    m = _positive("hnsw_m", sizes.hnsw_m, _HNSW_M)
+    return IndexPlan(
+        IndexKind.HNSW,
+        f"IDMap2,HNSW{m},Flat",
+        parameters={"hnsw_m": m, "ef_construction": _HNSW_EF_CONSTRUCTION},
+        search_parameters={"efSearch": 64},
+        bytes_per_vector=4.0 * dim + 8.0 * m + 2 * _ID_BYTES,
+    )
+
+
+def _ivf(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
+    lists = _positive("nlist", sizes.nlist, default_nlist(n))
+    return IndexPlan(
+        IndexKind.IVF,
+        f"IVF{lists},Flat",
+        parameters={"nlist": lists},
+        search_parameters={"nprobe": min(lists, 16)},
+        min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
+        bytes_per_vector=4.0 * dim + _ID_BYTES,
+    )
+
+
+def _ivfpq(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
+    lists = _positive("nlist", sizes.nlist, default_nlist(n))
+    code_bytes = _positive("pq_bytes", sizes.pq_bytes, _default_pq_bytes(dim))
+    quantizers = 2 * code_bytes  # 4-bit codes: two sub-quantizers a byte
+    if dim % quantizers:
+        raise UserError(f"pq_bytes={code_bytes} needs a dimension divisible by {quantizers}, got {dim}")
+    return IndexPlan(
+        IndexKind.IVFPQ,
+        f"IDMap2,IVF{lists},PQ{quantizers}x4fsr,RFlat",
+        parameters={"nlist": lists, "pq_bytes": code_bytes},
+        search_parameters={"nprobe": min(lists, 32), "k_factor_rf": 16},
+        min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
+        bytes_per_vector=code_bytes + 2 * _ID_BYTES,
+    )
+
+
+# Every kind but `auto`, most accurate first: the order `auto` tries them in.
+KINDS: dict[IndexKind, KindSpec] = {
+    IndexKind.FLAT: KindSpec(_flat, native_remove=True, in_auto=lambda n, dim: n <= FLAT_MAX_VECTORS),
+    IndexKind.HNSW: KindSpec(_hnsw, native_remove=False, in_auto=lambda n, dim: True),
+    IndexKind.IVF: KindSpec(_ivf, native_remove=True, in_auto=lambda n, dim: True),
+    IndexKind.IVFPQ: KindSpec(_ivfpq, native_remove=False, in_auto=lambda n, dim: dim % 2 == 0),
+}
+
+
 def plan_index(
     n: int,
     dim: int,
@@ -113,53 +194,18 @@ def plan_index(
     hnsw_m: int | None = None,
     pq_bytes: int | None = None,
 ) -> IndexPlan:
-    """The plan for an explicit `kind` (not `auto`), with its parameters defaulted from N and D.
+    """The plan for an explicit `kind` (not `auto`), with its parameters defaulted from N and D (`IndexSizes`).
 
     Args:
         n: number of vectors the index is built from.
         dim: their dimension.
-        kind: `flat`, `hnsw`, `ivf` or `ivfpq`.
-        nlist: inverted lists for `ivf`/`ivfpq`; default about 4·sqrt(N).
-        hnsw_m: links per HNSW node; default 32.
-        pq_bytes: bytes of the 4-bit PQ code of `ivfpq` (2·pq_bytes sub-quantizers, which must
-            divide `dim`); default D/8, i.e. 4 dimensions a sub-quantizer.
+        kind: a kind of `KINDS`: `flat`, `hnsw`, `ivf` or `ivfpq`.
+        nlist, hnsw_m, pq_bytes: the sizes of `IndexSizes`; a kind ignores those it does not have.
     """
     kind = IndexKind.parse(kind)
-    if kind is IndexKind.FLAT:
-        return IndexPlan(kind, "IDMap2,Flat", bytes_per_vector=4.0 * dim + 2 * _ID_BYTES)
-    if kind is IndexKind.HNSW:
-        m = _positive("hnsw_m", hnsw_m, _HNSW_M)
-        return IndexPlan(
-            kind,
-            f"IDMap2,HNSW{m},Flat",
-            parameters={"hnsw_m": m, "ef_construction": _HNSW_EF_CONSTRUCTION},
-            search_parameters={"efSearch": 64},
-            bytes_per_vector=4.0 * dim + 8.0 * m + 2 * _ID_BYTES,
-        )
-    lists = _positive("nlist", nlist, default_nlist(n))
-    if kind is IndexKind.IVF:
-        return IndexPlan(
-            kind,
-            f"IVF{lists},Flat",
-            parameters={"nlist": lists},
-            search_parameters={"nprobe": min(lists, 16)},
-            min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
-            bytes_per_vector=4.0 * dim + _ID_BYTES,
-        )
-    if kind is IndexKind.IVFPQ:
-        code_bytes = _positive("pq_bytes", pq_bytes, _default_pq_bytes(dim))
-        quantizers = 2 * code_bytes  # 4-bit codes: two sub-quantizers a byte
-        if dim % quantizers:
-            raise UserError(f"pq_bytes={code_bytes} needs a dimension divisible by {quantizers}, got {dim}")
-        return IndexPlan(
-            kind,
-            f"IDMap2,IVF{lists},PQ{quantizers}x4fsr,RFlat",
-            parameters={"nlist": lists, "pq_bytes": code_bytes},
-            search_parameters={"nprobe": min(lists, 32), "k_factor_rf": 16},
-            min_training_vectors=TRAINING_VECTORS_PER_CENTROID * lists,
-            bytes_per_vector=code_bytes + 2 * _ID_BYTES,
-        )
-    raise UserError("kind 'auto' has no fixed plan; call choose_index")
+    if kind is IndexKind.AUTO:
+        raise UserError("kind 'auto' has no fixed plan; call choose_index")
+    return KINDS[kind].plan(n, dim, IndexSizes(nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes))
 
 
 def choose_index(
@@ -180,11 +226,8 @@ def choose_index(
     Raises:
         UserError: nothing fits the budget, not even IVF-PQ.
     """
-    options = {"nlist": nlist, "hnsw_m": hnsw_m}
-    candidates = [plan_index(n, dim, IndexKind.FLAT)] if n <= FLAT_MAX_VECTORS else []
-    candidates += [plan_index(n, dim, IndexKind.HNSW, **options), plan_index(n, dim, IndexKind.IVF, **options)]
-    if dim % 2 == 0:
-        candidates.append(plan_index(n, dim, IndexKind.IVFPQ, pq_bytes=pq_bytes, **options))
+    sizes = IndexSizes(nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes)
+    candidates = [spec.plan(n, dim, sizes) for spec in KINDS.values() if spec.in_auto(n, dim)]
     for plan in candidates:
         fits = max_memory is None or plan.bytes_per_vector * n <= max_memory
         if fits and n >= plan.min_training_vectors:

@@ -13,13 +13,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from retrieval.errors import UserError, short_repr
+from retrieval.index.choice import KINDS
+from retrieval.match_threshold import MatchThreshold
 
-__all__ = ["FileEntry", "IndexManifest", "MatchThreshold", "Sha256"]
+__all__ = ["FileEntry", "IndexManifest", "Sha256"]
 
 _Count = Annotated[int, Field(ge=0)]
+_BUILT_KINDS = tuple(kind.value for kind in KINDS)  # what a built index records (never `auto`)
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a file digest as the manifests record it
 
 
@@ -30,14 +33,6 @@ class FileEntry(BaseModel):
 
     size: _Count
     sha256: Sha256
-
-
-class MatchThreshold(BaseModel):
-    """The model's stored match threshold (`retrieval.index.threshold`): at least a finite `score`."""
-
-    model_config = ConfigDict(strict=True, extra="allow", allow_inf_nan=False)
-
-    score: float
 
 
 class IndexManifest(BaseModel):
@@ -54,7 +49,7 @@ class IndexManifest(BaseModel):
     metric: str = Field(description="a string")
     normalized: bool = Field(description="true or false")
     factory: str = Field(description="a string")
-    kind: Literal["flat", "hnsw", "ivf", "ivfpq"] = Field(description="one of flat, hnsw, ivf, ivfpq")
+    kind: Annotated[str, AfterValidator(_built_kind)] = Field(description=f"one of {', '.join(_BUILT_KINDS)}")
     count: _Count = Field(description="a non-negative integer")
     stored: _Count | None = Field(None, description="a non-negative integer")
     next_id: _Count = Field(description="a non-negative integer")
@@ -121,3 +116,10 @@ class IndexManifest(BaseModel):
     def as_dict(self) -> dict[str, Any]:
         """The manifest as JSON-ready data, with exactly the fields it was made from."""
         return self.model_dump(exclude_unset=True)
+
+
+def _built_kind(kind: str) -> str:
+    """`kind` if it names a row of `KINDS`."""
+    if kind not in _BUILT_KINDS:
+        raise ValueError(f"not one of {_BUILT_KINDS}")
+    return kind

@@ -24,7 +24,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.add import add_in_chunks
 from retrieval.index.build.options import IndexBuildOptions
 from retrieval.index.build.pipeline import BuiltIndex, build_index
-from retrieval.index.choice import IndexKind
+from retrieval.index.choice import KINDS, IndexKind
 from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
@@ -42,7 +42,6 @@ from retrieval.rerank import IndexGallery, augmentation_at_build
 __all__ = ["SearchIndex"]
 
 _LOAD_ATTEMPTS = 5  # loads of a directory that saves keep swapping under the reader, before its error stands
-_NATIVE_REMOVE = (IndexKind.FLAT, IndexKind.IVF)
 _MMAP_FLAGS = faiss.IO_FLAG_MMAP_IFC  # flat vector storage (flat, HNSW, RFlat); inverted lists are read
 
 
@@ -324,7 +323,7 @@ class SearchIndex:
         self._check_writable("remove from")
         unique = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
         remaining = self._metadata.without(unique)  # raises on unknown ids before anything changes
-        if IndexKind(self.kind) in _NATIVE_REMOVE:
+        if KINDS[IndexKind(self.kind)].native_remove:
             self._index.remove_ids(faiss.IDSelectorBatch(unique))
         else:
             self._tombstones = np.union1d(self._tombstones, unique)

@@ -11,10 +11,10 @@ matches for false ones, and only the caller knows which costs more.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 from retrieval.errors import UserError
+from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["STORED", "keep_matches", "no_match_text", "parse_min_score", "resolve_min_score"]
 
@@ -42,21 +42,20 @@ def parse_min_score(value: Any) -> float | str | None:
     return number
 
 
-def resolve_min_score(value: float | str | None, manifest: Mapping[str, Any]) -> float | None:
-    """The number a parsed minimum stands for: itself, the manifest's stored threshold for `stored`, or None.
+def resolve_min_score(value: float | str | None, stored: MatchThreshold | None) -> float | None:
+    """The number a parsed minimum stands for: itself, the index's `stored` threshold for `stored`, or None.
 
     Raises:
         UserError: `stored` for an index without a stored threshold.
     """
     if value != STORED:
         return None if value is None else float(value)
-    stored = manifest.get("match_threshold")
-    if not stored:
+    if stored is None:
         raise UserError(
             "this index stores no match threshold; choose one with `retrieval evaluate --checkpoint CKPT "
             "--save-threshold 1e-3` and build the index again, or pass a number such as 0.6"
         )
-    return float(stored["score"])
+    return stored.score
 
 
 def keep_matches(results: list[dict[str, Any]], min_score: float | None) -> list[dict[str, Any]]:

@@ -29,6 +29,7 @@ from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
+from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256
@@ -62,7 +63,7 @@ class ImageEncoder:
         precision: Precision = FLOAT32,
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
-        match_threshold: dict[str, Any] | None = None,
+        match_threshold: MatchThreshold | None = None,
         backbone_config: dict[str, Any] | None = None,
     ) -> None:
         self.model = model.eval()

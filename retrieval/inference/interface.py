@@ -17,6 +17,7 @@ import numpy as np
 from PIL import Image
 from pydantic import ConfigDict, Field, ValidationError
 
+from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
 
 __all__ = ["EmbeddedFiles", "Encoder", "ModelInfo", "model_identity"]
@@ -34,7 +35,7 @@ class Encoder(Protocol):
     """A model with its evaluation preprocessing: images and image files -> `(M, D)` float32 unit vectors."""
 
     # The source checkpoint's match threshold (`evaluate --save-threshold`), which `index build` records; or None.
-    match_threshold: dict[str, Any] | None
+    match_threshold: MatchThreshold | None
 
     @property
     def dim(self) -> int:

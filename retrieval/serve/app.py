@@ -11,7 +11,8 @@ a public service need not describe itself to every visitor.
 The index follows its directory (`LiveIndex`): `retrieval index add`/`remove` by another process
 reach the service within `reload_interval` seconds, without a restart. The work of a request runs
 in the threadpool (`Searcher`), never on the event loop. Every refusal is one JSON line,
-`{"error": "..."}`, with a 4xx status, or 503 + Retry-After when decode memory is full.
+`{"error": "..."}`, with a 4xx status, or 503 + Retry-After when decode memory is full or the
+database of `serve --backend` fails (its message, naming the database's folder or URL, is logged, not sent).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
-from retrieval.errors import UserError
+from retrieval.errors import BackendFailed, UserError
 from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
 from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
@@ -44,6 +45,7 @@ from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
 from retrieval.serve.parsing import MAX_K, parse_filter_field, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
+from retrieval.serve.responses import Health, Item, SearchQuery, SearchResponse
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
 __all__ = ["MAX_K", "ServeLimits", "create_app"]
@@ -145,17 +147,17 @@ def _add_lookup_routes(app: FastAPI, live: Views[IndexView], searcher: Searcher,
         return HTMLResponse(page)
 
     @get("/healthz")
-    async def healthz() -> dict[str, Any]:
+    async def healthz() -> Health:
         view = live.current()
-        return {"status": "ok", "vectors": int(view.index.ntotal), "model": view.encoder is not None}
+        return Health(status="ok", vectors=int(view.index.ntotal), model=view.encoder is not None)
 
     @get("/info")
     async def info() -> dict[str, Any]:
         return live.current().info
 
     @get("/items/{item_id}")
-    async def item(item_id: int) -> dict[str, Any]:
-        return await run_in_threadpool(searcher.item, item_id)
+    async def item(item_id: int) -> Item:
+        return Item.model_validate(await run_in_threadpool(searcher.item, item_id))
 
     @get("/thumb/{item_id}")
     async def thumb(item_id: int) -> Response:
@@ -171,7 +173,7 @@ def _add_search_route(app: FastAPI, live: Views[IndexView], searcher: Searcher, 
     "Search service").
     """
 
-    @app.post("/search", response_model=None)
+    @app.post("/search", response_model=SearchResponse)  # the endpoint's Response is sent as it is
     async def search(request: Request) -> Response:
         started = time.perf_counter()
         body = await read_body(request, limits.max_upload_bytes, limits.body_timeout)
@@ -192,10 +194,10 @@ def _search_json(live: Views[IndexView], searcher: Searcher, body: bytes, starte
     where = parse_filter_field(payload.filter)
     minimum = _min_score(payload.min_score, live.current())
     if payload.id is None:
-        query: dict[str, Any] = {"type": "vector"}
+        query = SearchQuery(type="vector")
         results = searcher.by_vector(payload.vector, payload.k, where)
     else:
-        query = {"type": "id", "id": payload.id}
+        query = SearchQuery(type="id", id=payload.id)
         results = searcher.by_id(payload.id, payload.k, where)
     return _answer(started, query, payload.k, minimum, results)
 
@@ -206,16 +208,17 @@ def _search_image(
     """An image search: the upload's embedding against the index."""
     where = parse_filter_field(raw_filter)
     minimum = _min_score(min_score, live.current())
-    return _answer(started, {"type": "image"}, k, minimum, searcher.by_image(data, k, where))
+    return _answer(started, SearchQuery(type="image"), k, minimum, searcher.by_image(data, k, where))
 
 
 def _answer(
-    started: float, query: dict[str, Any], k: int, minimum: float | None, results: list[dict[str, Any]]
+    started: float, query: SearchQuery, k: int, minimum: float | None, results: list[dict[str, Any]]
 ) -> Response:
-    """The search response, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
+    """The `SearchResponse`, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
     results = keep_matches(results, minimum)
     took_ms = round((time.perf_counter() - started) * 1000, 3)
-    content = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
+    fields = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
+    content = SearchResponse.model_validate(fields).model_dump(exclude_unset=True)  # an image query has no `id`
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
     return Response(text.encode("utf-8"), media_type="application/json")
 
@@ -240,7 +243,7 @@ def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint
 def _min_score(value: Any, view: IndexView) -> float | None:
     """A request's `min_score` (a number, "stored" for the index's threshold, or absent) as a number or None."""
     try:
-        return resolve_min_score(parse_min_score(value), view.info)  # public_info keeps match_threshold
+        return resolve_min_score(parse_min_score(value), view.threshold)
     except UserError as exc:
         raise RequestError(400, str(exc)) from exc
 
@@ -261,6 +264,15 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServerBusy)
     async def _busy(request: Request, exc: ServerBusy) -> JSONResponse:
         return JSONResponse({"error": str(exc)}, status_code=503, headers={"Retry-After": str(_RETRY_AFTER_S)})
+
+    @app.exception_handler(BackendFailed)
+    async def _backend_failed(request: Request, exc: BackendFailed) -> JSONResponse:
+        _log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse(
+            {"error": "the search database did not answer; try again later"},
+            status_code=503,
+            headers={"Retry-After": str(_RETRY_AFTER_S)},
+        )
 
     @app.exception_handler(HTTPException)
     async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:

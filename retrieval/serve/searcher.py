@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +20,11 @@ import faiss
 import numpy as np
 
 from retrieval.encoders import encoder_for_index
-from retrieval.errors import UserError
+from retrieval.errors import BackendFailed, UserError
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
 from retrieval.inference.interface import Encoder, model_identity
+from retrieval.match_threshold import MatchThreshold
 from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
@@ -51,6 +52,11 @@ class IndexView:
     index: SearchBackend
     encoder: Encoder | None
     info: dict[str, Any]  # the manifest's public fields (`public_info`)
+
+    @cached_property
+    def threshold(self) -> MatchThreshold | None:
+        """The index's stored match threshold (what `min_score: "stored"` means), read once per version."""
+        return MatchThreshold.read(self.info.get("match_threshold"), "the index's match_threshold", "build it again")
 
 
 def load_view(
@@ -165,6 +171,8 @@ class Searcher:
         try:
             with self._index_lock:
                 (row,) = view.index.metadata_for([item_id])
+        except BackendFailed:
+            raise  # the database's failure, not an unknown id: a 503 (`create_app`'s handler)
         except UserError as exc:
             raise RequestError(404, f"unknown id {item_id}") from exc
         return row
@@ -180,6 +188,8 @@ class Searcher:
                     scores, ids = view.index.search(vectors, k=k, filter=where)
                 else:
                     scores, ids = self.reranker.search(IndexGallery(view.index, where), vectors, k)
+            except BackendFailed:
+                raise
             except UserError as exc:  # the query is valid by now: a filter naming a missing column or type
                 raise RequestError(400, str(exc)) from exc
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored

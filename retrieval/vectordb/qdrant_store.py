@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.errors import UserError
+from retrieval.errors import BackendFailed, UserError
 from retrieval.vectordb._qdrant import ApiException, QdrantClient, models
 from retrieval.vectordb.record import CollectionRecord
 from retrieval.vectordb.uri import DatabaseLocation
@@ -225,7 +225,7 @@ class QdrantStore:
             raise
         except (ApiException, OSError, ValueError) as exc:  # local mode raises ValueError
             reason = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
-            raise UserError(f"Qdrant request for {self.location} failed: {reason}") from exc
+            raise BackendFailed(f"Qdrant request for {self.location} failed: {reason}") from exc
 
 
 def _damaged_file(folder: Path, error: Exception) -> Path:

@@ -44,7 +44,7 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     assert any(text.startswith(head) and "chosen on the 15,931 validation pairs" in text for text in lines)
 
     saved = Checkpoint.load(checkpoint)  # still a valid checkpoint, its checksums rewritten
-    assert saved.match_threshold == {
+    assert saved.match_threshold is not None and saved.match_threshold.to_dict() == {
         "score": points[5e-3]["threshold"],
         "target_fmr": 5e-3,
         "chosen_on": "val",
@@ -58,13 +58,13 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     index = tmp_path / "index"
     build = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(csv_dataset), "--out", str(index)]
     assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
-    assert SearchIndex.load(index).manifest.as_dict()["match_threshold"] == saved.match_threshold
+    assert SearchIndex.load(index).manifest.as_dict()["match_threshold"] == saved.match_threshold.to_dict()
     image = csv_dataset.parent / "images" / "train_2_3.png"
     query = ["index", "query", "--index", str(index), "--image", str(image), "--json", "--num-workers", "0"]
     capsys.readouterr()
     assert main([*query, "-k", "28", "--min-score", "stored"]) == 0
     (answer,) = json.loads(capsys.readouterr().out)
-    assert answer["min_score"] == saved.match_threshold["score"]
+    assert answer["min_score"] == saved.match_threshold.score
     assert answer["results"] and all(result["score"] >= answer["min_score"] for result in answer["results"])
 
     other = tmp_path / "other.png"

@@ -67,3 +67,32 @@ def test_bad_kind_and_parameters_are_user_errors() -> None:
         plan_index(100, 8, "ivf", nlist=0)
     with pytest.raises(UserError, match="divisible"):
         plan_index(10**5, 100, "ivfpq", pq_bytes=16)
+
+
+def test_every_kind_is_one_row_of_kinds_from_which_the_cli_manifest_and_removal_derive(tmp_path) -> None:
+    """The CLI's choices, the manifest's accepted kinds and native removal all read `KINDS`, in its order."""
+    import argparse
+
+    import numpy as np
+    from pydantic import ValidationError
+
+    from retrieval.cli.index_build import add_parser
+    from retrieval.index import SearchIndex
+    from retrieval.index.choice import KINDS
+    from retrieval.index.manifest import IndexManifest
+
+    assert [kind.value for kind in IndexKind] == ["auto", *(kind.value for kind in KINDS)]
+    parser = argparse.ArgumentParser()
+    add_parser(parser.add_subparsers())
+    (build,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
+    (kind_option,) = [action for action in build.choices["build"]._actions if action.dest == "type"]
+    assert list(kind_option.choices) == [kind.value for kind in IndexKind]
+    assert IndexManifest.model_fields["kind"].description == "one of flat, hnsw, ivf, ivfpq"
+    with pytest.raises(ValidationError):
+        IndexManifest.model_validate({"kind": "auto"})
+    vectors = np.random.default_rng(0).normal(size=(2_000, 16)).astype(np.float32)
+    for kind, spec in KINDS.items():
+        assert plan_index(2_000, 16, kind).kind is kind
+        index = SearchIndex.build(vectors, kind=kind.value, nlist=8, progress=False, default_target_recall=None)
+        index.remove([0, 1])
+        assert index.ntotal == 1_998 and (index.manifest.stored == 1_998) is spec.native_remove, kind  # or hidden

@@ -97,3 +97,32 @@ def test_serve_takes_an_index_or_a_backend(gallery, capsys):
     assert exit_status.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
     assert main(["serve", "--backend", "qdrant+local:///nowhere?collection=g"]) == 2
     assert capsys.readouterr().err.strip() == "error: no local Qdrant database at /nowhere; export an index there first"
+
+
+@pytest.mark.parametrize("failure", [ConnectionRefusedError(111, "Connection refused"), ValueError("lost its files")])
+def test_a_failing_database_is_a_503_that_names_neither_its_folder_nor_its_url(
+    gallery, serving, serve_limits, tmp_path, monkeypatch, caplog, failure
+):
+    """A search, item or health request the database cannot answer is not the client's fault (not a 400 or 404)."""
+    uri = f"qdrant+local://{tmp_path}?collection=gallery"
+    export_index(gallery.index_dir, parse_database_uri(uri), progress=False)
+    app = create_app(None, backend=uri, device="cpu", limits=serve_limits)
+
+    def fail(*args, **kwargs):
+        raise failure
+
+    client = app.state.searcher.live.current().index._store.client
+    for method in ("query_batch_points", "retrieve", "count"):
+        monkeypatch.setattr(client, method, fail)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as backend:
+        query = gallery.embeddings[0].tolist()
+        for response in (
+            backend.post("/search", json={"vector": query, "k": 3}),
+            backend.post("/search", json={"id": 1, "k": 3}),
+            backend.get("/items/1"),
+            backend.get("/healthz"),
+        ):
+            assert response.status_code == 503 and response.headers["retry-after"] == "1"
+            assert response.json() == {"error": "the search database did not answer; try again later"}
+            assert str(tmp_path) not in response.text
+    assert str(tmp_path) in caplog.text  # the operator's log keeps the detail

@@ -9,6 +9,7 @@ import pytest
 from retrieval.index import SearchIndex
 from retrieval.serve import create_app
 from retrieval.serve.public import PublicPaths
+from retrieval.serve.responses import SearchResponse
 
 
 @pytest.fixture(scope="module")
@@ -43,6 +44,28 @@ def test_openapi_and_docs_only_behind_the_flag(gallery, serving, serve_limits, c
     with serving(create_app(gallery.index_dir, device="cpu", limits=serve_limits, openapi=True)) as url:
         assert "/search" in httpx.get(f"{url}/openapi.json").json()["paths"]
         assert httpx.get(f"{url}/docs").status_code == 200
+
+
+def test_the_openapi_schema_describes_each_answer(gallery, serving, serve_limits, client):
+    """`/search`, `/items/{id}` and `/healthz` name their response models, and a real answer fits its model."""
+    with serving(create_app(gallery.index_dir, device="cpu", limits=serve_limits, openapi=True)) as url:
+        schema = httpx.get(f"{url}/openapi.json").json()
+    answers = {
+        path: schema["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+        for path, method in (("/search", "post"), ("/items/{item_id}", "get"), ("/healthz", "get"))
+    }
+    assert answers == {
+        "/search": {"$ref": "#/components/schemas/SearchResponse"},
+        "/items/{item_id}": {"$ref": "#/components/schemas/Item"},
+        "/healthz": {"$ref": "#/components/schemas/Health"},
+    }
+    models = schema["components"]["schemas"]
+    assert set(models["SearchResult"]["properties"]) == {"id", "label", "path", "metadata", "thumb", "score"}
+    answer = client.post("/search", json={"id": 1, "k": 3}).json()
+    assert SearchResponse.model_validate(answer).query.id == 1 and set(answer) == set(
+        models["SearchResponse"]["properties"]
+    )
+    assert set(client.get("/items/1").json()) == set(models["Item"]["properties"])
 
 
 def test_an_image_root_shows_paths_under_it_and_hides_the_others(tmp_path, serving, serve_limits):

@@ -13,6 +13,7 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
+from retrieval.match_threshold import MatchThreshold
 from retrieval.serve import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package, driven by Playwright as in test_page.py
@@ -24,7 +25,7 @@ def thresholded(tmp_path_factory, tiny_checkpoint, gallery):
     """The gallery's images indexed by the same weights, from a checkpoint that carries a match threshold."""
     root = tmp_path_factory.mktemp("thresholded")
     checkpoint = root / "best.pt"
-    dataclasses.replace(Checkpoint.load(tiny_checkpoint), match_threshold=STORED).save(checkpoint)
+    dataclasses.replace(Checkpoint.load(tiny_checkpoint), match_threshold=MatchThreshold(**STORED)).save(checkpoint)
     images = root / "images" / "gallery"
     images.mkdir(parents=True)
     for position, path in enumerate(gallery.paths):

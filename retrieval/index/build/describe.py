@@ -66,7 +66,7 @@ def describe(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions, fa
         "target_recall_source": target_source,
         "measured": _measured(facts, index),
         "model": dict(options.model_info or {}),
-        "match_threshold": options.match_threshold,
+        "match_threshold": None if options.match_threshold is None else options.match_threshold.to_dict(),
         **({"sources": options.sources} if options.sources is not None else {}),
         **({"database_augmentation": options.database_augmentation} if options.database_augmentation else {}),
     }

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.streaming import ADD_CHUNK
+from retrieval.match_threshold import MatchThreshold
 
 if TYPE_CHECKING:
     from retrieval.rerank import DatabaseAugmentation
@@ -69,7 +70,7 @@ class IndexBuildOptions:
     pq_bytes: int | None = None
     database_augmentation: str | None = None
     model_info: dict[str, Any] | None = None
-    match_threshold: dict[str, Any] | None = None
+    match_threshold: MatchThreshold | None = None
     sources: list[dict[str, Any]] | None = None
     on_disk: Path | None = None
     refine_directory: Path | None = None

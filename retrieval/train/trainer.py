@@ -46,7 +46,7 @@ from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
-__all__ = ["TrainResult", "Trainer"]
+__all__ = ["TrainResult", "Trainer", "epoch_seed"]
 
 _log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ def _load_part(name: str, part: _Stateful, state: StateDict) -> None:
         ) from exc
 
 
-def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     """Every epoch's randomness depends only on (seed, epoch, rank), so a resumed run continues exactly.
 
     Ranks draw different augmentations; rank 0 (a single process) keeps the seeds of earlier versions.
@@ -282,9 +282,9 @@ class Trainer:
     def begin_epoch(self, epoch: int) -> None:
         """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
         parts, seed = self.parts, self.settings.seed
-        seed_everything(_epoch_seed(seed, epoch, parts.context.rank))
+        seed_everything(epoch_seed(seed, epoch, parts.context.rank))
         if parts.loader.generator is not None:
-            parts.loader.generator.manual_seed(_epoch_seed(seed, epoch))
+            parts.loader.generator.manual_seed(epoch_seed(seed, epoch))
         for sampler in epoch_samplers(parts.loader):
             sampler.set_epoch(epoch)
         self._set_train_mode(epoch)

@@ -276,7 +276,7 @@ class PretrainConfig(_Section):
 
     section: ClassVar[str] = "pretrain"
 
-    # simclr (NT-Xent over the two views, pytorch-metric-learning's NTXentLoss) | simsiam (predictor + stop-gradient)
+    # simclr (NT-Xent, PML's NTXentLoss; won validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient)
     method: Literal["simclr", "simsiam"] = "simclr"
     epochs: Annotated[int, at_least(1)] = 100  # passes over the unlabeled images
     # images per optimizer step over all processes, each seen in two views (SimCLR's negatives: 2 x batch - 2)

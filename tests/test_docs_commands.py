@@ -146,6 +146,25 @@ COMMANDS: dict[str, Run | Skip] = {
         "trains 21 runs (7 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows, the "
         "re-ranking rows on saved embeddings, and runs the peer script on tiny data"
     ),
+    (
+        "retrieval pretrain --csv glyphs64/dataset.csv --split train --config configs/csv_glyph.yaml"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=4"
+        " --set pretrain.batch_size=128 --output-dir pre_simclr"
+    ): Skip(
+        "pretrains a ResNet-18 on 5,680 glyphs for hours on a CPU; the documented `retrieval pretrain` command of "
+        "training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+    ),
+    (
+        "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench_pre --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --seeds 0 --peer proxy_anchor --toolkit anchor"
+        " --variant b_simclr=anchor:model.weights=pre_simclr/backbone.safetensors"
+        " --variant b_simsiam=anchor:model.weights=pre_simsiam/backbone.safetensors"
+        " --pair b_simclr toolkit-anchor --pair b_simsiam toolkit-anchor --pair b_simclr b_simsiam"
+        " --pair b_simclr peer-proxy_anchor --pair toolkit-anchor peer-proxy_anchor"
+    ): Skip(
+        "trains 4 runs for hours on the pretrained backbones above; tests/tools/test_dev_benchmark.py checks its "
+        "rows and runs the peer script on tiny data"
+    ),
     "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
         RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
     ),

@@ -39,7 +39,7 @@ from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader, epoch_samplers
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import LossTracker, TrainStep
-from retrieval.train.trainer import epoch_seed
+from retrieval.train.trainer import epoch_seed, load_resume_part
 
 __all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainResult", "Pretrainer", "load_pretrain_checkpoint"]
 
@@ -141,15 +141,8 @@ class Pretrainer:
 
     def resume(self, state: dict[str, Any]) -> None:
         """Continue from a loaded `last.pt` (`load_pretrain_checkpoint`): weights, optimizer, loss scale, epoch."""
-        try:
-            self.model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            reason = " ".join(str(exc).split())[:200]
-            raise UserError(
-                f"cannot resume: the checkpoint does not fit this run's model ({reason}); resume with the config "
-                "the run was started with (no --config or --set that changes the model or pretrain.method)"
-            ) from exc
+        load_resume_part("model", self.model, state["model"])
+        load_resume_part("optimizer", self.optimizer, state["optimizer"])
         if self.step.scaler is not None and state.get("grad_scaler") is not None:
             self.step.scaler.load_state_dict(state["grad_scaler"])
         self.start_epoch = int(state["epoch"]) + 1

@@ -46,7 +46,7 @@ from retrieval.train.settings import TrainSettings
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
-__all__ = ["TrainResult", "Trainer", "epoch_seed"]
+__all__ = ["TrainResult", "Trainer", "epoch_seed", "load_resume_part"]
 
 _log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ class _Stateful(Protocol):
     def load_state_dict(self, state_dict: Any, /) -> Any: ...
 
 
-def _load_part(name: str, part: _Stateful, state: StateDict) -> None:
+def load_resume_part(name: str, part: _Stateful, state: StateDict) -> None:
     """Load one part of a `last.pt` into the run's own, or say in one line why it does not fit.
 
     A resume whose config differs from the run's (backbone, embedding size, loss, optimizer
@@ -175,14 +175,14 @@ class Trainer:
                 fit this run's (another model, loss or optimizer layout).
         """
         parts = self.parts
-        _load_part("model", parts.model, checkpoint.model)
-        _load_part("loss", parts.loss, checkpoint.loss)
-        _load_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
+        load_resume_part("model", parts.model, checkpoint.model)
+        load_resume_part("loss", parts.loss, checkpoint.loss)
+        load_resume_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
         if self.ema is not None:
             if checkpoint.ema is None:
                 self.ema.reset()  # the run trained without EMA so far: the average starts now
             else:
-                _load_part("ema", self.ema.averaged, checkpoint.ema)
+                load_resume_part("ema", self.ema.averaged, checkpoint.ema)
         if parts.step.scaler is not None and checkpoint.grad_scaler is not None:
             parts.step.scaler.load_state_dict(checkpoint.grad_scaler)
         self.start_epoch = checkpoint.epoch + 1

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,7 +63,7 @@ def test_pretrained_backbone_loads_into_train_whole_and_says_the_head_starts_fre
 
 
 @pytest.mark.slow
-def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(csv_dataset, tmp_path):
+def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(csv_dataset, tmp_path, capsys):
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     assert _pretrain(csv_dataset, straight, "pretrain.epochs=2") == 0
     assert _pretrain(csv_dataset, interrupted, "pretrain.epochs=1") == 0
@@ -68,6 +71,9 @@ def test_resume_continues_exactly_where_an_uninterrupted_run_would_be(csv_datase
     assert [r["loss"] for r in _records(interrupted)] == [r["loss"] for r in _records(straight)]
     resumed, expected = load_file(interrupted / "backbone.safetensors"), load_file(straight / "backbone.safetensors")
     assert all(torch.equal(resumed[key], expected[key]) for key in expected)
+    # Another head than the run's cannot take its weights: one line, not torch's key listing.
+    assert main(["pretrain", "--resume", str(interrupted), "--set", "pretrain.hidden_dim=64"]) == 2
+    assert "cannot resume: the checkpoint's model state does not fit" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -92,3 +98,16 @@ def test_a_bad_pretrain_key_is_one_line(csv_dataset, tmp_path, capsys):
     assert _pretrain(csv_dataset, tmp_path / "bad", "pretrain.method=byol") == 2
     err = capsys.readouterr().err
     assert "pretrain.method" in err and len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_two_torchrun_processes_pretrain_one_run_and_print_once(csv_dataset, tmp_path):
+    run = tmp_path / "ddp"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "retrieval"]
+    arguments = ["pretrain", "--csv", str(csv_dataset), *_sets([*TINY, "pretrain.epochs=1"]), "--output-dir", str(run)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
+    done = subprocess.run([*command, *arguments], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.count("backbone weights: ") == 1 and done.stdout.count("epoch 1/1 ") == 1
+    assert json.loads((run / "environment.json").read_text())["world_size"] == 2
+    assert load_file(run / "backbone.safetensors")

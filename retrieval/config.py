@@ -38,6 +38,7 @@ __all__ = [
     "DataConfig",
     "LossConfig",
     "ModelConfig",
+    "PretrainConfig",
     "TrainConfig",
     "check_config",
     "config_from_dict",
@@ -274,6 +275,38 @@ class TrainConfig(_Section):
     ] = Field(default_factory=list)
 
 
+class PretrainConfig(_Section):
+    """`retrieval pretrain`: self-supervised pretraining of the backbone on unlabeled images (`retrieval.pretrain`).
+
+    The backbone, its input channels and image size come from `model` and `data`, so the config a
+    later `retrieval train` runs (with `--set model.weights=RUN/backbone.safetensors`) pretrains the
+    backbone it will load; device, autocast, threads and seed come from `train`. The two views of an
+    image are the `augment` section's pipeline with the crop and photometric knobs below in place of its own.
+    """
+
+    section: ClassVar[str] = "pretrain"
+
+    # simclr (NT-Xent, PML's NTXentLoss; won validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient)
+    method: Literal["simclr", "simsiam"] = "simclr"
+    epochs: Annotated[int, at_least(1)] = 100  # passes over the unlabeled images
+    # images per optimizer step over all processes, each seen in two views (SimCLR's negatives: 2 x batch - 2)
+    batch_size: Annotated[int, at_least(4)] = 256
+    lr: Annotated[float, _POSITIVE] = 1e-3  # AdamW learning rate, cosine decay to 0 after the warm-up
+    weight_decay: Annotated[float, _NON_NEGATIVE] = 1e-6  # AdamW weight decay (none on norms and biases)
+    warmup_epochs: Annotated[float, _NON_NEGATIVE] = 1.0  # linear lr warm-up
+    temperature: Annotated[float, _POSITIVE] = 0.2  # simclr: NT-Xent temperature
+    hidden_dim: Annotated[int, at_least(1)] = 512  # width of the projection head's hidden layer
+    projection_dim: Annotated[int, at_least(1)] = 128  # output of the projection head (discarded after pretraining)
+    # the views' RandomResizedCrop area range: SimCLR's strong crops (the augment section's crop is replaced)
+    crop_scale: Annotated[
+        tuple[float, float], _PAIR, accepts(_ordered(upper=1.0), "two area fractions 0 < low <= high <= 1")
+    ] = (0.2, 1.0)
+    color_jitter: Annotated[float, accepts(lambda value: value >= 0.0, "a strength >= 0")] = 0.4  # views' jitter
+    hue_jitter: Annotated[float, accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")] = 0.1
+    grayscale: Annotated[float, _PROBABILITY] = 0.2  # probability of a gray view (RGB models)
+    blur: Annotated[float, _PROBABILITY] = 0.2  # probability of a Gaussian blur of a view
+
+
 class Config(BaseModel):
     """The whole run configuration: one model per YAML section."""
 
@@ -284,6 +317,7 @@ class Config(BaseModel):
     augment: AugmentConfig = Field(default_factory=lambda: resolve_augment({}, _default(DataConfig, "name")))
     loss: LossConfig = Field(default_factory=LossConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
+    pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -292,6 +326,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "augment": AugmentConfig,
     "loss": LossConfig,
     "train": TrainConfig,
+    "pretrain": PretrainConfig,
 }
 
 
@@ -353,7 +388,8 @@ def config_to_dict(config: Config) -> dict[str, Any]:
     out = config.model_dump()
     loss = out.pop("loss")
     out["loss"] = {"name": loss["name"], **loss["params"]}
-    out["augment"] = {key: list(value) if isinstance(value, tuple) else value for key, value in out["augment"].items()}
+    for section in ("augment", "pretrain"):  # pairs (crop_scale, ...) as YAML lists, as a config file gives them
+        out[section] = {key: list(value) if isinstance(value, tuple) else value for key, value in out[section].items()}
     return {key: out[key] for key in _SECTIONS}
 
 
@@ -387,7 +423,8 @@ def _build_config(raw: dict[str, Any], texts: Mapping[str, str]) -> Config:
     model, data, train = _build_plain_sections(raw, texts)
     augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
     loss = _build_loss_section(raw.get("loss") or {}, texts)
-    config = Config(model=model, data=data, augment=augment, loss=loss, train=train)
+    pretrain = PretrainConfig.build(raw.get("pretrain") or {}, texts)
+    config = Config(model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain)
     _check_across_fields(config)
     return config
 

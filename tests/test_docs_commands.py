@@ -45,6 +45,8 @@ TRAIN_BUDGET = (
     "--set data.batch_size=8 --set data.num_workers=0 --set train.warmup_epochs=0 "
     "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false"
 )
+# Appended to `retrieval pretrain` besides TRAIN_BUDGET: one epoch, batches the small world fills.
+PRETRAIN_BUDGET = "--set pretrain.epochs=1 --set pretrain.batch_size=8"
 SERVED = r'"status": "ok", "vectors": \d+, "model": true\}\nsearch: 200, 10 results'
 RECALL = r"(?m)^Recall@1: \d\.\d{4}\n(Recall@\d+: \d\.\d{4}\n)*MAP@R: \d\.\d{4}$"
 # Where the shop CSV's rows live; the other CSVs of the world name the same images from their own folder.
@@ -144,6 +146,25 @@ COMMANDS: dict[str, Run | Skip] = {
         "trains 21 runs (7 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows, the "
         "re-ranking rows on saved embeddings, and runs the peer script on tiny data"
     ),
+    (
+        "retrieval pretrain --csv glyphs64/dataset.csv --split train --config configs/csv_glyph.yaml"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=4"
+        " --set pretrain.batch_size=128 --output-dir pre_simclr"
+    ): Skip(
+        "pretrains a ResNet-18 on 5,680 glyphs for hours on a CPU; the documented `retrieval pretrain` command of "
+        "training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+    ),
+    (
+        "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench_pre --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --seeds 0 --peer proxy_anchor --toolkit anchor"
+        " --variant b_simclr=anchor:model.weights=pre_simclr/backbone.safetensors"
+        " --variant b_simsiam=anchor:model.weights=pre_simsiam/backbone.safetensors"
+        " --pair b_simclr toolkit-anchor --pair b_simsiam toolkit-anchor --pair b_simclr b_simsiam"
+        " --pair b_simclr peer-proxy_anchor --pair toolkit-anchor peer-proxy_anchor"
+    ): Skip(
+        "trains 4 runs for hours on the pretrained backbones above; tests/tools/test_dev_benchmark.py checks its "
+        "rows and runs the peer script on tiny data"
+    ),
     "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
         RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
     ),
@@ -156,6 +177,17 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval train --config configs/inshop_anchor.yaml --set data.root=/data/inshop": Run(
         RECALL, {"/data/inshop": "data/inshop"}, train=True
     ),
+    # docs/training.md
+    "retrieval pretrain --csv /data/catalogue.csv --config configs/csv_artwork.yaml --output-dir runs/pretrain": Run(
+        r"(?m)^backbone weights: runs/pretrain/backbone\.safetensors$",
+        {"/data/catalogue.csv": "catalogue.csv", "runs/pretrain": f"runs/pretrain {PRETRAIN_BUDGET}"},
+        train=True,
+        fresh=("runs/pretrain",),
+    ),
+    (
+        "retrieval train --config configs/csv_artwork.yaml --set data.path=/data/shop/dataset.csv"
+        " --set model.weights=runs/pretrain/backbone.safetensors"
+    ): Run(RECALL, {"/data/shop/dataset.csv": f"{SHOP}/dataset.csv"}, train=True),
     # docs/configuration.md
     "retrieval train --config configs/csv_anchor.yaml --set data.path=/data/shop/dataset.csv": Run(
         RECALL, {"/data/shop/dataset.csv": f"{SHOP}/dataset.csv"}, train=True
@@ -388,6 +420,8 @@ def _build_world(root: Path) -> None:
         "index build --model runs/shop/onnx --csv data/shop.csv --split test --out runs/shop/index-onnx",
         f"embed --checkpoint {best} --csv catalogue.csv --out embeddings/ --part-rows 40",  # two parts: two shards
         "index build --embeddings embeddings/ --out catalogue-index",
+        "pretrain --csv catalogue.csv --config configs/csv_artwork.yaml --output-dir runs/pretrain "
+        + f"{TRAIN_BUDGET} {PRETRAIN_BUDGET}",
         "index train --embeddings embeddings/ --out trained",
         "index build --embeddings embeddings/ --trained trained --shard 0/2 --out shard-0",
         "index build --embeddings embeddings/ --trained trained --shard 1/2 --out shard-1",

@@ -8,13 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import compare, data, embed, evaluate, export, index, serve, sweep, train
+from retrieval.cli import compare, data, embed, evaluate, export, index, pretrain, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
 
 _COMMANDS = {
     "train": train,
+    "pretrain": pretrain,
     "evaluate": evaluate,
     "embed": embed,
     "export": export,

@@ -119,6 +119,11 @@ def load_backbone_weights(model: nn.Module, name: str, path: Path, in_chans: int
         )
     if not fit.complete:
         _log.warning("model.weights: partial load of %s into %s: %s", path, name, fit.counts())
+    else:
+        # One line, so a run started from `retrieval pretrain`'s file says what it did and did not load.
+        _log.info(
+            "model.weights: %s loaded into %s (%d tensors); the head and proxies start fresh", path, name, fit.total
+        )
     return fit
 
 

@@ -121,9 +121,13 @@ class Embedder(nn.Module):
 
     def embed(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` images -> `(B, embedding_dim)` float32 unit vectors of the images as they are."""
-        features = _timm(self.backbone).forward_features(images) if self.timm_backbone else self.backbone(images)
-        embeddings = self.head(self.pool_features(features))
+        embeddings = self.head(self.features(images))
         return F.normalize(embeddings.float(), dim=1)
+
+    def features(self, images: Tensor) -> Tensor:
+        """`(B, C, H, W)` images -> `(B, F)` pooled backbone features, before the head (what pretraining reads)."""
+        features = _timm(self.backbone).forward_features(images) if self.timm_backbone else self.backbone(images)
+        return self.pool_features(features)
 
     def _pooled_width(self, in_chans: int) -> int:
         """Width of `pool_features(forward_features(images))`: what the Linear head receives.

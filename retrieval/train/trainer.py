@@ -47,7 +47,7 @@ from retrieval.train.sampling import epoch_samplers
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
-__all__ = ["Trainer"]
+__all__ = ["Trainer", "epoch_seed", "load_resume_part"]
 
 _log = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ class _Stateful(Protocol):
     def load_state_dict(self, state_dict: Any, /) -> Any: ...
 
 
-def _load_part(name: str, part: _Stateful, state: StateDict) -> None:
+def load_resume_part(name: str, part: _Stateful, state: StateDict) -> None:
     """Load one part of a `last.pt` into the run's own, or say in one line why it does not fit.
 
     A resume whose config differs from the run's (backbone, embedding size, loss, optimizer
@@ -80,7 +80,7 @@ def _load_part(name: str, part: _Stateful, state: StateDict) -> None:
         ) from exc
 
 
-def _epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
+def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     """Every epoch's randomness depends only on (seed, epoch, rank), so a resumed run continues exactly.
 
     Ranks draw different augmentations; rank 0 (a single process) keeps the seeds of earlier versions.
@@ -169,14 +169,14 @@ class Trainer:
                 fit this run's (another model, loss or optimizer layout).
         """
         parts = self.parts
-        _load_part("model", parts.model, checkpoint.model)
-        _load_part("loss", parts.loss, checkpoint.loss)
-        _load_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
+        load_resume_part("model", parts.model, checkpoint.model)
+        load_resume_part("loss", parts.loss, checkpoint.loss)
+        load_resume_part("optimizer", parts.optimizer, checkpoint.optimizer or {})
         if self.ema is not None:
             if checkpoint.ema is None:
                 self.ema.reset()  # the run trained without EMA so far: the average starts now
             else:
-                _load_part("ema", self.ema.averaged, checkpoint.ema)
+                load_resume_part("ema", self.ema.averaged, checkpoint.ema)
         if parts.step.scaler is not None and checkpoint.grad_scaler is not None:
             parts.step.scaler.load_state_dict(checkpoint.grad_scaler)
         self.start_epoch = checkpoint.epoch + 1
@@ -276,9 +276,9 @@ class Trainer:
     def begin_epoch(self, epoch: int) -> None:
         """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
         parts, seed = self.parts, self.train.seed
-        seed_everything(_epoch_seed(seed, epoch, parts.context.rank))
+        seed_everything(epoch_seed(seed, epoch, parts.context.rank))
         if parts.loader.generator is not None:
-            parts.loader.generator.manual_seed(_epoch_seed(seed, epoch))
+            parts.loader.generator.manual_seed(epoch_seed(seed, epoch))
         for sampler in epoch_samplers(parts.loader):
             sampler.set_epoch(epoch)
         self._set_train_mode(epoch)

@@ -1,0 +1,102 @@
+"""`retrieval pretrain`: self-supervised pretraining of a backbone on unlabeled images, for `train` to start from.
+
+    retrieval pretrain --images catalogue/ --config configs/csv_artwork.yaml --output-dir pre
+    retrieval train --config configs/csv_artwork.yaml --set data.path=labeled.csv \\
+        --set model.weights=pre/backbone.safetensors
+
+Labels in a CSV, if any, are ignored. Give the config the later `train` runs: its `model` section
+(backbone, input channels) and `data.image_size` are what is pretrained. `--resume RUN_DIR`
+continues an interrupted run from its `checkpoints/last.pt` with its own images and config.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from retrieval.cli._common import add_config_arguments
+from retrieval.cli._progress import showing_progress
+from retrieval.errors import UserError
+
+__all__ = ["add_parser", "run"]
+
+_SPLITS = ("all", "train", "val", "test", "gallery")
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    parser = commands.add_parser(
+        "pretrain", help="self-supervised pretraining of the backbone on unlabeled images (for model.weights)"
+    )
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--images", type=Path, metavar="DIR", help="every image under this folder (recursively)")
+    source.add_argument("--csv", type=Path, metavar="FILE", help="the images of a CSV's path column (labels ignored)")
+    parser.add_argument(
+        "--split",
+        choices=_SPLITS,
+        default="all",
+        help="--csv rows to use: all (default), a split, or gallery (the test images queries search)",
+    )
+    add_config_arguments(parser)
+    parser.add_argument("--output-dir", type=Path, help="run directory: backbone.safetensors, checkpoints/, records")
+    parser.add_argument(
+        "--resume", type=Path, metavar="RUN_DIR", help="continue an interrupted run (its images and config)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Pretrain (or resume), then print where the weights are and the `train` command that loads them."""
+    if args.resume is None and (args.output_dir is None or (args.images is None and args.csv is None)):
+        raise UserError(
+            "retrieval pretrain needs --images DIR or --csv FILE, and --output-dir DIR (or --resume RUN_DIR)"
+        )
+    if args.resume is not None and (args.images is not None or args.csv is not None):
+        raise UserError("--resume takes the run's own images; leave out --images and --csv")
+    with showing_progress("pretrain") as log:
+        log.info("loading PyTorch and timm ...")
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from retrieval.config import config_with_overrides, load_config
+    from retrieval.inference.sources import read_source
+    from retrieval.pretrain.pretrainer import Pretrainer, load_pretrain_checkpoint
+    from retrieval.runtime.distributed import process_group
+    from retrieval.runtime.environment import configure_process
+
+    state = None
+    if args.resume is not None:
+        state = load_pretrain_checkpoint(args.resume / "checkpoints" / "last.pt")
+        source = dict(state["source"])
+        config = (
+            load_config(args.config, args.overrides)
+            if args.config
+            else config_with_overrides(dict(state["config"]), args.overrides)
+        )
+        run_dir = args.output_dir or args.resume
+    else:
+        source = (
+            {"images": str(args.images)} if args.images is not None else {"csv": str(args.csv), "split": args.split}
+        )
+        config = load_config(args.config, args.overrides)
+        run_dir = args.output_dir
+    csv = source.get("csv")
+    images = read_source(
+        Path(csv) if csv else None, None if csv else Path(source["images"]), source.get("split", "all")
+    )
+    with process_group(config.train.device) as context:
+        configure_process(
+            threads=config.train.threads, deterministic=config.train.deterministic, seed=config.train.seed
+        )
+        pretrainer = Pretrainer(config, images.paths, run_dir, source, context)
+        if state is not None:
+            pretrainer.resume(state)
+        result = pretrainer.fit()
+        if context.is_main:
+            config_flag = f" --config {args.config}" if args.config else ""
+            print(
+                f"pretrained {result.epochs} epochs on {result.images} images "
+                f"({result.image_steps} image-views), last loss {result.loss:.4f}"
+            )
+            print(f"backbone weights: {result.weights}")
+            print(f"next: retrieval train{config_flag} --set model.weights={result.weights}")
+    return 0

@@ -1,0 +1,1 @@
+"""Self-supervised pretraining of a backbone on unlabeled images (`retrieval pretrain`)."""

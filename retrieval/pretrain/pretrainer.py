@@ -1,0 +1,283 @@
+"""The pretraining loop: two views of each image, the method's loss, AdamW on a cosine schedule, weights every epoch.
+
+It drives the trainer's own pieces: `TrainStep` (autocast, bf16/fp16, DDP under torchrun,
+clipping), `LrSchedule`, the shuffled loader split over processes (`build_train_loader`), the
+per-epoch seeding that makes a resume continue exactly, `Heartbeat` and `LossTracker`. There is no
+evaluation: nothing is labelled, so nothing is selected, and the result is the last epoch.
+
+The run directory holds `config.yaml`, `environment.json`, `metrics.jsonl` (one record an epoch:
+loss, lr, seconds, images per second), `checkpoints/last.pt` (everything a resume needs, written
+atomically every epoch) and `backbone.safetensors`: the backbone's state dict after the last
+trained epoch, which `retrieval train --set model.weights=RUN/backbone.safetensors` loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+from timm.optim import param_groups_weight_decay
+from tqdm import tqdm
+
+from retrieval.config import Config, config_to_dict
+from retrieval.errors import UserError
+from retrieval.models import Embedder
+from retrieval.pretrain.methods import SelfSupervisedModel, build_method
+from retrieval.pretrain.views import views_dataset
+from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
+from retrieval.runtime.distributed import DistributedContext
+from retrieval.runtime.environment import describe_environment, seed_everything, torch_seeded
+from retrieval.runtime.files import atomic_write
+from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.train.run_files import RunFiles
+from retrieval.train.sampling import build_train_loader, epoch_samplers
+from retrieval.train.schedule import LrSchedule
+from retrieval.train.step import LossTracker, TrainStep
+from retrieval.train.trainer import epoch_seed, load_resume_part
+
+__all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainResult", "Pretrainer", "load_pretrain_checkpoint"]
+
+_log = logging.getLogger(__name__)
+
+BACKBONE_FILE = "backbone.safetensors"
+PRETRAIN_FORMAT = "retrieval-pretrain"  # `format` of a pretraining run's checkpoints/last.pt
+
+
+@dataclasses.dataclass(frozen=True)
+class PretrainResult:
+    """What a finished pretraining run reports."""
+
+    weights: Path  # the backbone's state dict, for `model.weights`
+    epochs: int  # epochs trained in all (a resumed run counts its earlier ones)
+    images: int  # unlabeled images pretrained on
+    loss: float  # the last epoch's mean loss
+    image_steps: int  # images x views x epochs: the compute, for comparing budgets with training's
+
+
+class Pretrainer:
+    """Pretrains the backbone of `config.model` on the images `paths`, writing the run directory `run_dir`.
+
+    Under torchrun every process takes its share of each global batch (`pretrain.batch_size`), and
+    only rank 0 writes files and prints.
+
+    Args:
+        config: the resolved config (sections `model`, `data`, `augment`, `train` and `pretrain`).
+        paths: the unlabeled images.
+        run_dir: where the run's files go.
+        source: how the images were given (`{"images": DIR}` or `{"csv": FILE, "split": ...}`), kept for a resume.
+        context: the process group (default: the current one, or a single process).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        paths: list[Path],
+        run_dir: Path,
+        source: dict[str, str],
+        context: DistributedContext | None = None,
+    ) -> None:
+        self.config, self.paths, self.source = config, paths, source
+        self.files = RunFiles(run_dir)
+        self.context = context = context or DistributedContext.current()
+        train, pretrain = config.train, config.pretrain
+        self.device = device = context.process_device(resolve_device(train.device))
+        self.channels_last = uses_channels_last(train.channels_last, device)
+        with torch_seeded(train.seed):
+            _log.info("building the model (%s, %s head) ...", config.model.backbone, pretrain.method)
+            encoder = Embedder(**config.model.model_copy(update={"embedding_dim": None}).model_dump())
+            head, criterion = build_method(pretrain, encoder.embedding_dim)
+            built = SelfSupervisedModel(encoder, head)
+        model = place_model(built, device, self.channels_last)
+        if context.enabled and device.type == "cuda":
+            # BatchNorm statistics over the global batch, as one process would compute them (NCCL only).
+            model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        self.model = model
+        dataset = views_dataset(
+            paths,
+            config.augment,
+            pretrain,
+            config.data.image_size,
+            encoder.data_config(),
+            config.model.in_chans,
+            config.data.on_bad_image,
+        )
+        loading = config.data.model_copy(update={"batch_size": pretrain.batch_size})
+        if len(paths) < pretrain.batch_size:
+            raise UserError(
+                f"{len(paths)} images do not fill one step of pretrain.batch_size={pretrain.batch_size}; "
+                "lower pretrain.batch_size or give more images"
+            )
+        self.loader = build_train_loader(dataset, np.arange(len(paths)), "random", loading, train.seed, context, device)
+        groups = param_groups_weight_decay(model, pretrain.weight_decay)
+        self.optimizer = torch.optim.AdamW(groups, lr=pretrain.lr)
+        self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
+        self.schedule = LrSchedule("cosine", len(self.loader), pretrain.epochs, pretrain.warmup_epochs)
+        self.step = TrainStep(
+            model,
+            criterion.to(device),
+            self.optimizer,
+            context,
+            amp_dtype(train.amp, device),
+            train.grad_clip,
+            train.compile,
+        )
+        self.start_epoch = 0
+
+    @property
+    def last_checkpoint(self) -> Path:
+        """`checkpoints/last.pt`: model, optimizer, loss scale and epoch, for a resume."""
+        return self.files.checkpoints / "last.pt"
+
+    @property
+    def weights_file(self) -> Path:
+        """`backbone.safetensors`: the backbone after the last trained epoch."""
+        return self.files.root / BACKBONE_FILE
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Continue from a loaded `last.pt` (`load_pretrain_checkpoint`): weights, optimizer, loss scale, epoch."""
+        load_resume_part("model", self.model, state["model"])
+        load_resume_part("optimizer", self.optimizer, state["optimizer"])
+        if self.step.scaler is not None and state.get("grad_scaler") is not None:
+            self.step.scaler.load_state_dict(state["grad_scaler"])
+        self.start_epoch = int(state["epoch"]) + 1
+
+    def fit(self) -> PretrainResult:
+        """Pretrain the remaining epochs; returns where the backbone's weights are."""
+        context, epochs = self.context, self.config.pretrain.epochs
+        records: list[dict[str, Any]] = context.broadcast(
+            self.files.read_records(self.start_epoch) if context.is_main else []
+        )
+        if context.is_main:
+            environment = describe_environment(self.device) | {"world_size": context.world_size}
+            self.files.start(environment, config_to_dict(self.config), records)
+        if self.start_epoch < epochs:
+            _log.info(
+                "pretraining (%s) epochs %d-%d of %d on %s: %d images, %d batches each ...",
+                self.config.pretrain.method,
+                self.start_epoch + 1,
+                epochs,
+                epochs,
+                self.device,
+                len(self.paths),
+                len(self.loader),
+            )
+        for epoch in range(self.start_epoch, epochs):
+            record = self._train_epoch(epoch)
+            started = time.perf_counter()
+            if context.is_main:
+                self._save(epoch)
+                record["time"]["write"] = round(time.perf_counter() - started, 3)
+                self.files.append_record(record)
+                print(self._summary(record), flush=True)
+            records.append(record)
+        if not records:
+            raise UserError(f"{self.files.root} holds no epoch records; start the run again without --resume")
+        steps = sum(int(record["images"]) for record in records)
+        return PretrainResult(self.weights_file, epochs, len(self.paths), float(records[-1]["loss"]), 2 * steps)
+
+    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+        """One pass over the images; the record of it (loss, lr, images, seconds)."""
+        context, seed, step = self.context, self.config.train.seed, self.step
+        seed_everything(epoch_seed(seed, epoch, context.rank))
+        if self.loader.generator is not None:
+            self.loader.generator.manual_seed(epoch_seed(seed, epoch))
+        for sampler in epoch_samplers(self.loader):
+            sampler.set_epoch(epoch)
+        self.model.train()
+        step.refresh()
+        tracker = LossTracker(self.device, skip_non_finite=step.scaler is not None)
+        batches, epochs = len(self.loader), self.config.pretrain.epochs
+        description = f"epoch {epoch + 1}/{epochs}"
+        progress = tqdm(self.loader, desc=description, leave=False, disable=None if context.is_main else True)
+        heartbeat = Heartbeat(description, batches, HEARTBEAT_SECONDS) if progress.disable and context.is_main else None
+        started, seen = time.perf_counter(), 0
+        for index, (views, labels) in enumerate(progress):
+            lr_factor = self.schedule.factor(epoch * batches + index)
+            for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
+                group["lr"] = base * lr_factor
+            images, pair_labels = _stack_views(views, labels, self.device, self.channels_last)
+            tracker.add(step(images, pair_labels))
+            seen += len(views)
+            if heartbeat is not None:
+                heartbeat.beat(index + 1, tracker.mean)
+        seconds = time.perf_counter() - started
+        loss = float(context.sum(tracker.total())) / max(float(context.sum(tracker.count())), 1.0)
+        if not np.isfinite(loss):
+            raise UserError(
+                f"the pretraining loss became {loss} in epoch {epoch + 1}; checkpoints/last.pt holds epoch {epoch}; "
+                "lower pretrain.lr"
+            )
+        total = seen * context.world_size
+        return {
+            "epoch": epoch + 1,
+            "loss": loss,
+            "lr": self.optimizer.param_groups[0]["lr"],
+            "images": total,
+            "images_per_second": round(total / max(seconds, 1e-9), 1),
+            "time": {"train": round(seconds, 3)},
+        }
+
+    def _save(self, epoch: int) -> None:
+        """Write `last.pt` and the backbone file, each atomically (rank 0)."""
+        self.files.checkpoints.mkdir(parents=True, exist_ok=True)
+        model = _unwrapped(self.model)
+        state = {
+            "format": PRETRAIN_FORMAT,
+            "model": model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "grad_scaler": None if self.step.scaler is None else self.step.scaler.state_dict(),
+            "epoch": epoch,
+            "config": config_to_dict(self.config),
+            "source": self.source,
+        }
+        with atomic_write(self.last_checkpoint) as temporary:
+            torch.save(state, temporary)
+        backbone = {name: tensor.detach().cpu().contiguous() for name, tensor in model.backbone.state_dict().items()}
+        metadata = {"format": PRETRAIN_FORMAT, "backbone": self.config.model.backbone, "epoch": str(epoch + 1)}
+        with atomic_write(self.weights_file) as temporary:
+            save_file(backbone, str(temporary), metadata=metadata)
+
+    def _summary(self, record: dict[str, Any]) -> str:
+        return (
+            f"epoch {record['epoch']}/{self.config.pretrain.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
+            f"  ({record['time']['train']:.1f}s, {record['images_per_second']:.0f} img/s)"
+        )
+
+
+def load_pretrain_checkpoint(path: Path) -> dict[str, Any]:
+    """A pretraining run's `last.pt`, read as data (`weights_only`).
+
+    Raises:
+        UserError: the file is missing, unreadable, or not a pretraining checkpoint.
+    """
+    if not path.is_file():
+        raise UserError(f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for foreign or truncated files
+        raise UserError(f"cannot read {path} ({exc.__class__.__name__}); it is not a pretraining checkpoint") from exc
+    if not isinstance(state, dict) or state.get("format") != PRETRAIN_FORMAT:
+        raise UserError(f"{path} is not a `retrieval pretrain` checkpoint; resume a run directory `pretrain` wrote")
+    return state
+
+
+def _stack_views(
+    views: torch.Tensor, labels: torch.Tensor, device: torch.device, channels_last: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(B, 2, C, H, W)` views and `(B,)` image indices -> `(2B, C, H, W)` (first views, then second) and `(2B,)`."""
+    images = views.transpose(0, 1).reshape(-1, *views.shape[2:]).to(device, non_blocking=True)
+    if channels_last:
+        images = images.contiguous(memory_format=torch.channels_last)
+    return images, labels.repeat(2).to(device, non_blocking=True)
+
+
+def _unwrapped(model: torch.nn.Module) -> SelfSupervisedModel:
+    """The `SelfSupervisedModel` (SyncBatchNorm conversion keeps the class; DDP lives inside `TrainStep`)."""
+    assert isinstance(model, SelfSupervisedModel)
+    return model

@@ -34,7 +34,7 @@ from retrieval.runtime.device import amp_dtype, place_model, resolve_device, use
 from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import describe_environment, seed_everything, torch_seeded
 from retrieval.runtime.files import atomic_write
-from retrieval.train.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader, epoch_samplers
 from retrieval.train.schedule import LrSchedule

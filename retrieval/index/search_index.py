@@ -493,10 +493,10 @@ class SearchIndex:
             return
         files = self.manifest.files
         if LISTS_FILE in files or REFINE_FILE in files:
-            where = LISTS_FILE if LISTS_FILE in files else REFINE_FILE
+            what = f"on-disk lists ({LISTS_FILE}" if LISTS_FILE in files else f"re-ranking vectors ({REFINE_FILE}"
             raise UserError(
-                f"cannot {action} a read-only index: its {where} is a memory-mapped file (--on-disk, index merge, "
-                "ivfpq), which FAISS cannot change; build the index again with what it should hold: "
+                f"cannot {action} a read-only index: its {what}, memory-mapped by --on-disk, index merge or "
+                "ivfpq) cannot be changed by FAISS; build the index again with what it should hold: "
                 "retrieval index build --embeddings PATH... --out NEW_DIR"
             )
         raise UserError(

@@ -55,9 +55,9 @@ def test_a_change_to_an_index_with_lists_on_disk_names_the_command_that_makes_a_
     capsys.readouterr()
     assert main(["index", "remove", "--index", str(tmp_path / "index"), "--ids", "1"]) == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: cannot remove from a read-only index: its lists.ivfdata is a memory-mapped file (--on-disk, index "
-        "merge, ivfpq), which FAISS cannot change; build the index again with what it should hold: retrieval index "
-        "build --embeddings PATH... --out NEW_DIR"
+        "error: cannot remove from a read-only index: its on-disk lists (lists.ivfdata, memory-mapped by --on-disk, "
+        "index merge or ivfpq) cannot be changed by FAISS; build the index again with what it should hold: retrieval "
+        "index build --embeddings PATH... --out NEW_DIR"
     ]
 
 

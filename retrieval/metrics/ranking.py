@@ -49,7 +49,13 @@ from retrieval.errors import UserError
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
 from retrieval.rerank import Reranker
 
-__all__ = ["PerQuery", "check_queries_have_positives", "per_query_scores", "retrieval_metrics"]
+__all__ = [
+    "PerQuery",
+    "check_queries_have_positives",
+    "nearest_neighbor_agreement",
+    "per_query_scores",
+    "retrieval_metrics",
+]
 
 # Neighbor slots (queries x k) searched at once. A slot costs ~70 bytes across FAISS's result
 # buffers and the hit matrices (measured), so a chunk peaks near 300 MB whatever N and R are.
@@ -198,6 +204,39 @@ def per_query_scores(
         r_precision=scores.r_precision[order],
         num_without_positive=int((~scored).sum()),
     )
+
+
+def nearest_neighbor_agreement(reference: np.ndarray, other: np.ndarray) -> float:
+    """Share of items whose nearest other item under `other` is one of their nearest under `reference`.
+
+    What an approximation of a model (an int8 export) keeps of its nearest-neighbour graph, labels
+    aside: a figure that metrics averaged over classes can hide. Every item searches all the others
+    by inner product; under `reference`, every item tied at the top score is a nearest one (ties by
+    the module docstring's pair-by-pair scores), so an order among equals never counts as a change.
+
+    Args:
+        reference: `(N, D)` embeddings (the float model's), N >= 2.
+        other: `(N, D')` embeddings of the same items (the approximation's).
+
+    Raises:
+        ValueError: fewer than 2 items, or row counts that differ.
+    """
+    if len(reference) < 2 or len(reference) != len(other):
+        raise ValueError(f"need the same N >= 2 items in both, got {len(reference)} and {len(other)}")
+    reference = np.ascontiguousarray(reference, dtype=np.float32)
+    best = _nearest_other(reference)
+    chosen = _nearest_other(np.ascontiguousarray(other, dtype=np.float32))
+    scores = _pair_scores(reference, reference, np.stack([best, chosen], axis=1))
+    return float(np.mean(scores[:, 1] >= scores[:, 0]))
+
+
+def _nearest_other(vectors: np.ndarray) -> np.ndarray:
+    """`(N,)` the row of each row's nearest other row by inner product (its own row left out by index)."""
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    _, found = index.search(vectors, 2)
+    rows = np.arange(len(vectors))
+    return np.where(found[:, 0] == rows, found[:, 1], found[:, 0])
 
 
 def check_queries_have_positives(

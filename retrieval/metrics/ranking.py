@@ -482,7 +482,7 @@ def _pair_scores(queries: np.ndarray, vectors: np.ndarray, neighbors: np.ndarray
     queries = np.ascontiguousarray(queries, dtype=np.float32)
     neighbors = np.ascontiguousarray(neighbors, dtype=np.int64)
     scores = np.empty(neighbors.shape, dtype=np.float32)
-    faiss.fvec_inner_products_by_idx(
+    faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # not in FAISS's stubs
         faiss.swig_ptr(scores),
         faiss.swig_ptr(queries),
         faiss.swig_ptr(vectors),

@@ -44,7 +44,7 @@ def add_stream(
     depth: int,
     progress: bool,
     first_id: int,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Add every row but the `held_out` ones (sorted positions), ids = first_id + row numbers, in one pass.
 
     Returns:

@@ -57,9 +57,10 @@ __all__ = [
     "retrieval_metrics",
 ]
 
-# Neighbor slots (queries x k) searched at once. A slot costs ~70 bytes across FAISS's result
-# buffers and the hit matrices (measured), so a chunk peaks near 300 MB whatever N and R are.
-_SLOTS_PER_CHUNK = 1 << 22
+# Neighbor slots (queries x k) searched at once. A slot costs ~125 bytes: ~90 in numpy arrays (the
+# pair scores, the hit matrix and the arithmetic of tied runs; tracemalloc's peak) and ~35 in FAISS's
+# result buffers, so a chunk peaks near 260 MB whatever N and R are.
+_SLOTS_PER_CHUNK = 1 << 21
 
 
 class _Queries(NamedTuple):

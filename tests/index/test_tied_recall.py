@@ -77,3 +77,14 @@ def test_tie_tolerance_covers_two_summation_orders():
     blas, ids = exact_search(vectors, queries, 50)
     single = np.stack([exact_search(vectors, queries[i : i + 1], 50)[0][0] for i in range(len(queries))])
     assert np.abs(blas - single).max() <= tie_tolerance(512)
+
+
+def test_the_build_line_never_claims_a_target_the_measurement_falls_short_of():
+    from retrieval.cli.index_build import _tuning_line
+
+    manifest = SearchIndex.build(_pairs(), kind="hnsw", progress=False).manifest
+    assert _tuning_line(manifest).endswith("(tuned to recall@10 0.95, the default target)")
+    short = manifest.model_copy(update={"measured": {**manifest.measured, "recall_at_k": 0.747}})
+    line = _tuning_line(short)
+    assert "(the most accurate explored: recall@10 0.7470, short of the default target 0.95)" in line
+    assert "tuned to" not in line

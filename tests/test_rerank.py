@@ -113,7 +113,7 @@ def test_evaluation_never_lets_a_query_expand_with_itself():
     assert same == plain  # the identity database transform changes no metric
     for method in (QueryExpansion(), DatabaseAugmentation(), KReciprocal(shortlist=20)):
         scores = per_query_scores(vectors, labels, rerank=method)
-        assert scores.first_hit.shape == (400,) and 0 <= scores.summary((1,))["map@r"] <= 1
+        assert scores.hit_rates.shape == (400, 8) and 0 <= scores.summary((1,))["map@r"] <= 1
 
 
 def test_specs_round_trip_and_refuse_unknown_names():

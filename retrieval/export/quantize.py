@@ -13,8 +13,13 @@ validation holdout), sampled with a fixed seed, through the run's eval transform
 augmented training crops: the ranges must be those of the inputs the deployed model sees.
 
 Acceptance: the run's validation split (its test split when the run has none, recorded as such)
-is embedded by both models through the evaluator's own path and scored by `score_split`;
-when Recall@1 or MAP@R drops by more than `tolerance` (absolute), the export is refused.
+is embedded by both models through the evaluator's own path. A non-finite value (NaN, inf) in any
+embedding of an image that was read refuses the export: `score_split` leaves NaN rows out as
+unreadable images, so an int8 model that breaks on some inputs would otherwise be scored on the
+rest and pass. Both are then scored by `score_split`; when Recall@1 or MAP@R drops by more than
+`tolerance` (absolute), the export is refused. The record also holds the share of images whose
+nearest neighbour the int8 model keeps (`nearest_neighbor_agreement`): class-level metrics can
+hold while a tenth of the neighbours change, and a search user sees the neighbours.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, score_split
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
+from retrieval.metrics import nearest_neighbor_agreement
 
 if TYPE_CHECKING:
     from onnx import NodeProto
@@ -92,11 +98,12 @@ def quantize_int8(
 
     Returns:
         `{method, format, calibration_images, tolerance, split, float: {recall@1, map@r},
-        int8: {...}, drop: {...}, embedding_cosine: {min, mean}}` (drop: float minus int8).
+        int8: {...}, drop: {...}, embedding_cosine: {min, mean}, nearest_neighbor_agreement}`
+        (drop: float minus int8).
 
     Raises:
-        UserError: the run's data cannot be read (pass data.* keys in `request.overrides`), or
-            Recall@1 or MAP@R drops by more than `request.tolerance`.
+        UserError: the run's data cannot be read (pass data.* keys in `request.overrides`), an
+            embedding is not finite, or Recall@1 or MAP@R drops by more than `request.tolerance`.
     """
     model = checkpoint.embedder()
     config = checkpoint.config(overrides=request.overrides)
@@ -109,6 +116,7 @@ def quantize_int8(
     int8_encoder = OnnxEncoder(int8_path, preprocess, device="cpu")
     float_embeddings = embed_dataset(_AsModule(float_encoder), split.dataset, _BATCH_SIZE, torch.device("cpu"))
     int8_embeddings = embed_dataset(_AsModule(int8_encoder), split.dataset, _BATCH_SIZE, torch.device("cpu"))
+    _require_finite(float_embeddings, int8_embeddings, split_name)
     record = _record(float_embeddings, int8_embeddings, split, split_name, len(calibration), request.tolerance)
     failing = [name for name in _METRICS if record["drop"][name] > request.tolerance]
     if failing:
@@ -118,6 +126,26 @@ def quantize_int8(
             "nothing was written: export without --quantize, or raise --tolerance or --calibration-images"
         )
     return record
+
+
+def _require_finite(float_embeddings: np.ndarray, int8_embeddings: np.ndarray, split_name: str) -> None:
+    """Refuse the export when either model gives a non-finite value for an image that was read.
+
+    Rows of images skipped under `data.on_bad_image: skip` are all NaN in both (the same loader
+    skips them): those, and only those, are not the models' doing.
+
+    Raises:
+        UserError: naming the model and how many of the split's images it failed on.
+    """
+    skipped = np.isnan(float_embeddings).all(axis=1) & np.isnan(int8_embeddings).all(axis=1)
+    for name, embeddings in (("int8", int8_embeddings), ("float", float_embeddings)):
+        broken = int((~np.isfinite(embeddings[~skipped])).any(axis=1).sum())
+        if broken:
+            raise UserError(
+                f"the {name} model gives non-finite (NaN or inf) embeddings for {broken} of {int((~skipped).sum())} "
+                f"{split_name} images; nothing was written: export without --quantize, or with more "
+                "--calibration-images (activation ranges that overflow)"
+            )
 
 
 def _record(
@@ -146,6 +174,7 @@ def _record(
         "int8": {name: int8_metrics[name] for name in _METRICS},
         "drop": {name: float_metrics[name] - int8_metrics[name] for name in _METRICS},
         "embedding_cosine": {"min": float(cosine.min()), "mean": float(cosine.mean())},
+        "nearest_neighbor_agreement": nearest_neighbor_agreement(float_embeddings[kept], int8_embeddings[kept]),
     }
 
 

@@ -1,4 +1,8 @@
-"""`SearchIndex.evaluate`: recall@k of a saved index against exact search over its own vectors, and its costs."""
+"""`SearchIndex.evaluate`: recall@k of a saved index against exact search over its own vectors, and its costs.
+
+Recall counts ties as equal (`retrieval.index.tuning.recall_at_k`), as tuning does: the recall an
+index was tuned to is the recall measured here, and an exact index measures 1.0 on any vectors.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.describe import bytes_per_vector
 from retrieval.index.build.sample import SEED
 from retrieval.index.streaming import unit_rows
-from retrieval.index.tuning import TUNING_QUERIES, exact_neighbors, measure
+from retrieval.index.tuning import TUNING_QUERIES, exact_search, measure
 
 if TYPE_CHECKING:
     import faiss
@@ -44,24 +48,26 @@ def evaluate_index(
         rng = np.random.default_rng(SEED)
         chosen = np.sort(rng.choice(len(ids), size=min(TUNING_QUERIES, len(ids)), replace=False))
         query_vectors, own = vectors[chosen], ids[chosen]
-        truth = ids[exact_neighbors(vectors, query_vectors, k + 1)]
-        true_ids = _without_own(truth, own, k)
+        true_scores, positions = exact_search(vectors, query_vectors, k + 1)
+        true_scores, true_ids = _without_own(true_scores, ids[positions], own, k)
 
         def leave_one_out(q: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
             scores, found = search(q, width + 1)
-            return scores, (_without_own(found, own, width) if len(q) == len(own) else found)
+            return _without_own(scores, found, own, width) if len(q) == len(own) else (scores, found)
 
-        measured = measure(leave_one_out, query_vectors, true_ids, k)
+        measured = measure(leave_one_out, query_vectors, true_ids, k, true_scores)
     else:
         query_vectors, _ = unit_rows(queries, "queries", vectors.shape[1])
-        true_ids = ids[exact_neighbors(vectors, query_vectors, k)]
-        measured = measure(search, query_vectors, true_ids, k)
+        true_scores, positions = exact_search(vectors, query_vectors, k)
+        measured = measure(search, query_vectors, ids[positions], k, true_scores)
     return {**measured.as_dict(), **bytes_per_vector(index)}
 
 
-def _without_own(found: np.ndarray, own: np.ndarray, k: int) -> np.ndarray:
-    """The first k ids of each row of `found` other than that row's `own` id; -1 (no id) fills short rows."""
+def _without_own(scores: np.ndarray, found: np.ndarray, own: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The first k `(scores, ids)` of each row of `found` other than that row's `own` id; -1 (no id, score -inf)
+    fills short rows."""
     keep = found != own[:, None]
-    order = np.argsort(~keep, axis=1, kind="stable")
-    first = np.take_along_axis(found, order, axis=1)[:, :k]
-    return np.where(first == own[:, None], -1, first)
+    order = np.argsort(~keep, axis=1, kind="stable")[:, :k]
+    first = np.take_along_axis(found, order, axis=1)
+    missing = first == own[:, None]
+    return np.where(missing, -np.inf, np.take_along_axis(scores, order, axis=1)), np.where(missing, -1, first)

@@ -2,10 +2,18 @@
 
 Recall here is k-recall@k ("10-recall@10"): the fraction of a query's k exact nearest neighbours
 that the index returns in its top k, averaged over queries. Exact neighbours come from
-`faiss.IndexFlatIP` over the same vectors. Tuning explores the index's search parameters
-(`nprobe`, `efSearch`, `k_factor_rf`) with FAISS's own `ParameterSpace`, `IntersectionCriterion`
-and `OperatingPoints` (Pareto-optimal recall against cost) and takes the cheapest point that
-reaches the target.
+`faiss.IndexFlatIP` over the same vectors. Ties count as equal: a returned item whose score is at
+least the k-th exact neighbour's, within float32 rounding (`tie_tolerance`), is a true neighbour
+too, since exact search could have returned it in that one's place (ann-benchmarks counts
+returned items against the k-th true distance in the same way). Without it, the recall of
+vectors with exact duplicates, or of a collapsed model whose vectors are all equal, would measure
+which of the tied ids FAISS happens to keep: an exact index would score below 1. Every kind
+returns scores computed from the full vectors (HNSW and IVF store them, IVF-PQ re-ranks with
+them), which is what makes its scores comparable with the exact ones.
+
+Tuning explores the index's search parameters (`nprobe`, `efSearch`, `k_factor_rf`) with FAISS's
+own `ParameterSpace` and `OperatingPoints` (Pareto-optimal recall against cost), scores each with
+the same `recall_at_k` that `measure` reports, and takes the cheapest point that reaches the target.
 """
 
 from __future__ import annotations
@@ -31,8 +39,10 @@ __all__ = [
     "label_space",
     "measure",
     "recall_at_k",
+    "exact_search",
     "search_parameter_ranges",
     "set_search_parameters",
+    "tie_tolerance",
     "tune_search_parameters",
 ]
 
@@ -70,29 +80,56 @@ class Measurement:
         }
 
 
-def exact_neighbors(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
-    """`(Q, k)` row positions in `vectors` `(N, D)` of each query's exact top-k by inner product."""
+def exact_search(vectors: np.ndarray, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(Q, k)` scores and row positions in `vectors` `(N, D)` of each query's exact top-k by inner product."""
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(vectors)
-    _, positions = flat.search(queries, min(k, len(vectors)))
-    return positions
+    return flat.search(queries, min(k, len(vectors)))
 
 
-def recall_at_k(found: np.ndarray, truth: np.ndarray, k: int) -> float:
-    """k-recall@k: |found[:, :k] ∩ truth[:, :k]| summed over rows, over the number of true ids.
+def exact_neighbors(vectors: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """`(Q, k)` row positions in `vectors` `(N, D)` of each query's exact top-k by inner product."""
+    return exact_search(vectors, queries, k)[1]
+
+
+def tie_tolerance(dim: int) -> float:
+    """How far two computations of one inner product of D-dim unit vectors can differ in float32.
+
+    Each sums D rounded products: at most about D float32 epsilons apart between two summation
+    orders (FAISS's BLAS search and its per-vector SIMD kernels); twice that, to be safe. A score
+    within it of another is equal to it as far as the arithmetic can tell.
+    """
+    return 2.0 * dim * float(np.finfo(np.float32).eps)
+
+
+def recall_at_k(
+    found: np.ndarray,
+    truth: np.ndarray,
+    k: int,
+    found_scores: np.ndarray | None = None,
+    truth_scores: np.ndarray | None = None,
+    tolerance: float = 0.0,
+) -> float:
+    """k-recall@k: the found ids among each row's true ids, summed over rows, over the number of true ids.
 
     Ids -1 never count, and a `truth` of fewer than k ids a row (an index holding fewer than k
     candidates) counts only the ids it has: finding all of them is 1.0, not their share of k.
+    With `found_scores` and `truth_scores` (the scores beside the ids), a found id also counts when
+    its score reaches the row's k-th true score less `tolerance`: it ties with a true neighbour.
+    A row never counts more hits than it has true ids.
 
     Raises:
         ValueError: `truth` holds no id at all (nothing to recall).
     """
     found, truth = found[:, :k], truth[:, :k]
-    expected = int((truth >= 0).sum())
-    if expected == 0:
+    expected = (truth >= 0).sum(axis=1)
+    if int(expected.sum()) == 0:
         raise ValueError("truth holds no neighbour ids: there is nothing to recall")
-    hits = (found[:, :, None] == truth[:, None, :]) & (found[:, :, None] >= 0)
-    return float(hits.any(axis=2).sum() / expected)
+    hits = ((found[:, :, None] == truth[:, None, :]) & (found[:, :, None] >= 0)).any(axis=2)
+    if found_scores is not None and truth_scores is not None:
+        kth = np.min(np.where(truth >= 0, truth_scores[:, :k], np.inf), axis=1, initial=np.inf)
+        hits |= (found >= 0) & (found_scores[:, :k] >= kth[:, None] - tolerance)
+    return float(np.minimum(hits.sum(axis=1), expected).sum() / expected.sum())
 
 
 def measure(
@@ -100,18 +137,20 @@ def measure(
     queries: np.ndarray,
     true_ids: np.ndarray,
     k: int,
+    true_scores: np.ndarray | None = None,
 ) -> Measurement:
     """Recall of `search(queries, k)` against `true_ids` `(Q, <=k)`, then its single-query latency and batch QPS.
 
     `true_ids` may hold fewer than k ids a row (-1 or a narrower array) where fewer candidates
     exist; recall then counts those (`Measurement.neighbors`), and is None when there are none.
+    With `true_scores` (their exact scores), ties count as equal (`recall_at_k`).
 
     Latency is timed query by query on one FAISS thread (what one request of a server costs),
     over up to 1,000 queries; batch QPS runs all queries in one call on every thread.
     """
     threads = faiss.omp_get_max_threads()
     started = time.perf_counter()
-    _, found = search(queries, k)
+    scores, found = search(queries, k)
     batch_seconds = time.perf_counter() - started
     faiss.omp_set_num_threads(1)
     try:
@@ -125,7 +164,7 @@ def measure(
     milliseconds = 1000.0 * np.asarray(timings)
     neighbors = int((true_ids[:, :k] >= 0).sum(axis=1).max(initial=0))
     return Measurement(
-        recall_at_k=recall_at_k(found, true_ids, k) if neighbors else None,
+        recall_at_k=_recall(found, scores, true_ids, true_scores, k, queries.shape[1]) if neighbors else None,
         k=k,
         neighbors=neighbors,
         queries=len(queries),
@@ -161,20 +200,23 @@ def tune_search_parameters(
     k: int = 10,
     stored: tuple[np.ndarray, np.ndarray] | None = None,
     best_effort: bool = False,
+    true_scores: np.ndarray | None = None,
 ) -> tuple[dict[str, int], float]:
     """The cheapest search parameters of `index` whose k-recall@k on `queries` reaches `target_recall`.
 
     Each setting from `search_parameter_ranges` is applied with FAISS's `ParameterSpace`, scored
-    with its `IntersectionCriterion` (k-recall@k) and entered into its `OperatingPoints` (recall
-    against cost); the answer is the cheapest Pareto-optimal point at or above the target. The
+    with `recall_at_k` (k-recall@k, ties counted as equal with `true_scores`: the recall `measure`
+    reports, so the recall tuning claims is the one measured) and entered into FAISS's
+    `OperatingPoints` (recall against cost); the answer is the cheapest Pareto-optimal point at or above the target. The
     cost is the bytes a query reads (`_bytes_read`), not a timing: timings of sub-millisecond
     searches on a busy machine are noise, and reordering them would make "cheapest" random. The
     first parameter (nprobe or efSearch) is raised only until the target is met, for each value
     of the second (k_factor_rf), since recall grows with it.
 
     With `stored`, a setting must also let stored vectors find themselves first (at least
-    `MIN_SELF_RECALL` of them): "more like this" on an item that cannot find itself is broken,
-    and a graph index tuned on held-out queries alone can fall short of it.
+    `MIN_SELF_RECALL` of them; an exact duplicate tied with it in first place counts as itself):
+    "more like this" on an item that cannot find itself is broken, and a graph index tuned on
+    held-out queries alone can fall short of it.
 
     Args:
         index: the searchable index (without `IDMap2`: labels must be comparable to `true_labels`).
@@ -185,6 +227,7 @@ def tune_search_parameters(
         stored: `(vectors (S, D), labels (S,))` of a sample of stored vectors and their labels.
         best_effort: when no setting reaches the target, take the most accurate one explored (preferring
             those whose stored vectors find themselves) instead of raising: for a default target nobody asked for.
+        true_scores: `(Q, k)` exact scores of `true_labels`; None counts ids only.
 
     Returns:
         `(parameters, recall)`: e.g. `{"nprobe": 32}` (empty for exact indexes) and the recall they reach.
@@ -198,9 +241,6 @@ def tune_search_parameters(
     ranges = search_parameter_ranges(index)
     if not ranges:
         return {}, 1.0
-    criterion = faiss.IntersectionCriterion(len(queries), k)
-    # FAISS's Python wrapper takes (D, I), D unused by this criterion; the stub describes the C++ (gt_nnn, D, I).
-    criterion.set_groundtruth(None, np.ascontiguousarray(true_labels, dtype=np.int64))  # type: ignore[call-overload]
     points, finds_itself = faiss.OperatingPoints(), {}
     (first, first_values), *rest = ranges.items()
     for second in rest[0][1] if rest else [None]:
@@ -209,7 +249,7 @@ def tune_search_parameters(
             key = ",".join(f"{name}={number}" for name, number in setting.items())
             apply_search_parameters(index, key)
             distances, labels = index.search(queries, k)
-            recall = criterion.evaluate(faiss.swig_ptr(distances), faiss.swig_ptr(labels))
+            recall = _recall(labels, distances, true_labels, true_scores, k, queries.shape[1])
             points.add(recall, _bytes_read(index, setting, k), key)
             finds_itself[key] = stored is None or _self_recall(index, *stored, k) >= MIN_SELF_RECALL
             if recall >= target_recall and finds_itself[key]:
@@ -232,10 +272,19 @@ def tune_search_parameters(
     return parameters, float(cheapest.perf)
 
 
+def _recall(
+    found: np.ndarray, scores: np.ndarray, truth: np.ndarray, true_scores: np.ndarray | None, k: int, dim: int
+) -> float:
+    """`recall_at_k` with ties counted as equal when the true scores are known."""
+    return recall_at_k(found, truth, k, scores, true_scores, tie_tolerance(dim))
+
+
 def _self_recall(index: faiss.Index, vectors: np.ndarray, labels: np.ndarray, k: int) -> float:
-    """Share of `vectors` whose own label comes first in a k-nearest search."""
-    _, found = index.search(vectors, k)
-    return float(np.mean(found[:, 0] == labels))
+    """Share of `vectors` whose own label comes first in a k-nearest search, or a vector tied with it there."""
+    scores, found = index.search(vectors, k)
+    own_scores = np.einsum("ij,ij->i", vectors, vectors)
+    tied = scores[:, 0] >= own_scores - tie_tolerance(vectors.shape[1])
+    return float(np.mean((found[:, 0] == labels) | tied))
 
 
 def _bytes_read(index: faiss.Index, setting: dict[str, int], k: int) -> float:

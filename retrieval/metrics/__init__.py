@@ -2,7 +2,13 @@
 
 from retrieval.metrics.bootstrap import Interval, bootstrap_interval, class_bootstrap, paired_difference
 from retrieval.metrics.groups import GROUP_NAMES, class_counts, frequency_groups, group_metrics, proxy_predictions
-from retrieval.metrics.ranking import PerQuery, check_queries_have_positives, per_query_scores, retrieval_metrics
+from retrieval.metrics.ranking import (
+    PerQuery,
+    check_queries_have_positives,
+    nearest_neighbor_agreement,
+    per_query_scores,
+    retrieval_metrics,
+)
 
 __all__ = [
     "GROUP_NAMES",
@@ -14,6 +20,7 @@ __all__ = [
     "class_bootstrap",
     "frequency_groups",
     "group_metrics",
+    "nearest_neighbor_agreement",
     "paired_difference",
     "per_query_scores",
     "proxy_predictions",

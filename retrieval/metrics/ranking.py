@@ -17,6 +17,24 @@ metric learning literature:
 Multi-label data (an item carries a set of labels, given as (N, C) multi-hot rows) uses the
 same definitions with "of the query's class" read as "shares at least one label with the
 query"; R counts the gallery items that share a label with the query.
+
+Ties: gallery items with exactly the same score for a query (the same float32 inner product,
+computed pair by pair by FAISS's `fvec_inner_products_by_idx` so that it never depends on which
+other queries share a search: exact duplicates, or a collapsed model whose vectors are all equal)
+have no order, and any order chosen for them (FAISS's, the row order) would make a figure depend on how
+the rows happen to be numbered. Every metric is therefore the expected value over all orders of
+each run of tied items, each order equally likely (McSherry & Najork, "Computing Information
+Retrieval Performance Measures Efficiently in the Presence of Tied Scores", ECIR 2008; scikit-learn's
+`ndcg_score` does the same by default). With t tied items of which r are relevant starting after
+a items of which c are relevant, position i in the run (0-based, a <= i < a + t) has
+E[rel(i)] = r / t and E[rel(i) P(i)] = (r / t) (1 + c + (i - a) (r - 1) / (t - 1)) / (i + 1), and
+the run holds a relevant item among its first m positions with probability
+1 - C(t - r, m) / C(t, m). Without ties these are the plain formulas above. A query's scores
+depend only on its own ranking, never on which other queries share its search, so per-group
+results average to the totals. pytorch-metric-learning's `AccuracyCalculator` takes FAISS's order
+instead: the two agree whenever no two gallery items tie at a rank that matters.
+A re-ranked search (`retrieval.rerank`) orders by its own criterion, not by the scores it
+returns, so its order is taken as given.
 """
 
 from __future__ import annotations
@@ -31,11 +49,18 @@ from retrieval.errors import UserError
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
 from retrieval.rerank import Reranker
 
-__all__ = ["PerQuery", "check_queries_have_positives", "per_query_scores", "retrieval_metrics"]
+__all__ = [
+    "PerQuery",
+    "check_queries_have_positives",
+    "nearest_neighbor_agreement",
+    "per_query_scores",
+    "retrieval_metrics",
+]
 
-# Neighbor slots (queries x k) searched at once. A slot costs ~70 bytes across FAISS's result
-# buffers and the hit matrices (measured), so a chunk peaks near 300 MB whatever N and R are.
-_SLOTS_PER_CHUNK = 1 << 22
+# Neighbor slots (queries x k) searched at once. A slot costs ~125 bytes: ~90 in numpy arrays (the
+# pair scores, the hit matrix and the arithmetic of tied runs; tracemalloc's peak) and ~35 in FAISS's
+# result buffers, so a chunk peaks near 260 MB whatever N and R are.
+_SLOTS_PER_CHUNK = 1 << 21
 
 
 class _Queries(NamedTuple):
@@ -56,7 +81,7 @@ class _QueryScores(NamedTuple):
     """Per-query results, row-aligned."""
 
     rows: np.ndarray  # (Q,) the query's row in the inputs
-    first_hit: np.ndarray  # (Q,) 0-based rank of the first same-class neighbor, past the end if none
+    hit_rates: np.ndarray  # (Q, max(ks)) column k-1: chance of a same-class neighbor within the top k
     average_precision: np.ndarray  # (Q,) AP@R
     r_precision: np.ndarray  # (Q,)
 
@@ -67,14 +92,21 @@ class PerQuery(NamedTuple):
 
     rows: np.ndarray  # (Q,) int64 row of each scored query in the inputs, increasing
     labels: np.ndarray  # (Q,) the query's label, as given
-    first_hit: np.ndarray  # (Q,) 0-based rank of the first same-class neighbor; >= max(ks) when none within it
+    hit_rates: np.ndarray  # (Q, max(ks)) column k-1: Recall@k's term, the share of tie orders with a hit in the top k
     average_precision: np.ndarray  # (Q,) AP@R, whose mean is MAP@R
     r_precision: np.ndarray  # (Q,)
     num_without_positive: int  # queries left out because their class has no other gallery item
 
     def hits(self, k: int) -> np.ndarray:
-        """(Q,) float64, 1.0 where a same-class item is among the query's k nearest: Recall@k's terms."""
-        return (self.first_hit < k).astype(np.float64)
+        """(Q,) float64 Recall@k's terms: 1.0 where a same-class item is among the query's k nearest, a
+        fraction where that depends on the order of tied items (the share of orders that have one).
+
+        Raises:
+            ValueError: k outside [1, max(ks)] of the scoring.
+        """
+        if not 1 <= k <= self.hit_rates.shape[1]:
+            raise ValueError(f"k must lie in [1, {self.hit_rates.shape[1]}] (the deepest k scored), got {k}")
+        return self.hit_rates[:, k - 1].astype(np.float64)
 
     def summary(self, ks: Sequence[int]) -> dict[str, float | int]:
         """The metrics of `retrieval_metrics`: each per-query score averaged over the queries."""
@@ -103,8 +135,8 @@ def retrieval_metrics(
     distance, so an exact duplicate of the query still counts as a neighbor.
 
     Similarity is the plain inner product: pass L2-normalized embeddings to get cosine
-    similarity; they are not renormalized here. Exact ties keep FAISS's order (the higher
-    gallery row first), which matters only for exact duplicates with different labels.
+    similarity; they are not renormalized here. Gallery items tied at the same score count in
+    every order equally (the module docstring), so the result does not depend on row order.
 
     Queries whose class has no other item in the gallery (R = 0) cannot be scored; they are left
     out of every metric and counted in `num_queries_without_positive`, as pytorch-metric-learning
@@ -145,7 +177,7 @@ def per_query_scores(
     """Every query's first-hit rank, AP@R and R-precision, as `retrieval_metrics` computes them.
 
     Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
-    query searches (max(ks)), so `first_hit` is exact below it. With `rerank`
+    query searches (max(ks)), the depth of `hit_rates`. With `rerank`
     (`retrieval.rerank`) the gallery is stored and searched through it; a query in the
     gallery never sees its own row, in the expansion steps either.
 
@@ -168,11 +200,44 @@ def per_query_scores(
     return PerQuery(
         rows=rows,
         labels=_to_numpy(labels)[rows],
-        first_hit=scores.first_hit[order],
+        hit_rates=scores.hit_rates[order],
         average_precision=scores.average_precision[order],
         r_precision=scores.r_precision[order],
         num_without_positive=int((~scored).sum()),
     )
+
+
+def nearest_neighbor_agreement(reference: np.ndarray, other: np.ndarray) -> float:
+    """Share of items whose nearest other item under `other` is one of their nearest under `reference`.
+
+    What an approximation of a model (an int8 export) keeps of its nearest-neighbour graph, labels
+    aside: a figure that metrics averaged over classes can hide. Every item searches all the others
+    by inner product; under `reference`, every item tied at the top score is a nearest one (ties by
+    the module docstring's pair-by-pair scores), so an order among equals never counts as a change.
+
+    Args:
+        reference: `(N, D)` embeddings (the float model's), N >= 2.
+        other: `(N, D')` embeddings of the same items (the approximation's).
+
+    Raises:
+        ValueError: fewer than 2 items, or row counts that differ.
+    """
+    if len(reference) < 2 or len(reference) != len(other):
+        raise ValueError(f"need the same N >= 2 items in both, got {len(reference)} and {len(other)}")
+    reference = np.ascontiguousarray(reference, dtype=np.float32)
+    best = _nearest_other(reference)
+    chosen = _nearest_other(np.ascontiguousarray(other, dtype=np.float32))
+    scores = _pair_scores(reference, reference, np.stack([best, chosen], axis=1))
+    return float(np.mean(scores[:, 1] >= scores[:, 0]))
+
+
+def _nearest_other(vectors: np.ndarray) -> np.ndarray:
+    """`(N,)` the row of each row's nearest other row by inner product (its own row left out by index)."""
+    index = faiss.IndexFlatIP(vectors.shape[1])
+    index.add(vectors)
+    _, found = index.search(vectors, 2)
+    rows = np.arange(len(vectors))
+    return np.where(found[:, 0] == rows, found[:, 1], found[:, 0])
 
 
 def check_queries_have_positives(
@@ -282,7 +347,10 @@ def _score_group(
     """Score queries that are all in the gallery, or all outside it, chunk by chunk.
 
     Queries are taken in decreasing R, so each chunk searches only as deep as its own largest R
-    needs and holds as many queries as the memory budget allows at that depth.
+    needs and holds as many queries as the memory budget allows at that depth. One neighbor more
+    is searched to see whether a run of tied scores continues past that depth; the queries where
+    it does are searched again over the whole gallery, since the run's full size and relevant
+    count enter their scores.
 
     Args:
         gallery: the gallery, G vectors.
@@ -298,13 +366,32 @@ def _score_group(
     max_width = len(gallery.vectors) - excludes_self
     # Multi-label hits go through a (n, W, P) array of packed label sets: fewer slots per chunk.
     slots = _SLOTS_PER_CHUNK // (gallery_codes.shape[1] if gallery_codes.ndim == 2 else 1)
+
+    def scored(chunk: _Queries, width: int) -> list[_QueryScores]:
+        """The chunk's scores from its `width` nearest, searching deeper where a near-tie runs past them."""
+        depth = min(width + 1, max_width)
+        similarities, neighbors = gallery.nearest(chunk, depth, excludes_self)
+        runs = None if gallery.rerank is not None else similarities[:, :width]
+        deeper = np.zeros(len(neighbors), dtype=bool)
+        if runs is not None and depth > width:
+            deeper = similarities[:, width] >= similarities[:, width - 1] - gallery.tolerance
+        hits = _relevant(gallery_codes[neighbors[~deeper, :width]], chunk.codes[~deeper])
+        done = chunk.take(~deeper)
+        results = [_QueryScores(done.rows, *_score_hits(hits, _rows(runs, ~deeper), done.num_positives, min_width))]
+        wider = min(4 * width, max_width)
+        tied, step = chunk.take(deeper), max(1, slots // (wider + 1))
+        for start in range(0, len(tied.rows), step):
+            results += scored(tied.take(slice(start, start + step)), wider)
+        return results
+
     scores = []
     for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots):
-        chunk = queries.take(order[rows])
-        neighbors = gallery.nearest(chunk, width, excludes_self)
-        hits = _relevant(gallery_codes[neighbors], chunk.codes)
-        scores.append(_QueryScores(chunk.rows, *_score_hits(hits, chunk.num_positives)))
+        scores += scored(queries.take(order[rows]), width)
     return scores
+
+
+def _rows(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
+    return None if array is None else array[rows]
 
 
 def _relevant(neighbor_codes: np.ndarray, query_codes: np.ndarray) -> np.ndarray:
@@ -340,18 +427,32 @@ class _Gallery:
     """The gallery's vectors in an exact inner-product index, searched plainly or through a reranker."""
 
     def __init__(self, vectors: np.ndarray, rerank: Reranker | None) -> None:
-        self.vectors = vectors if rerank is None else rerank.database(vectors)
+        self.vectors = np.ascontiguousarray(vectors if rerank is None else rerank.database(vectors), dtype=np.float32)
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(self.vectors)
         self.rerank = rerank
+        # FAISS's search rounds an inner product differently from `_pair_scores` by at most about
+        # D float32 epsilons of |q| |g| (a D-term sum each way); twice that bounds how far a score
+        # seen by the search and the score that ranks can disagree.
+        largest = float(np.max(np.linalg.norm(self.vectors, axis=1), initial=1.0))
+        self.tolerance = 2.0 * vectors.shape[1] * float(np.finfo(np.float32).eps) * max(largest, 1.0) ** 2
 
-    def nearest(self, queries: _Queries, width: int, excludes_self: bool) -> np.ndarray:
-        """`(n, width)` int64 gallery rows nearest each query, best first, its own row left out if `excludes_self`."""
+    def nearest(self, queries: _Queries, width: int, excludes_self: bool) -> tuple[np.ndarray, np.ndarray]:
+        """`(n, width)` scores and int64 gallery rows nearest each query, best first, its own row left out if
+        `excludes_self`.
+
+        Without a reranker the scores are recomputed pair by pair (`_pair_scores`) and each row is
+        sorted by them: FAISS's batched search rounds the same pair differently depending on how
+        many queries share the call, and ties must not depend on that.
+        """
         own_rows = queries.gallery_rows if excludes_self else None
         search = _RowSearch(self.index, self.vectors, own_rows)
-        if self.rerank is None:
-            return search.search(queries.embeddings, width)[1]
-        return self.rerank.search(search, queries.embeddings, width)[1]
+        if self.rerank is not None:
+            return self.rerank.search(search, queries.embeddings, width)
+        _, neighbors = search.search(queries.embeddings, width)
+        scores = _pair_scores(queries.embeddings, self.vectors, neighbors)
+        order = np.argsort(-scores, axis=1, kind="stable")
+        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(neighbors, order, axis=1)
 
 
 class _RowSearch:
@@ -373,6 +474,27 @@ class _RowSearch:
         return self._vectors[np.maximum(ids, 0)]
 
 
+def _pair_scores(queries: np.ndarray, vectors: np.ndarray, neighbors: np.ndarray) -> np.ndarray:
+    """`(n, W)` float32 inner product of query i with `vectors[neighbors[i, j]]`, one pair at a time.
+
+    FAISS's `fvec_inner_products_by_idx` computes each pair with the same routine whatever else
+    is computed beside it, so equal vectors always score equally: the definition of a tie.
+    """
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    neighbors = np.ascontiguousarray(neighbors, dtype=np.int64)
+    scores = np.empty(neighbors.shape, dtype=np.float32)
+    faiss.fvec_inner_products_by_idx(  # type: ignore[attr-defined]  # not in FAISS's stubs
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(queries),
+        faiss.swig_ptr(vectors),
+        faiss.swig_ptr(neighbors),
+        queries.shape[1],
+        neighbors.shape[0],
+        neighbors.shape[1],
+    )
+    return scores
+
+
 def _not_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
     """`(n, k)` bool: every neighbor but each query's own gallery row, matched by index.
 
@@ -388,19 +510,58 @@ def _not_own_row(neighbors: np.ndarray, own_rows: np.ndarray) -> np.ndarray:
     return ~is_own
 
 
-def _score_hits(hits: np.ndarray, num_positives: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Score queries from their hit matrix.
+def _score_hits(
+    hits: np.ndarray, similarities: np.ndarray | None, num_positives: np.ndarray, max_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Score queries from their hit matrix, averaging over the orders of tied items (the module docstring).
 
     Args:
         hits: (n, W) bool, whether the i-th nearest gallery item has the query's class.
+        similarities: (n, W) their scores, best first, to find the runs of ties; every run ends
+            within W. None: the order is taken as given (no ties).
         num_positives: (n,) R of each query, 1 <= R <= W.
+        max_k: the deepest k of Recall@k.
 
     Returns:
-        The n queries' first-hit rank (W when no hit), AP@R and R-precision, each (n,).
+        The n queries' hit rates (n, max_k), AP@R and R-precision, each (n,).
     """
-    ranks = np.arange(1, hits.shape[1] + 1)
-    first_hit = np.where(hits.any(axis=1), hits.argmax(axis=1), hits.shape[1])
-    hits_in_r = hits & (ranks <= num_positives[:, None])
-    hits_so_far = np.cumsum(hits_in_r, axis=1, dtype=np.int32)
-    precision_sums = np.sum(hits_so_far / ranks, axis=1, where=hits_in_r)
-    return first_hit, precision_sums / num_positives, hits_so_far[:, -1] / num_positives
+    count, width = hits.shape
+    positions = np.arange(width, dtype=np.int32)
+    starts_run = np.ones((count, width), dtype=bool)
+    if similarities is not None:
+        starts_run[:, 1:] = similarities[:, 1:] != similarities[:, :-1]
+    ends_run = np.ones_like(starts_run)
+    ends_run[:, :-1] = starts_run[:, 1:]
+    start = np.maximum.accumulate(np.where(starts_run, positions, 0), axis=1)  # a: items above the run
+    end = np.minimum.accumulate(np.where(ends_run, positions + 1, width)[:, ::-1], axis=1)[:, ::-1]
+    size = end - start  # t
+    relevant_before = np.zeros((count, width + 1), dtype=np.int32)
+    np.cumsum(hits, axis=1, out=relevant_before[:, 1:])
+    above = np.take_along_axis(relevant_before, start, axis=1)  # c: relevant items above the run
+    in_run = np.take_along_axis(relevant_before, end, axis=1) - above  # r
+    share = in_run / size  # E[rel(i)]
+    earlier_pairs = np.divide((positions - start) * (in_run - 1.0), size - 1, out=np.zeros(share.shape), where=size > 1)
+    within_r = positions < num_positives[:, None]
+    precision_terms = share * (1.0 + above + earlier_pairs) / (positions + 1)
+    average_precision = np.sum(precision_terms, axis=1, where=within_r) / num_positives
+    r_precision = np.sum(share, axis=1, where=within_r) / num_positives
+    return _hit_rates(start, size, above, in_run, max_k), average_precision, r_precision
+
+
+def _hit_rates(start: np.ndarray, size: np.ndarray, above: np.ndarray, in_run: np.ndarray, max_k: int) -> np.ndarray:
+    """(n, max_k): column k-1 is the chance of a relevant item in the top k over the orders of tied items.
+
+    1 with a relevant item above the run holding rank k; otherwise one minus the hypergeometric
+    chance that the m = k - a items the top k takes from the run (t items, r relevant) are all
+    irrelevant, prod_{j<m} (t - r - j) / (t - j).
+    """
+    cutoffs = np.minimum(np.arange(1, max_k + 1), start.shape[1])  # k, or the whole ranking when shorter
+    column = cutoffs - 1
+    first, run, relevant = start[:, column], size[:, column], in_run[:, column]
+    drawn = cutoffs - first
+    all_missed = np.ones(first.shape)
+    for j in range(int(drawn.max(initial=0))):
+        draws = j < drawn
+        factor = np.divide(run - relevant - j, run - j, out=np.ones(first.shape), where=draws)
+        all_missed *= np.clip(factor, 0.0, 1.0)
+    return np.where(above[:, column] > 0, 1.0, 1.0 - all_missed)

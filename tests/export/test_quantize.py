@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -72,6 +73,7 @@ def test_the_manifest_records_calibration_metrics_and_drop(quantized, capsys):
         assert record["drop"][name] == pytest.approx(record["float"][name] - record["int8"][name])
         assert record["drop"][name] <= 0.5
     assert 0.9 < record["embedding_cosine"]["min"] <= record["embedding_cosine"]["mean"] <= 1 + 1e-6
+    assert 0.5 < record["nearest_neighbor_agreement"] <= 1
 
 
 @pytest.mark.slow
@@ -92,6 +94,34 @@ def test_a_drop_past_the_tolerance_is_refused_and_writes_nothing(capsys, digits_
     args = ["export", "--checkpoint", str(checkpoint), "--out", str(out), "--quantize", "int8"]
     line = _error(capsys, [*args, "--calibration-images", "8", "--tolerance", "-1"])
     assert "loses too much on the test split" in line and "tolerance -1" in line
+    assert not out.exists()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("broken", [np.nan, np.inf])
+def test_an_int8_model_that_gives_non_finite_embeddings_is_refused(
+    capsys, digits_checkpoint, tmp_path, monkeypatch, broken
+):
+    """40 of 100 images embedded as NaN (or inf) by the int8 model: scoring would drop them as unreadable and pass."""
+    from retrieval.export import quantize
+
+    embed = quantize.embed_dataset
+    calls = []
+
+    def embed_some_broken(*args, **kwargs):
+        embeddings = embed(*args, **kwargs)
+        calls.append(len(embeddings))
+        if len(calls) == 2:  # the second model embedded is the int8 one
+            embeddings[:40] = broken
+        return embeddings
+
+    monkeypatch.setattr(quantize, "embed_dataset", embed_some_broken)
+    monkeypatch.setattr(quantize, "write_int8_model", lambda source, target, _: shutil.copyfile(source, target))
+    checkpoint = _on_digits(digits_checkpoint, tmp_path / "best.pt", val_fraction=0.1)  # ~90 validation images
+    out = tmp_path / "int8"
+    args = ["export", "--checkpoint", str(checkpoint), "--out", str(out), "--quantize", "int8"]
+    line = _error(capsys, [*args, "--calibration-images", "8", "--tolerance", "1"])
+    assert f"the int8 model gives non-finite (NaN or inf) embeddings for 40 of {calls[0]} val images" in line
     assert not out.exists()
 
 

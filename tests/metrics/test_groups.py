@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from retrieval.data.datasets import _renumbered
-from retrieval.metrics import frequency_groups, group_metrics
+from retrieval.metrics import frequency_groups, group_metrics, retrieval_metrics
 
 
 def test_frequency_groups_rank_classes_by_training_count():
@@ -61,3 +61,24 @@ def test_group_metrics_equal_a_naive_computation_on_imbalanced_data():
 def test_renumbering_maps_held_out_and_unknown_classes_to_minus_one():
     trained = np.array([0, 2, 5])
     assert _renumbered(np.array([5, 0, 1, 2, -1, 7]), trained).tolist() == [2, 0, -1, 1, -1, -1]
+
+
+@pytest.mark.parametrize("collapsed", [False, True])
+def test_groups_average_to_the_total_under_ties(collapsed):
+    """Exact copies and a collapsed model (every vector equal): each query scores the same in its group as in
+    the total, so the groups' Recall@1 and MAP@R, weighted by their queries, are the total's. Classes are
+    small, so the total searches deeper (max(ks) = 8) than a group (R): the depth must not order the ties."""
+    rng = np.random.default_rng(1)
+    train_labels = np.repeat(np.arange(6), [40, 30, 20, 10, 5, 3])
+    labels = np.repeat(np.arange(6), [6, 5, 4, 3, 3, 2])
+    embeddings = rng.normal(size=(len(labels), 8)).astype(np.float32)
+    embeddings[1::2] = embeddings[::2][: len(embeddings[1::2])]  # every other row copies its neighbour
+    if collapsed:
+        embeddings[:] = 1.0
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    groups = frequency_groups(train_labels, 6)
+    total = retrieval_metrics(embeddings, labels, (1, 2, 4, 8))
+    split = group_metrics(embeddings, labels, labels, groups)
+    for metric in ("recall@1", "map@r"):
+        weighted = sum(split[f"{g}/{metric}"] * split[f"{g}/num_queries"] for g in ("head", "mid", "tail"))
+        assert weighted / total["num_queries"] == pytest.approx(total[metric], abs=1e-12), metric

@@ -6,6 +6,10 @@ the textbook formulas) and pytorch-metric-learning's `AccuracyCalculator`.
 
 from __future__ import annotations
 
+import collections
+import itertools
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -60,28 +64,31 @@ def oracle_metrics(
 ) -> dict[str, float]:
     """Brute force: rank the whole gallery for each query, apply the formulas one query at a time.
 
-    Exact ties rank the higher row first, the order `faiss.IndexFlatIP` returns them in.
+    Exactly tied items count in every order equally: each metric is its expectation over the
+    orders of every run of equal scores, from textbook probability (`expected_scores`).
     """
     everything = np.ones(len(labels), dtype=bool)
     query_mask = everything if query_mask is None else query_mask
     gallery_mask = everything if gallery_mask is None else gallery_mask
     similarities = embeddings.astype(np.float64) @ embeddings.T.astype(np.float64)
-    recall_hits = dict.fromkeys(ks, 0)
+    recall_hits = dict.fromkeys(ks, 0.0)
     average_precision = r_precision = 0.0
     num_queries = num_without_positive = 0
     for query in np.flatnonzero(query_mask):
         candidates = [item for item in np.flatnonzero(gallery_mask) if item != query]
-        ranked = sorted(candidates, key=lambda item: (-similarities[query, item], -item))
+        ranked = sorted(candidates, key=lambda item: -similarities[query, item])
         relevant = [shares_a_label(labels[item], labels[query]) for item in ranked]
-        r = sum(relevant)
-        if r == 0:
+        counts = collections.Counter(similarities[query, ranked].tolist())
+        runs = [counts[similarities[query, item]] for item in ranked]
+        if sum(relevant) == 0:
             num_without_positive += 1
             continue
         num_queries += 1
+        recalls, ap, rp = expected_scores(relevant, runs, ks)
         for k in ks:
-            recall_hits[k] += any(relevant[:k])
-        r_precision += sum(relevant[:r]) / r
-        average_precision += sum(sum(relevant[: i + 1]) / (i + 1) for i in range(r) if relevant[i]) / r
+            recall_hits[k] += recalls[k]
+        average_precision += ap
+        r_precision += rp
     return {
         **{f"recall@{k}": recall_hits[k] / num_queries for k in ks},
         "map@r": average_precision / num_queries,
@@ -89,6 +96,46 @@ def oracle_metrics(
         "num_queries": num_queries,
         "num_queries_without_positive": num_without_positive,
     }
+
+
+def expected_scores(
+    relevant: list[bool], run_sizes: list[int], ks: tuple[int, ...]
+) -> tuple[dict[int, float], float, float]:
+    """Recall@k, AP@R and R-precision of one ranking, averaged over the orders of its tied runs.
+
+    `run_sizes[i]` is the size of the run of equal scores holding position i (runs are
+    contiguous). Position i of a run of t items with r relevant is relevant with probability
+    r/t; two positions of one run both are with r(r-1)/(t(t-1)), of two runs independently.
+    Recall@k misses only when every relevant-free draw of its positions misses: a product of
+    hypergeometric chances, one per run that the top k cuts.
+    """
+    run_of, start = [], 0
+    while start < len(relevant):
+        size = run_sizes[start]
+        run_of += [(start, size, sum(relevant[start : start + size]))] * size
+        start += size
+
+    def both(i: int, j: int) -> float:
+        (a, t, r), (b, _, q) = run_of[i], run_of[j]
+        if i == j:
+            return r / t
+        if a == b:
+            return r * (r - 1) / (t * (t - 1))
+        return r / t * q / run_of[j][1]
+
+    total = sum(relevant)
+    ap = sum(both(i, j) / (i + 1) for i in range(total) for j in range(i + 1)) / total
+    rp = sum(run_of[i][2] / run_of[i][1] for i in range(total)) / total
+    recalls = {}
+    for k in ks:
+        miss, i = 1.0, 0
+        while i < min(k, len(relevant)):
+            a, t, r = run_of[i]
+            drawn = min(k, a + t) - a
+            miss *= math.comb(t - r, drawn) / math.comb(t, drawn)
+            i = a + t
+        recalls[k] = 1.0 - miss
+    return recalls, ap, rp
 
 
 def shares_a_label(a: np.ndarray, b: np.ndarray) -> bool:
@@ -306,3 +353,53 @@ def test_bad_multi_hot_labels_are_user_errors():
         retrieval_metrics(embeddings, labels[:10], KS)
     with pytest.raises(UserError, match="bool or 0/1"):
         retrieval_metrics(embeddings, labels * 2.0, KS)
+
+
+def plain_scores(relevant: list[bool], ks: tuple[int, ...]) -> tuple[dict[int, float], float, float]:
+    """Recall@k, AP@R and R-precision of one fixed order (no ties), the textbook way."""
+    total = sum(relevant)
+    recalls = {k: float(any(relevant[:k])) for k in ks}
+    ap = sum(sum(relevant[: i + 1]) / (i + 1) for i in range(total) if relevant[i]) / total
+    return recalls, ap, sum(relevant[:total]) / total
+
+
+def test_tied_items_count_as_the_average_over_every_order() -> None:
+    """Two clusters of exact copies: each query's ranking is two runs of ties, averaged over all their orders."""
+    labels = np.array([0, 0, 1, 2, 1, 0, 2])
+    embeddings = normalize(np.array([[1.0, 0.0]] * 4 + [[0.6, 0.8]] * 3))
+    ks = (1, 2, 3, 5)
+    expected: dict[str, float] = dict.fromkeys([*(f"recall@{k}" for k in ks), "map@r", "r_precision"], 0.0)
+    for query in range(len(labels)):
+        others = [item for item in range(len(labels)) if item != query]
+        near = [item for item in others if np.allclose(embeddings[item], embeddings[query])]
+        far = [item for item in others if item not in near]
+        orders = [[*a, *b] for a in itertools.permutations(near) for b in itertools.permutations(far)]
+        for order in orders:
+            recalls, ap, rp = plain_scores([bool(labels[item] == labels[query]) for item in order], ks)
+            for k in ks:
+                expected[f"recall@{k}"] += recalls[k] / len(orders) / len(labels)
+            expected["map@r"] += ap / len(orders) / len(labels)
+            expected["r_precision"] += rp / len(orders) / len(labels)
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, ks), expected)
+
+
+def test_ties_make_no_figure_depend_on_row_order() -> None:
+    """A collapsed model (every vector equal): any row order gives the same figures, those of chance."""
+    labels = np.repeat(np.arange(5), [2, 3, 4, 5, 6])
+    embeddings = np.ones((len(labels), 8), dtype=np.float32) / np.sqrt(8)
+    first = retrieval_metrics(embeddings, labels, KS)
+    for seed in range(3):
+        order = np.random.default_rng(seed).permutation(len(labels))
+        assert_metrics_equal(retrieval_metrics(embeddings[order], labels[order], KS), first)
+    chance = np.mean((np.bincount(labels)[labels] - 1) / (len(labels) - 1))  # a same-class item first
+    assert first["recall@1"] == pytest.approx(chance) and first["r_precision"] == pytest.approx(chance)
+    assert_metrics_equal(first, oracle_metrics(embeddings, labels, KS))
+
+
+def test_ties_past_the_searched_depth_count_their_whole_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    """30 copies tie far past the R + 1 rows first searched, so the run's size comes from a second, full search."""
+    embeddings, labels = clustered_data(num_classes=20, max_class_size=4, seed=10)
+    embeddings[:30] = embeddings[0]
+    labels[:30] = np.arange(30) % 3 + labels.max() + 1
+    monkeypatch.setattr("retrieval.metrics.ranking._SLOTS_PER_CHUNK", 300)  # several chunks, in both searches
+    assert_metrics_equal(retrieval_metrics(embeddings, labels, KS), oracle_metrics(embeddings, labels, KS))

@@ -44,12 +44,12 @@ def add_stream(
     depth: int,
     progress: bool,
     first_id: int,
-) -> np.ndarray:
+) -> tuple[np.ndarray, np.ndarray]:
     """Add every row but the `held_out` ones (sorted positions), ids = first_id + row numbers, in one pass.
 
     Returns:
-        `(Q, depth)` ids of the exact top-`depth` of `queries` among the added rows, merged chunk
-        by chunk as they are added; `(0, depth)` when `queries` is None.
+        `(scores, ids)`, `(Q, depth)` each: the exact top-`depth` of `queries` among the added rows,
+        merged chunk by chunk as they are added; `(0, depth)` each when `queries` is None.
     """
 
     def added() -> Iterator[tuple[np.ndarray, np.ndarray]]:
@@ -63,9 +63,8 @@ def add_stream(
     if queries is None:
         for _ in added():
             pass
-        return np.zeros((0, depth), dtype=np.int64)
-    _, true_ids = exact_neighbors_streamed(added(), queries, depth)
-    return true_ids
+        return np.zeros((0, depth), dtype=np.float32), np.zeros((0, depth), dtype=np.int64)
+    return exact_neighbors_streamed(added(), queries, depth)
 
 
 def add_in_chunks(index: faiss.Index, vectors: np.ndarray, ids: np.ndarray, progress: bool, description: str) -> None:

@@ -84,9 +84,7 @@ def build_index(
     index = trained_index(plan, dim, sample.training_vectors, trained)
     depth = min(TUNED_K, n - len(sample.held_out))  # below TUNED_K when fewer vectors are stored
     sink = sink_for(index, plan, options)
-    true_ids = add_stream(
-        sink, reader, sample.held_out, queries if measuring else None, depth, options.progress, first_id
-    )
+    truth = add_stream(sink, reader, sample.held_out, queries if measuring else None, depth, options.progress, first_id)
     if isinstance(sink, ShardedLists):
         index = sink.merge()
     elif isinstance(sink, RefineSpill):
@@ -96,7 +94,7 @@ def build_index(
     if measuring:
         best_effort = options.target_recall is None
         parameters, measured = tune_and_measure(
-            index, plan.search_parameters, sample, queries, true_ids, target, best_effort, first_id
+            index, plan.search_parameters, sample, queries, truth, target, best_effort, first_id
         )
     held_ids = sample.held_out + first_id
     if isinstance(sink, ShardedLists):

@@ -165,6 +165,18 @@ COMMANDS: dict[str, Run | Skip] = {
         "trains 4 runs for hours on the pretrained backbones above; tests/tools/test_dev_benchmark.py checks its "
         "rows and runs the peer script on tiny data"
     ),
+    (
+        "python tools/make_glyph_dataset.py --out glyphs32x40 --size 32 --train-classes 280 --val-classes 80"
+        ' --test-classes 80 --train-per-class 40 --seed 1 --query-family "Liberation Sans" --gallery-per-class 6'
+    ): Run(r"wrote glyphs32x40/dataset.csv"),
+    (
+        "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out bench32_e4 --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_nca --toolkit proxy_nca"
+        " --pair toolkit-proxy_nca peer-proxy_nca"
+    ): Skip(
+        "trains 6 runs (2 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows and runs "
+        "the peer script on tiny data"
+    ),
     "retrieval train --config configs/cub200_anchor.yaml --set data.root=/data/CUB_200_2011": Run(
         RECALL, {"/data/CUB_200_2011": "data/CUB_200_2011"}, train=True
     ),

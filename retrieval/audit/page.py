@@ -30,9 +30,9 @@ section h2 { margin: 0 0 4px; font-size: 18px; }
 section p.about, p.note { margin: 0 0 12px; color: #5b6573; font-size: 13px; }
 .finding { display: flex; gap: 12px; align-items: center; padding: 8px; margin-bottom: 8px;
   border: 1px solid #d5dae1; border-radius: 8px; background: #fff; }
-.finding .cards { display: flex; gap: 8px; }
-.finding .result { width: 110px; cursor: default; }
-.finding .fields { font-size: 13px; overflow-wrap: anywhere; }
+.finding .cards { display: flex; flex-wrap: wrap; gap: 8px; }
+.finding .result { width: 110px; margin: 0; cursor: default; }
+.finding .fields { min-width: 180px; font-size: 13px; overflow-wrap: anywhere; }
 .finding .disagree { color: #b3261e; font-weight: 600; }
 """
 _GROUPED = ("exact_duplicates", "near_duplicates")
@@ -62,10 +62,10 @@ def render_page(tables: dict[str, list[dict[str, Any]]], summary: dict[str, Any]
 def _section(section: Section, rows: list[dict[str, Any]], limit: int, thumbnail: Callable[[str], str]) -> str:
     if section.name in _GROUPED:
         items = [list(members) for _, members in groupby(rows, key=lambda row: row["group"])]
-        unit = "groups"
+        unit = "group" if len(items) == 1 else "groups"
     else:
         items = [[row] for row in rows]
-        unit = "rows"
+        unit = "row" if len(items) == 1 else "rows"
     shown = "".join(_finding(section, item, thumbnail) for item in items[:limit])
     more = f" The first {limit} are shown; {section.name}.csv lists all." if len(items) > limit else ""
     return (

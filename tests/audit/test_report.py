@@ -39,7 +39,7 @@ def test_every_section_is_written_and_names_its_images(planted, tmp_path):
     }
     assert json.loads((tmp_path / "report" / "summary.json").read_text()) == summary
     page = (tmp_path / "report" / "index.html").read_text()
-    assert page.count("data:image/jpeg;base64,") >= 4 and "Leaks between splits (1 rows)" in page
+    assert page.count("data:image/jpeg;base64,") >= 4 and "Leaks between splits (1 row)" in page
 
 
 def test_a_duplicate_csv_excludes_all_but_each_groups_first_image(planted, tmp_path):

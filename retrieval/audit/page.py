@@ -23,6 +23,7 @@ __all__ = ["render_page"]
 
 _SEARCH_STYLE = Path(__file__).resolve().parents[1] / "serve" / "static" / "style.css"
 _THUMBNAIL = 96  # pixels, the longer side
+_CARDS = 12  # images shown per finding: a group chained through a whole class would make a page of megabytes
 _STYLE = """
 main.audit { display: block; max-width: 1200px; }
 section { margin-bottom: 32px; }
@@ -85,7 +86,10 @@ def _finding(section: Section, rows: list[dict[str, Any]], thumbnail: Callable[[
                     f"<figure class='result' title='{html.escape(path)}'><img alt='' src='{thumbnail(path)}'>"
                     f"<figcaption class='meta label'>{html.escape(caption)}</figcaption></figure>"
                 )
-    shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in ("keep", "split", "label")]
+    if len(cards) > _CARDS:
+        cards = [*cards[:_CARDS], f"<div class='label'>and {len(cards) - _CARDS} more</div>"]
+    on_cards = ("keep", "split", "label", "partner_split", "partner_label")
+    shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
     fields = []
     for name in shown:
         value = rows[0].get(name, "")

@@ -65,6 +65,15 @@ def test_a_catalogue_without_labels_or_splits_says_what_it_leaves_out_once(plant
     assert page.count("no split column") == 1
 
 
+def test_a_large_group_shows_a_dozen_images_and_counts_the_rest(planted, tmp_path):
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.0), False)
+    write_report(findings, planted.embeddings, tmp_path / "report", limit=1)
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page[page.index("id='near_duplicates'") : page.index("id='leaks'")]
+    first_group = len(findings.near.members()[0])
+    assert first_group > 12 and section.count("<img") == 12 and f"and {first_group - 12} more" in section
+
+
 def test_an_unreadable_image_still_renders_the_page(planted, tmp_path):
     paths = list(planted.catalogue.paths)
     paths[planted.outlier].write_bytes(b"not an image")

@@ -146,6 +146,8 @@ class DataConfig(_Section):
     ] = 0.0
     # fail (stop, naming the file) | skip (leave it out, log, count): retrieval.data.image_loader.BAD_IMAGE_POLICIES
     on_bad_image: Literal["fail", "skip"] = "fail"
+    # CSV of image paths to leave out of every split (an audit report's label_issues.csv; retrieval.data.exclusion)
+    exclude: str | None = None
     # Keep DataLoader workers between epochs and evaluations (num_workers > 0): saves their start-up, but workers
     # keep their random state across epochs, so a resumed run's augmentations differ from an uninterrupted one's.
     persistent_workers: bool = False

@@ -96,6 +96,15 @@ _EMOJI = (
     "does not install; tests/tools/test_make_emoji_dataset.py renders fake styles and checks the protocol"
 )
 
+_AUDIT_REPORT = (
+    "reads a report the audit row above writes in its own copy of the world; tests/data/test_exclusion.py and "
+    "tests/cli/test_index_exclude.py run data.exclude and index build --exclude on report-shaped CSVs"
+)
+_FASHION_AUDIT = (
+    "reads Debian's dataset-fashion-mnist, which CI does not install, and trains; tests/audit runs the same "
+    "pipeline on planted synthetic faults"
+)
+
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "retrieval train": Skip(_DEMO),
@@ -326,6 +335,32 @@ COMMANDS: dict[str, Run | Skip] = {
         "retrieval evaluate --backbone resnet18 --config configs/csv_glyph.yaml --set data.path=emoji64/dataset.csv"
         " --set model.in_chans=3 --per-query untrained_test.npz"
     ): Run(RECALL, {"emoji64/dataset.csv": f"{SHOP}/dataset.csv"}),
+    # docs/audit.md
+    "retrieval audit --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv --out runs/shop/audit": Run(
+        r"(?m)^report: runs/shop/audit/index\.html$"
+    ),
+    "retrieval audit --model runs/shop/onnx --csv data/shop.csv --out runs/shop/audit-onnx": Run(
+        r"(?m)^report: runs/shop/audit-onnx/index\.html$"
+    ),
+    (
+        "retrieval train --config configs/csv_anchor.yaml --set data.path=/data/shop/dataset.csv"
+        " --set data.exclude=runs/shop/audit/label_issues.csv --output-dir runs/shop-clean"
+    ): Skip(_AUDIT_REPORT),
+    (
+        "retrieval index build --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv"
+        " --exclude runs/shop/audit/near_duplicates.csv --out runs/shop/index-dedup"
+    ): Skip(_AUDIT_REPORT),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --exclude-leaks": Run(RECALL),
+    "python tools/bench_audit.py plant --out /data/audit_fmnist --train 6000 --val 1000 --test 2000": Skip(
+        _FASHION_AUDIT
+    ),
+    (
+        "python tools/bench_audit.py score --csv /data/audit_fmnist/dataset.csv"
+        " --checkpoint runs/audit/checkpoints/best.pt"
+    ): Skip(_FASHION_AUDIT),
+    "python tools/bench_audit.py scale --sizes 10000,30000,100000,300000,1000000": Skip(
+        "audits up to 1M synthetic embeddings for many minutes; tests/audit/test_knn_graph.py runs the IVF graph small"
+    ),
     "retrieval compare untrained_test.npz pixels_test.npz": Skip(
         "pairs the files the two commands above write; the glyph-gamma `retrieval compare` row above runs compare"
     ),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,8 @@ from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
 
 if TYPE_CHECKING:
+    from torch.utils.data import Dataset
+
     from retrieval.checkpoint import Checkpoint
     from retrieval.config import Config
     from retrieval.data import EvalSplit, RetrievalData
@@ -98,6 +101,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="store the threshold of this false match rate (e.g. 1e-3; implies --verification) in the checkpoint; "
         "`index build` copies it, `index query --min-score stored` uses it",
     )
+    parser.add_argument(
+        "--exclude-leaks",
+        action="store_true",
+        help="embed the train/val images too and score without the test images that are near-copies of one "
+        "(identical files are always checked, with a warning)",
+    )
+    parser.add_argument(
+        "--leak-threshold",
+        type=float,
+        metavar="S",
+        help="cosine at which --exclude-leaks counts a test image as a copy (default: 0.95, as retrieval audit)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,19 +145,22 @@ def _evaluate(args: argparse.Namespace) -> int:
 
     embedded: dict[int, np.ndarray] = {}
 
+    def embed_data(dataset: Dataset) -> np.ndarray:
+        return embed_dataset(
+            model,
+            dataset,
+            config.data.eval_batch_size,
+            device,
+            num_workers=config.data.num_workers,
+            amp_dtype=precision.amp_dtype,
+            channels_last=precision.channels_last,
+            pin_memory=config.data.pin_memory and device.type == "cuda",
+        )
+
     def embed(split: EvalSplit) -> np.ndarray:
         """The split's embeddings, computed once whichever options (calibration, verification, re-ranking) ask."""
         if id(split) not in embedded:
-            embedded[id(split)] = embed_dataset(
-                model,
-                split.dataset,
-                config.data.eval_batch_size,
-                device,
-                num_workers=config.data.num_workers,
-                amp_dtype=precision.amp_dtype,
-                channels_last=precision.channels_last,
-                pin_memory=config.data.pin_memory and device.type == "cuda",
-            )
+            embedded[id(split)] = embed_data(split.dataset)
         return embedded[id(split)]
 
     classifier = _classifier_for(checkpoint, config, data)
@@ -153,9 +171,10 @@ def _evaluate(args: argparse.Namespace) -> int:
     rerank = None
     if args.rerank:
         rerank = choose_rerank(args.rerank, None if data.val is None else (embed(data.val), data.val))
+    scored_test, leak_warning = _leak_check(args, config, data, embeddings, embed_data)
     metrics, scores = score_split(
         embeddings,
-        data.test,
+        scored_test,
         class_groups,
         None if classifier is None else classifier.proxies,
         None if rerank is None else rerank.reranker,
@@ -185,10 +204,39 @@ def _evaluate(args: argparse.Namespace) -> int:
     if args.grid:
         _grid(args, embeddings, data.test, model)
         notes.append(f"grid of {args.grid_queries} queries written to {args.grid}")
+    if leak_warning:
+        print(leak_warning, file=sys.stderr)
+        extras["leaks"] = {"warning": leak_warning, "excluded": bool(args.exclude_leaks)}
     if args.json:
         write_text(with_folder(args.json), json.dumps({**metrics, **extras}, indent=2) + "\n")
     print("\n".join([*notes, format_uncertainty(uncertainty), format_metrics(metrics)]))
     return 0
+
+
+def _leak_check(
+    args: argparse.Namespace,
+    config: Config,
+    data: RetrievalData,
+    embeddings: np.ndarray,
+    embed_data: Callable[[Dataset], np.ndarray],
+) -> tuple[EvalSplit, str | None]:
+    """The test split to score (without near-copies of train/val images with --exclude-leaks) and a warning line."""
+    from retrieval.evaluate.leak_check import identical_test_rows, near_copy_test_rows, warning_line, without_rows
+
+    if args.leak_threshold is not None and not args.exclude_leaks:
+        raise UserError("--leak-threshold sets the cosine of --exclude-leaks; add --exclude-leaks")
+    if not args.exclude_leaks:
+        identical = identical_test_rows(config.data)
+        if identical is None or not identical.any():
+            return data.test, None
+        return data.test, warning_line(identical, "identical files to", excluded=False)
+    threshold = 0.95 if args.leak_threshold is None else args.leak_threshold
+    leaked = near_copy_test_rows(config.data, data.test, embeddings, embed_data, threshold)
+    if leaked is None:
+        raise UserError(f"--exclude-leaks compares image files; data.name {config.data.name} has none")
+    if not leaked.any():
+        return data.test, None
+    return without_rows(data.test, leaked), warning_line(leaked, f"near-copies (cosine >= {threshold}) of", True)
 
 
 def _verification(

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from retrieval.index import SearchIndex
     from retrieval.index.manifest import IndexManifest
     from retrieval.inference.interface import Encoder
+    from retrieval.inference.sources import ImageSource
 
 __all__ = ["add_parser", "run"]
 
@@ -66,6 +67,13 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
         help=f"tune search parameters to this 10-recall@10 (default: {DEFAULT_TARGET_RECALL} for hnsw/ivf/ivfpq, "
         "best effort); none: keep the kind's fixed defaults",
     )
+    build.add_argument(
+        "--exclude",
+        type=Path,
+        metavar="FILE.csv",
+        help="leave out the images this CSV's path column lists, e.g. an audit's near_duplicates.csv (keeps one image "
+        "of each duplicate group: a keep column excludes only its keep=0 rows)",
+    )
     add_lock_timeout(build)
     add_embedding_arguments(build)
 
@@ -106,6 +114,8 @@ def _build(args: argparse.Namespace) -> int:
             )
         if args.rerank:
             raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
+        if args.exclude:
+            raise UserError("--exclude leaves images out of --csv/--images; embedding files are built as they are")
         with built_from_embeddings(args, *_tuning(args.target_recall)) as (index, inputs):
             return _save_built(args, index, inputs)
     if args.trained or args.shard:
@@ -134,6 +144,8 @@ def _build(args: argparse.Namespace) -> int:
         options, database_augmentation=args.rerank, model_info=encoder.info(), match_threshold=encoder.match_threshold
     )
     source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
+    if args.exclude is not None:
+        source = _without_excluded(source, args.exclude)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(embeddings, rows, options)
     skipped = len(source.paths) - index.ntotal
@@ -141,6 +153,21 @@ def _build(args: argparse.Namespace) -> int:
         f" ({skipped} unreadable, skipped)" if skipped else ""
     )
     return _save_built(args, index, inputs)
+
+
+def _without_excluded(source: ImageSource, exclude: Path) -> ImageSource:
+    """The images of `source` that `--exclude` does not list (`retrieval.data.exclusion`)."""
+    import numpy as np
+
+    from retrieval.data.exclusion import excluded_paths
+    from retrieval.inference.sources import ImageSource
+
+    excluded = excluded_paths(exclude)
+    kept = np.array([i for i, path in enumerate(source.paths) if path.resolve() not in excluded], dtype=np.int64)
+    if len(kept) == 0:
+        raise UserError(f"--exclude {exclude} lists every image to index; nothing is left to build from")
+    print(f"excluded: {len(source.paths) - len(kept)} image(s) listed in {exclude}")
+    return ImageSource([source.paths[i] for i in kept], source.rows(kept))
 
 
 def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> int:

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import compare, data, embed, evaluate, export, index, pretrain, serve, sweep, train
+from retrieval.cli import audit, compare, data, embed, evaluate, export, index, pretrain, serve, sweep, train
 from retrieval.errors import UserError
 
 __all__ = ["main"]
@@ -24,6 +24,7 @@ _COMMANDS = {
     "data": data,
     "index": index,
     "serve": serve,
+    "audit": audit,
 }
 
 # Import names of the packages an extra installs, and what it is called: a command that needs one that is
@@ -34,6 +35,7 @@ _EXTRAS = {
         ("training", "train"),
     ),
     **dict.fromkeys(("fastapi", "starlette", "uvicorn", "multipart", "python_multipart"), ("serving", "serve")),
+    **dict.fromkeys(("cleanlab", "datasets"), ("audit", "audit")),
 }
 
 

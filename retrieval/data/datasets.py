@@ -13,6 +13,7 @@ from torch.utils.data import Dataset
 from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
+from retrieval.data.exclusion import excluded_paths, without_excluded
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
 from retrieval.data.transforms import build_eval_transform, build_train_transform
@@ -50,6 +51,8 @@ class RetrievalData:
 
 def _tensors(cfg: DataConfig, load: TensorLoader, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     """A dataset held in memory (digits): `load` gives each split's images and labels."""
+    if cfg.exclude:
+        raise UserError(f"data.exclude lists image files; data.name {cfg.name} has none: leave data.exclude unset")
     images, labels = load("train", cfg.image_size)
     test_images, test_labels = load("test", cfg.image_size)
     test = EvalSplit(DigitsDataset(test_images, test_labels, eval_tf), test_labels, train_class=test_labels)
@@ -95,13 +98,22 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
             raise UserError(
                 f"data.name is {cfg.name} but data.path is not set; use --set data.path=path/to/dataset.csv"
             )
-        return spec.read_files(Path(cfg.path), check_images)
+        return _excluding(spec.read_files(Path(cfg.path), check_images), cfg.exclude)
     if not cfg.root:
         raise UserError(f"data.name is {cfg.name} but data.root is not set; use --set data.root=path/to/dataset")
     root = Path(cfg.root).expanduser()
     if not root.is_dir():
         raise UserError(f"data.root {root} is not a folder; set data.root to the extracted {cfg.name} dataset")
-    return spec.read_files(root, check_images)
+    return _excluding(spec.read_files(root, check_images), cfg.exclude)
+
+
+def _excluding(splits: dict[str, CsvSplit], exclude: str | None) -> dict[str, CsvSplit]:
+    """The splits without the images `data.exclude` lists (`retrieval.data.exclusion`); a split left empty is gone."""
+    if not exclude:
+        return splits
+    excluded = excluded_paths(exclude)
+    kept = {name: without_excluded(split, excluded, Path(exclude)) for name, split in splits.items()}
+    return {name: split for name, split in kept.items() if split.paths}
 
 
 def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_names: list[str]) -> EvalSplit:

@@ -30,7 +30,7 @@ HEAVY = (
     "matplotlib",
     "pyarrow",
 )
-COMMANDS = ("train", "pretrain", "evaluate", "embed", "export", "sweep", "compare", "data", "index", "serve")
+COMMANDS = ("train", "pretrain", "evaluate", "embed", "export", "sweep", "compare", "data", "index", "serve", "audit")
 INDEX_ACTIONS = ("build", "query", "add", "remove", "compact", "eval", "export", "train", "merge")
 # A bound that cannot flake on a loaded machine: the heavy imports alone take several seconds of CPU.
 CPU_SECONDS = 2.0

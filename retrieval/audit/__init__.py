@@ -1,0 +1,21 @@
+"""`retrieval audit`: near-duplicates, leaks between splits, likely label errors, outliers and confused classes.
+
+Found over the FAISS kNN graph of the toolkit's own embedding (`findings.audit_embeddings`),
+scored by cleanlab where it has the method (label issues, outliers, overlapping classes) and
+written as CSVs and one HTML page (`report.write_report`). Needs the `audit` extra (cleanlab).
+"""
+
+from retrieval.audit.catalogue import Catalogue, read_catalogue
+from retrieval.audit.findings import DEFAULT_THRESHOLD, AuditSettings, Findings, audit_embeddings, threshold_of
+from retrieval.audit.report import write_report
+
+__all__ = [
+    "DEFAULT_THRESHOLD",
+    "AuditSettings",
+    "Catalogue",
+    "Findings",
+    "audit_embeddings",
+    "read_catalogue",
+    "threshold_of",
+    "write_report",
+]

@@ -1,0 +1,118 @@
+"""An audit from embeddings: the kNN graph, then every finding over it (`audit_embeddings`).
+
+Independent of how the embeddings were made, so the planted-fault benchmark runs the same
+pipeline on a trained model's, an untrained network's and raw pixels. The near-duplicate
+threshold is the model's match threshold chosen on validation (`retrieval evaluate
+--save-threshold`) when it has one, else `DEFAULT_THRESHOLD`, or the caller's.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_duplicate_groups
+from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
+from retrieval.audit.leaks import Leaks, find_leaks
+from retrieval.audit.scoring import Scores, score_issues
+from retrieval.match_threshold import MatchThreshold
+
+__all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "Findings", "audit_embeddings", "threshold_of"]
+
+# Cosine above which two images count as copies when the model stores no match threshold: re-encoded, resized and
+# slightly cropped copies score above it with the toolkit's embeddings (docs/audit.md), distinct images rarely do.
+DEFAULT_THRESHOLD = 0.95
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AuditSettings:
+    """How an audit runs: neighbours per image, the near-duplicate threshold and where it came from."""
+
+    k: int = 10  # neighbours per image in the graph (cleanlab's label and outlier scores read them)
+    threshold: float = DEFAULT_THRESHOLD
+    threshold_source: str = "default"  # "default", "--threshold", or the model's "match threshold at FMR ..."
+    hash_files: bool = True  # look for identical files by sha256 (reads every file once more)
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if not -1.0 <= self.threshold <= 1.0:
+            raise ValueError(f"threshold must be a cosine in [-1, 1], got {self.threshold}")
+
+
+@dataclass(frozen=True)
+class Findings:
+    """Everything an audit found about a catalogue, row-aligned with it."""
+
+    catalogue: Catalogue
+    settings: AuditSettings
+    graph: KnnGraph
+    exact: Groups | None  # None when files were not hashed
+    near: Groups
+    leaks: Leaks | None  # None without a split column
+    scores: Scores
+    class_names: list[str]  # the label of class index c (empty without labels)
+
+    def summary(self) -> dict[str, Any]:
+        """The counts and settings of the report's summary.json and the command's last lines."""
+        scores = self.scores
+        return {
+            "images": len(self.catalogue),
+            "k": self.graph.k,
+            "exact_graph": self.graph.exact,
+            "threshold": self.settings.threshold,
+            "threshold_source": self.settings.threshold_source,
+            "exact_duplicate_groups": None if self.exact is None else self.exact.count,
+            "near_duplicate_groups": self.near.count,
+            "leaked_rows": None if self.leaks is None else int(self.leaks.leaked.sum()),
+            "test_nearest_neighbour_leak_share": None if self.leaks is None else self.leaks.nearest_leak_share,
+            "label_issues": None if scores.is_label_issue is None else int(scores.is_label_issue.sum()),
+            "outliers": int(scores.is_outlier.sum()),
+            "confused_class_pairs": len(scores.class_pairs),
+            "left_out": self.catalogue.missing,
+        }
+
+
+def threshold_of(match_threshold: MatchThreshold | None, given: float | None) -> tuple[float, str]:
+    """The near-duplicate threshold and its source: `given`, else the model's stored match threshold, else default."""
+    if given is not None:
+        return given, "--threshold"
+    if match_threshold is not None:
+        split = match_threshold.chosen_on or "val"
+        return (
+            match_threshold.score,
+            f"the model's match threshold (FMR {match_threshold.target_fmr}, chosen on {split})",
+        )
+    return DEFAULT_THRESHOLD, "default"
+
+
+def audit_embeddings(
+    embeddings: np.ndarray, catalogue: Catalogue, settings: AuditSettings, progress: bool = True
+) -> Findings:
+    """Every finding about `catalogue` from its `(N, D)` unit embeddings (N >= 2).
+
+    Raises:
+        ValueError: embeddings and catalogue of different lengths, or fewer than 2 images.
+    """
+    if len(embeddings) != len(catalogue):
+        raise ValueError(f"{len(embeddings)} embeddings for {len(catalogue)} images")
+    if len(catalogue) < 2:
+        raise ValueError("an audit needs at least 2 images")
+    k = min(settings.k, len(catalogue) - 1)
+    _log.info("kNN graph of %d embeddings, k=%d", len(catalogue), k)
+    graph = build_knn_graph(embeddings, k, progress)
+    exact = exact_duplicate_groups(catalogue.paths, progress) if settings.hash_files else None
+    near = near_duplicate_groups(graph, settings.threshold)
+    leaks = None if catalogue.splits is None else find_leaks(graph, catalogue.splits, settings.threshold)
+    _log.info("scoring label issues and outliers with cleanlab")
+    if catalogue.labels is None:
+        return Findings(catalogue, settings, graph, exact, near, leaks, score_issues(graph, None), [])
+    codes, class_names = catalogue.label_codes()
+    scores = score_issues(graph, codes, len(class_names))
+    return Findings(catalogue, settings, graph, exact, near, leaks, scores, class_names)

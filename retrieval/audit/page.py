@@ -1,0 +1,121 @@
+"""The report's HTML page: every section with thumbnails, in the search page's look, in one self-contained file.
+
+Thumbnails are embedded (small JPEG data URIs), so the page opens from any folder or machine
+without the images beside it; each section shows its first `limit` findings (groups for the
+duplicate sections) and points to its CSV for the rest. Styles are the search page's
+(`retrieval/serve/static/style.css`) plus a few rules for finding rows.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from collections.abc import Callable
+from itertools import groupby
+from pathlib import Path
+from typing import Any
+
+from retrieval.audit.tables import SECTIONS, Section
+from retrieval.images import UnreadableImage, load_image
+
+__all__ = ["render_page"]
+
+_SEARCH_STYLE = Path(__file__).resolve().parents[1] / "serve" / "static" / "style.css"
+_THUMBNAIL = 96  # pixels, the longer side
+_CARDS = 12  # images shown per finding: a group chained through a whole class would make a page of megabytes
+_STYLE = """
+main.audit { display: block; max-width: 1200px; }
+section { margin-bottom: 32px; }
+section h2 { margin: 0 0 4px; font-size: 18px; }
+section p.about, p.note { margin: 0 0 12px; color: #5b6573; font-size: 13px; }
+.finding { display: flex; gap: 12px; align-items: center; padding: 8px; margin-bottom: 8px;
+  border: 1px solid #d5dae1; border-radius: 8px; background: #fff; }
+.finding .cards { display: flex; flex-wrap: wrap; gap: 8px; }
+.finding .result { width: 110px; margin: 0; cursor: default; }
+.finding .fields { min-width: 180px; font-size: 13px; overflow-wrap: anywhere; }
+.finding .disagree { color: #b3261e; font-weight: 600; }
+"""
+_GROUPED = ("exact_duplicates", "near_duplicates")
+_PATH_COLUMNS = ("path", "partner_path")
+_CARD_COLUMNS = {"path": ("split", "label"), "partner_path": ("partner_split", "partner_label")}
+
+
+def render_page(tables: dict[str, list[dict[str, Any]]], summary: dict[str, Any], limit: int, title: str) -> str:
+    """The whole page: a summary, the left-out sections said once, and each present section's first findings."""
+    thumbnail = _thumbnails()
+    parts = [f"<p class='note'>{html.escape(note)}</p>" for note in summary["left_out"]]
+    for section in SECTIONS:
+        if section.name in tables:
+            parts.append(_section(section, tables[section.name], limit, thumbnail))
+    head = (
+        f"{summary['images']} images, k={summary['k']}, near-duplicate threshold {summary['threshold']:.4f} "
+        f"({summary['threshold_source']})"
+    )
+    return (
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{html.escape(title)}</title><style>{_SEARCH_STYLE.read_text(encoding='utf-8')}{_STYLE}</style>"
+        f"</head><body><header><h1>{html.escape(title)}</h1><p>{html.escape(head)}</p></header>"
+        f"<main class='audit'>{''.join(parts)}</main></body></html>\n"
+    )
+
+
+def _section(section: Section, rows: list[dict[str, Any]], limit: int, thumbnail: Callable[[str], str]) -> str:
+    if section.name in _GROUPED:
+        items = [list(members) for _, members in groupby(rows, key=lambda row: row["group"])]
+        unit = "group" if len(items) == 1 else "groups"
+    else:
+        items = [[row] for row in rows]
+        unit = "row" if len(items) == 1 else "rows"
+    shown = "".join(_finding(section, item, thumbnail) for item in items[:limit])
+    more = f" The first {limit} are shown; {section.name}.csv lists all." if len(items) > limit else ""
+    return (
+        f"<section id='{section.name}'><h2>{section.title} ({len(items)} {unit})</h2>"
+        f"<p class='about'>{html.escape(section.about)}.{html.escape(more)}</p>{shown or '<p>none found</p>'}</section>"
+    )
+
+
+def _finding(section: Section, rows: list[dict[str, Any]], thumbnail: Callable[[str], str]) -> str:
+    """One finding: the images it is about as cards, and its other cells."""
+    cards = []
+    for row in rows:
+        for column in _PATH_COLUMNS:
+            for path in filter(None, str(row.get(column, "")).split("|")):
+                caption = " · ".join(str(row[name]) for name in _CARD_COLUMNS[column] if row.get(name, "") != "")
+                cards.append(
+                    f"<figure class='result' title='{html.escape(path)}'><img alt='' src='{thumbnail(path)}'>"
+                    f"<figcaption class='meta label'>{html.escape(caption)}</figcaption></figure>"
+                )
+    if len(cards) > _CARDS:
+        cards = [*cards[:_CARDS], f"<div class='label'>and {len(cards) - _CARDS} more</div>"]
+    on_cards = ("keep", "split", "label", "partner_split", "partner_label")
+    shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
+    fields = []
+    for name in shown:
+        value = rows[0].get(name, "")
+        if value == "" or (section.name in _GROUPED and name == "score"):
+            continue
+        warn = " class='disagree'" if name == "labels_agree" and value == 0 else ""
+        fields.append(f"<div{warn}>{html.escape(name)}: {html.escape(str(value))}</div>")
+    cards_html, fields_html = "".join(cards), "".join(fields)
+    return f"<div class='finding'><div class='cards'>{cards_html}</div><div class='fields'>{fields_html}</div></div>"
+
+
+def _thumbnails() -> Callable[[str], str]:
+    """A function from an image path to its thumbnail's data URI, each file read once; '' for an unreadable one."""
+    made: dict[str, str] = {}
+
+    def thumbnail(path: str) -> str:
+        if path not in made:
+            try:
+                image = load_image(path, "RGB")
+            except UnreadableImage:  # the report still renders; the CSV names the file
+                made[path] = ""
+                return ""
+            image.thumbnail((_THUMBNAIL, _THUMBNAIL))
+            buffer = io.BytesIO()
+            image.save(buffer, format="JPEG", quality=85)
+            made[path] = "data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+        return made[path]
+
+    return thumbnail

@@ -1,0 +1,198 @@
+"""The report's tables: one list of rows per section, each row naming the image path(s) it is about.
+
+Every table has a `path` column of absolute paths, so any of its CSVs is an exclusion list
+(`retrieval.data.exclusion`); the duplicate tables add `keep` (1 for each group's first member).
+Rows come ranked: groups in catalogue order, leaks by score (highest first), label issues and
+outliers by cleanlab's score (lowest, most suspect, first), class pairs by cleanlab's joint share.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from retrieval.audit.duplicates import Groups
+from retrieval.audit.findings import Findings
+
+__all__ = ["SECTIONS", "Section", "report_tables"]
+
+_EXAMPLES = 4  # image paths per confused class pair
+
+
+@dataclass(frozen=True)
+class Section:
+    """One report section: its CSV's name, title, columns and the sentence saying what a row is."""
+
+    name: str
+    title: str
+    columns: tuple[str, ...]
+    about: str
+
+
+SECTIONS = (
+    Section(
+        "exact_duplicates",
+        "Exact duplicates",
+        ("group", "keep", "path", "split", "label", "labels_agree"),
+        "files with identical bytes (sha256), one row per file; keep=0 rows collapse each group to one image",
+    ),
+    Section(
+        "near_duplicates",
+        "Near-duplicates",
+        ("group", "keep", "path", "split", "label", "score", "labels_agree"),
+        "images the embedding scores as copies (connected at the threshold); score: best cosine within the group",
+    ),
+    Section(
+        "leaks",
+        "Leaks between splits",
+        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "score"),
+        "an image with a near-copy in an earlier split (train < val < test); path is the later split's image",
+    ),
+    Section(
+        "label_issues",
+        "Likely label errors",
+        ("rank", "path", "split", "label", "suggested_label", "label_score"),
+        "cleanlab's label issues from the kNN label distribution; label_score: lower is more likely wrong",
+    ),
+    Section(
+        "outliers",
+        "Outliers",
+        ("rank", "path", "split", "label", "outlier_score", "nearest_class", "class_score"),
+        "far from every neighbour (cleanlab's outlier score, lower is stranger) and from every class "
+        "(class_score: best cosine to a class's mean direction)",
+    ),
+    Section(
+        "confused_classes",
+        "Most confused classes",
+        ("class_a", "class_b", "count", "joint", "path"),
+        "class pairs whose images are each other's neighbours (candidates to merge or split); path: examples, |-joined",
+    ),
+)
+
+
+def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[dict[str, Any]]]:
+    """Rows of every section present (a missing label or split column leaves its sections out)."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    if findings.exact is not None:
+        tables["exact_duplicates"] = _group_rows(findings, findings.exact, with_score=False)
+    tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
+    if findings.leaks is not None:
+        tables["leaks"] = _leak_rows(findings)
+    if findings.scores.label_score is not None:
+        tables["label_issues"] = _label_rows(findings)
+    tables["outliers"] = _outlier_rows(findings, embeddings)
+    if findings.class_names:
+        tables["confused_classes"] = _pair_rows(findings)
+    return tables
+
+
+def _cells(findings: Findings, row: int) -> dict[str, Any]:
+    catalogue = findings.catalogue
+    return {
+        "path": str(catalogue.paths[row]),
+        "split": "" if catalogue.splits is None else catalogue.splits[row],
+        "label": "" if catalogue.labels is None else catalogue.labels[row],
+    }
+
+
+def _group_rows(findings: Findings, groups: Groups, with_score: bool) -> list[dict[str, Any]]:
+    labels = findings.catalogue.labels
+    rows = []
+    for number, members in enumerate(groups.members()):
+        agree = "" if labels is None else int(len({labels[i] for i in members}) == 1)
+        for position, member in enumerate(members):
+            row = {"group": number, "keep": int(position == 0), **_cells(findings, int(member)), "labels_agree": agree}
+            if with_score:
+                row["score"] = round(float(groups.score[member]), 6)
+            rows.append(row)
+    return rows
+
+
+def _leak_rows(findings: Findings) -> list[dict[str, Any]]:
+    leaks = findings.leaks
+    assert leaks is not None  # report_tables asks only then
+    leaked = np.flatnonzero(leaks.leaked)
+    rows = []
+    for row in leaked[np.argsort(-leaks.score[leaked], kind="stable")]:
+        partner = _cells(findings, int(leaks.partner[row]))
+        rows.append(
+            {
+                **_cells(findings, int(row)),
+                "partner_path": partner["path"],
+                "partner_split": partner["split"],
+                "partner_label": partner["label"],
+                "score": round(float(leaks.score[row]), 6),
+            }
+        )
+    return rows
+
+
+def _label_rows(findings: Findings) -> list[dict[str, Any]]:
+    scores = findings.scores
+    assert scores.label_score is not None and scores.is_label_issue is not None and scores.predicted is not None
+    flagged = np.flatnonzero(scores.is_label_issue)
+    ranked = flagged[np.argsort(scores.label_score[flagged], kind="stable")]
+    return [
+        {
+            "rank": rank,
+            **_cells(findings, int(row)),
+            "suggested_label": findings.class_names[int(scores.predicted[row])],
+            "label_score": round(float(scores.label_score[row]), 6),
+        }
+        for rank, row in enumerate(ranked, start=1)
+    ]
+
+
+def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[dict[str, Any]]:
+    scores = findings.scores
+    flagged = np.flatnonzero(scores.is_outlier)
+    ranked = flagged[np.argsort(scores.outlier_score[flagged], kind="stable")]
+    nearest, similarity = _class_similarity(findings, embeddings, ranked)
+    return [
+        {
+            "rank": rank,
+            **_cells(findings, int(row)),
+            "outlier_score": round(float(scores.outlier_score[row]), 6),
+            "nearest_class": "" if nearest is None else findings.class_names[int(nearest[rank - 1])],
+            "class_score": "" if similarity is None else round(float(similarity[rank - 1]), 6),
+        }
+        for rank, row in enumerate(ranked, start=1)
+    ]
+
+
+def _class_similarity(
+    findings: Findings, embeddings: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """For `rows`: the most similar class mean direction (over the whole catalogue) and that cosine; None unlabelled."""
+    if not findings.class_names:
+        return None, None
+    codes, names = findings.catalogue.label_codes()
+    means = np.zeros((len(names), embeddings.shape[1]))
+    np.add.at(means, codes, embeddings)
+    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    scores = embeddings[rows] @ means.T
+    return scores.argmax(axis=1), scores.max(axis=1)
+
+
+def _pair_rows(findings: Findings) -> list[dict[str, Any]]:
+    codes, names = findings.catalogue.label_codes()
+    predicted = findings.scores.predicted
+    assert predicted is not None  # labels were scored
+    rows = []
+    for pair in findings.scores.class_pairs:
+        swapped = ((codes == pair.first) & (predicted == pair.second)) | (
+            (codes == pair.second) & (predicted == pair.first)
+        )
+        examples = [str(findings.catalogue.paths[row]) for row in np.flatnonzero(swapped)[:_EXAMPLES]]
+        rows.append(
+            {
+                "class_a": names[pair.first],
+                "class_b": names[pair.second],
+                "count": pair.count,
+                "joint": round(pair.joint, 6),
+                "path": "|".join(examples),
+            }
+        )
+    return rows

@@ -1,0 +1,74 @@
+"""`retrieval audit` end to end with a tiny checkpoint: the report folder, and one-line errors on bad input."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from pathlib import Path
+
+import pytest
+
+from retrieval.cli.main import main
+
+pytestmark = pytest.mark.slow  # embeds images with a model
+
+
+def _with_copy(csv_dataset: Path) -> Path:
+    """The dataset CSV plus a byte-identical copy of a train image listed as test: a duplicate and a leak."""
+    images = csv_dataset.parent / "images"
+    shutil.copy(images / "train_0_0.png", images / "copy.png")
+    with csv_dataset.open("a") as handle:
+        handle.write("images/copy.png,0,test\n")
+    return csv_dataset
+
+
+def test_audit_writes_the_report_and_finds_the_copy(csv_dataset, tiny_checkpoint, tmp_path, capsys):
+    dataset = _with_copy(csv_dataset)
+    out = tmp_path / "report"
+    code = main(["audit", "--checkpoint", str(tiny_checkpoint), "--csv", str(dataset), "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert f"report: {out / 'index.html'}" in printed and "exact duplicate groups: 1" in printed
+    assert "near-duplicate threshold: 0.9500 (default)" in printed
+    with (out / "leaks.csv").open() as handle:
+        leaks = list(csv.DictReader(handle))
+    copy = str((dataset.parent / "images" / "copy.png").resolve())
+    assert copy in {row["path"] for row in leaks}
+    assert (out / "label_issues.csv").is_file() and (out / "index.html").stat().st_size > 1000
+
+
+def test_a_csv_without_labels_or_splits_gets_duplicates_and_says_what_is_left_out_once(
+    csv_dataset, tiny_checkpoint, tmp_path, capsys
+):
+    dataset = _with_copy(csv_dataset)
+    listing = tmp_path / "images.csv"
+    rows = dataset.read_text().splitlines()[1:]
+    listing.write_text("path\n" + "".join(f"{dataset.parent / row.split(',')[0]}\n" for row in rows))
+    out = tmp_path / "report"
+    assert main(["audit", "--checkpoint", str(tiny_checkpoint), "--csv", str(listing), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert printed.count("no split column") == 1 and printed.count("no label column") == 1
+    assert "exact duplicate groups: 1" in printed and "leaked rows" not in printed
+    assert not (out / "leaks.csv").exists() and not (out / "label_issues.csv").exists()
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ("name\nx.png\n", "lacks column(s) path"),
+        ("path,split\nx.png,holdout\n", "split must be train, val or test"),
+        ("path\n", "has a header but no rows"),
+    ],
+)
+def test_bad_csvs_are_one_line_errors(tmp_path, tiny_checkpoint, capsys, content, message):
+    listing = tmp_path / "bad.csv"
+    listing.write_text(content)
+    code = main(["audit", "--checkpoint", str(tiny_checkpoint), "--csv", str(listing), "--out", str(tmp_path / "r")])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and message in error and len(error.splitlines()) == 1
+
+
+def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys):
+    code = main(["audit", "--checkpoint", str(tmp_path / "no.pt"), "--csv", str(csv_dataset), "--out", str(tmp_path)])
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and "checkpoint not found" in error and len(error.splitlines()) == 1

@@ -1,0 +1,84 @@
+"""The report folder: one CSV per section whose rows name existing image paths, summary.json and index.html."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import numpy as np
+
+from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, read_catalogue, write_report
+from retrieval.audit.tables import SECTIONS
+from retrieval.data.exclusion import excluded_paths
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_every_section_is_written_and_names_its_images(planted, tmp_path):
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    summary = write_report(findings, planted.embeddings, tmp_path / "report", limit=5)
+    files = {path.name for path in (tmp_path / "report").iterdir()}
+    assert files == {f"{section.name}.csv" for section in SECTIONS} | {"summary.json", "index.html"}
+    for section in SECTIONS:
+        rows = _rows(tmp_path / "report" / f"{section.name}.csv")
+        assert tuple(rows[0].keys()) == section.columns
+        for row in rows:
+            assert all(Path(path).is_file() for path in row["path"].split("|"))
+    source, copy = (str(planted.catalogue.paths[row]) for row in planted.copies)
+    (leak,) = _rows(tmp_path / "report" / "leaks.csv")
+    assert (leak["path"], leak["split"], leak["partner_path"], leak["partner_split"]) == (copy, "test", source, "train")
+    labels = _rows(tmp_path / "report" / "label_issues.csv")
+    flipped = {str(planted.catalogue.paths[row]) for row in planted.flipped}
+    assert flipped <= {row["path"] for row in labels}
+    assert {row["suggested_label"] for row in labels if row["path"] in flipped} == {
+        planted.true_labels[row] for row in planted.flipped
+    }
+    assert json.loads((tmp_path / "report" / "summary.json").read_text()) == summary
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.count("data:image/jpeg;base64,") >= 4 and "Leaks between splits (1 row)" in page
+
+
+def test_a_duplicate_csv_excludes_all_but_each_groups_first_image(planted, tmp_path):
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    source, copy = planted.copies
+    assert excluded_paths(tmp_path / "report" / "near_duplicates.csv") == {planted.catalogue.paths[copy]}
+    assert excluded_paths(tmp_path / "report" / "leaks.csv") == {planted.catalogue.paths[copy]}
+    assert planted.catalogue.paths[source] not in excluded_paths(tmp_path / "report" / "exact_duplicates.csv")
+
+
+def test_a_catalogue_without_labels_or_splits_says_what_it_leaves_out_once(planted, tmp_path):
+    listing = tmp_path / "images.csv"
+    listing.write_text("path\n" + "".join(f"{path}\n" for path in planted.catalogue.paths))
+    catalogue = read_catalogue(listing)
+    assert catalogue.labels is None and catalogue.splits is None and len(catalogue.missing) == 2
+    findings = audit_embeddings(planted.embeddings, catalogue, AuditSettings(k=8, threshold=0.99), False)
+    summary = write_report(findings, planted.embeddings, tmp_path / "report")
+    names = {path.name for path in (tmp_path / "report").iterdir()}
+    assert names == {"exact_duplicates.csv", "near_duplicates.csv", "outliers.csv", "summary.json", "index.html"}
+    assert summary["left_out"] == catalogue.missing
+    page = (tmp_path / "report" / "index.html").read_text()
+    assert page.count("no split column") == 1
+
+
+def test_a_large_group_shows_a_dozen_images_and_counts_the_rest(planted, tmp_path):
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.0), False)
+    write_report(findings, planted.embeddings, tmp_path / "report", limit=1)
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page[page.index("id='near_duplicates'") : page.index("id='leaks'")]
+    first_group = len(findings.near.members()[0])
+    assert first_group > 12 and section.count("<img") == 12 and f"and {first_group - 12} more" in section
+
+
+def test_an_unreadable_image_still_renders_the_page(planted, tmp_path):
+    paths = list(planted.catalogue.paths)
+    paths[planted.outlier].write_bytes(b"not an image")
+    catalogue = Catalogue(paths, planted.catalogue.labels, planted.catalogue.splits)
+    findings = audit_embeddings(planted.embeddings, catalogue, AuditSettings(k=8), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    assert "Outliers" in (tmp_path / "report" / "index.html").read_text()
+    assert np.isfinite(findings.scores.outlier_score).all()

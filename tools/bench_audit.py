@@ -1,0 +1,398 @@
+"""The audit measured on planted faults, and its scale: `plant`, `score` and `scale` (docs/audit.md).
+
+`plant` writes a Fashion-MNIST subset (Debian's `dataset-fashion-mnist`) with known faults: 5% of
+the training labels flipped to another class, near-copies of 2% as many training images added as
+test rows (re-encoded JPEG, resized, a small crop or a colour shift, in turn) and 1% out-of-domain
+images (scikit-learn's handwritten digits, upscaled), with `truth.json` naming each.
+
+`score` runs the audit pipeline on several embeddings of the planted CSV (a trained checkpoint,
+the same architecture untrained, raw pixels) and cleanlab's own default path (`Datalab.find_issues`
+on features of the untrained network or on pixels, its own kNN and label model), and reports each
+finding's precision at the planted count (= recall there: the top-n by the method's score against
+the n planted rows) and the precision and recall of what each method flags by its own rule. Each
+finding is scored on the rows not planted as another fault (an out-of-domain image's random label
+is not a label error to find).
+
+`scale` times the audit of synthetic clustered embeddings (FAISS kNN graph + cleanlab scoring),
+each size in a fresh process for its peak memory.
+
+    python tools/bench_audit.py plant --out /data/audit_fmnist --train 6000 --val 1000 --test 2000
+    python tools/bench_audit.py score --csv /data/audit_fmnist/dataset.csv --checkpoint runs/a/checkpoints/best.pt
+    python tools/bench_audit.py scale --sizes 10000,100000,1000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import io
+import json
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from make_fashion_mnist import IDX_DIR, read_idx  # noqa: E402
+
+from retrieval.runtime.files import write_text  # noqa: E402
+
+__all__ = ["main"]
+
+_CLASSES = ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot")
+
+
+def _copy_of(image: Image.Image, kind: int, rng: np.random.Generator) -> Image.Image:
+    """A near-copy: JPEG re-encoded, resized down and up, a small crop resized back, or a brightness shift."""
+    size = image.size
+    if kind == 0:
+        buffer = io.BytesIO()
+        image.save(buffer, format="JPEG", quality=int(rng.integers(60, 85)))
+        return Image.open(io.BytesIO(buffer.getvalue())).convert(image.mode)
+    if kind == 1:
+        return image.resize((20, 20), Image.BILINEAR).resize(size, Image.BILINEAR)
+    if kind == 2:
+        left, top = (int(v) for v in rng.integers(0, 3, size=2))
+        return image.crop((left, top, left + size[0] - 3, top + size[1] - 3)).resize(size, Image.BILINEAR)
+    pixels = np.asarray(image, dtype=np.float32) * float(rng.uniform(0.8, 0.9)) + float(rng.uniform(10, 25))
+    return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
+
+
+def plant(out: Path, train: int, val: int, test: int, seed: int) -> dict[str, Any]:
+    """Write the planted dataset (images/, dataset.csv, truth.json) and return the truth."""
+    from sklearn.datasets import load_digits
+
+    rng = np.random.default_rng(seed)
+    train_images = read_idx(IDX_DIR / "train-images-idx3-ubyte.gz")
+    train_labels = read_idx(IDX_DIR / "train-labels-idx1-ubyte.gz")
+    test_images = read_idx(IDX_DIR / "t10k-images-idx3-ubyte.gz")
+    test_labels = read_idx(IDX_DIR / "t10k-labels-idx1-ubyte.gz")
+    chosen = rng.permutation(len(train_images))[: train + val]
+    picked_test = rng.permutation(len(test_images))[:test]
+    (out / "images").mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, str]] = []
+
+    def add(image: Image.Image, label: int | str, split: str, name: str) -> str:
+        path = f"images/{name}.png"
+        image.save(out / path)
+        rows.append({"path": path, "label": str(label), "split": split})
+        return path
+
+    sources: list[tuple[int, str]] = []
+    for number, index in enumerate(chosen):
+        split = "train" if number < train else "val"
+        path = add(Image.fromarray(train_images[index]), _CLASSES[train_labels[index]], split, f"{split}_{index}")
+        if split == "train":
+            sources.append((int(index), path))
+    for index in picked_test:
+        add(Image.fromarray(test_images[index]), _CLASSES[test_labels[index]], "test", f"test_{index}")
+    total = train + val + test
+    copies = []
+    for number, position in enumerate(rng.permutation(len(sources))[: round(0.02 * total)]):
+        index, source = sources[position]
+        copy = _copy_of(Image.fromarray(train_images[index]), number % 4, rng)
+        path = add(copy, _CLASSES[train_labels[index]], "test", f"copy_{index}")
+        copies.append({"copy": path, "source": source, "kind": ("jpeg", "resize", "crop", "colour")[number % 4]})
+    digits = load_digits()
+    outliers = []
+    for number in range(round(0.01 * total)):
+        digit = (digits.images[number] * 255 / 16).astype(np.uint8)
+        image = Image.fromarray(digit).resize((28, 28), Image.BILINEAR)
+        split = str(rng.choice(["train", "val", "test"], p=[train / total, val / total, test / total]))
+        outliers.append(add(image, _CLASSES[int(rng.integers(10))], split, f"ood_{number}"))
+    train_rows = [
+        i for i, row in enumerate(rows) if row["split"] == "train" and not row["path"].startswith("images/ood")
+    ]
+    flipped = []
+    for i in rng.permutation(train_rows)[: round(0.05 * train)]:
+        label = _CLASSES.index(rows[i]["label"])
+        rows[i]["label"] = _CLASSES[(label + int(rng.integers(1, 10))) % 10]
+        flipped.append(rows[i]["path"])
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=["path", "label", "split"], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    write_text(out / "dataset.csv", buffer.getvalue())
+    truth = {"flipped": flipped, "copies": copies, "outliers": outliers, "seed": seed, "rows": len(rows)}
+    write_text(out / "truth.json", json.dumps(truth, indent=1) + "\n")
+    return truth
+
+
+def _unit(features: np.ndarray) -> np.ndarray:
+    features = np.asarray(features, dtype=np.float32)
+    return features / np.maximum(np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
+
+
+def _pixels(paths: list[Path]) -> np.ndarray:
+    """Raw pixels, centred per dimension, as unit vectors."""
+    from retrieval.images import load_image
+
+    pixels = np.stack([np.asarray(load_image(path, "L"), dtype=np.float32).ravel() for path in paths])
+    return _unit(pixels - pixels.mean(axis=0))
+
+
+def _network_features(checkpoint: Path, paths: list[Path], trained: bool) -> np.ndarray:
+    """Embeddings of the checkpoint's model, or of the same architecture freshly initialised (seed 0)."""
+    import torch
+
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.models import Embedder
+    from retrieval.runtime.device import resolve_device
+
+    if trained:
+        encoder = ImageEncoder.from_checkpoint(checkpoint, device="cpu")
+    else:
+        loaded = Checkpoint.load(checkpoint)
+        config = loaded.config()
+        torch.manual_seed(0)
+        model = Embedder(**loaded.model_config.model_copy(update={"pretrained": False, "weights": None}).model_dump())
+        encoder = ImageEncoder(
+            model, loaded.model_config, config.data.image_size, config.augment, resolve_device("cpu")
+        )
+    embedded = encoder.embed_files(paths, batch_size=256, progress=False)
+    if embedded.failures:
+        raise SystemExit(f"unreadable images: {embedded.failures[:3]}")
+    return embedded.embeddings
+
+
+class _Truth:
+    """The planted rows of each fault, and the rows each finding is scored on."""
+
+    def __init__(self, csv_path: Path, truth: dict[str, Any], paths: list[Path]) -> None:
+        position = {path.resolve(): i for i, path in enumerate(paths)}
+
+        def rows(names: list[str]) -> np.ndarray:
+            return np.array(sorted(position[(csv_path.parent / name).resolve()] for name in names), dtype=np.int64)
+
+        self.flipped = rows(truth["flipped"])
+        self.copies = rows([copy["copy"] for copy in truth["copies"]])
+        self.outliers = rows(truth["outliers"])
+        self.n = len(paths)
+
+    def candidates(self, finding: str, splits: list[str]) -> np.ndarray:
+        others = {"leaks": (self.flipped, self.outliers), "labels": (self.copies, self.outliers)}
+        others["outliers"] = (self.flipped, self.copies)
+        keep = np.ones(self.n, dtype=bool)
+        for planted in others[finding]:
+            keep[planted] = False
+        if finding == "leaks":
+            keep &= np.array([split != "train" for split in splits])
+        return np.flatnonzero(keep)
+
+
+def _measure(
+    planted: np.ndarray, candidates: np.ndarray, suspicion: np.ndarray, flagged: np.ndarray
+) -> dict[str, float]:
+    """Precision at the planted count (top-n by suspicion among candidates) and the flagged set's precision/recall."""
+    n = len(planted)
+    order = candidates[np.argsort(-suspicion[candidates], kind="stable")]
+    top = set(order[:n].tolist())
+    truth = set(planted.tolist())
+    chosen = set(candidates[flagged[candidates]].tolist())
+    return {
+        "at_planted": len(top & truth) / n,
+        "flagged": len(chosen),
+        "precision": len(chosen & truth) / len(chosen) if chosen else float("nan"),
+        "recall": len(chosen & truth) / n,
+    }
+
+
+def _pipeline_row(features: np.ndarray, catalogue: Any, truth: _Truth, threshold: float) -> dict[str, Any]:
+    """The audit pipeline (FAISS graph, leaks at the threshold, cleanlab over the graph) on these features."""
+    from retrieval.audit import AuditSettings, audit_embeddings
+
+    started = time.perf_counter()
+    settings = AuditSettings(k=10, threshold=threshold, hash_files=False)
+    findings = audit_embeddings(features, catalogue, settings, progress=False)
+    scores = findings.scores
+    return {
+        "leaks": _measure(
+            truth.copies, truth.candidates("leaks", catalogue.splits), findings.leaks.score, findings.leaks.leaked
+        ),
+        "labels": _measure(
+            truth.flipped, truth.candidates("labels", catalogue.splits), -scores.label_score, scores.is_label_issue
+        ),
+        "outliers": _measure(
+            truth.outliers, truth.candidates("outliers", catalogue.splits), -scores.outlier_score, scores.is_outlier
+        ),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def _cleanlab_row(features: np.ndarray, catalogue: Any, truth: _Truth) -> dict[str, Any]:
+    """cleanlab's default path: `Datalab.find_issues(features=...)`, its own kNN graph and kNN label model."""
+    import pandas as pd
+    from cleanlab import Datalab
+
+    started = time.perf_counter()
+    codes, _ = catalogue.label_codes()
+    lab = Datalab(data=pd.DataFrame({"label": codes}), label_name="label", verbosity=0)
+    lab.find_issues(features=features, issue_types={"label": {}, "outlier": {}, "near_duplicate": {}})
+    labels, outliers, duplicates = (lab.get_issues(name) for name in ("label", "outlier", "near_duplicate"))
+    order = {"train": 0, "val": 1, "test": 2}
+    split_order = np.array([order[split] for split in catalogue.splits])
+    crossing = np.array(
+        [
+            any(split_order[j] < split_order[i] for j in members)
+            for i, members in enumerate(duplicates["near_duplicate_sets"])
+        ]
+    )
+    return {
+        "leaks": _measure(
+            truth.copies,
+            truth.candidates("leaks", catalogue.splits),
+            -duplicates["near_duplicate_score"].to_numpy(),
+            duplicates["is_near_duplicate_issue"].to_numpy() & crossing,
+        ),
+        "labels": _measure(
+            truth.flipped,
+            truth.candidates("labels", catalogue.splits),
+            -labels["label_score"].to_numpy(),
+            labels["is_label_issue"].to_numpy(),
+        ),
+        "outliers": _measure(
+            truth.outliers,
+            truth.candidates("outliers", catalogue.splits),
+            -outliers["outlier_score"].to_numpy(),
+            outliers["is_outlier_issue"].to_numpy(),
+        ),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def score(csv_path: Path, checkpoint: Path, threshold: float) -> dict[str, Any]:
+    """Every row of the planted-fault table."""
+    import warnings
+
+    from retrieval.audit import read_catalogue
+
+    warnings.filterwarnings("ignore", module=r"cleanlab\.")
+    catalogue = read_catalogue(csv_path)
+    truth = _Truth(csv_path, json.loads((csv_path.parent / "truth.json").read_text()), catalogue.paths)
+    features = {
+        "trained": _network_features(checkpoint, catalogue.paths, trained=True),
+        "untrained": _network_features(checkpoint, catalogue.paths, trained=False),
+        "pixels": _pixels(catalogue.paths),
+    }
+    results = {}
+    for name, values in features.items():
+        results[f"audit, {name} embedding"] = _pipeline_row(values, catalogue, truth, threshold)
+        print(name, json.dumps(results[f"audit, {name} embedding"]), flush=True)
+    for name in ("untrained", "pixels"):
+        results[f"cleanlab default, {name} features"] = _cleanlab_row(features[name], catalogue, truth)
+        print("cleanlab", name, json.dumps(results[f"cleanlab default, {name} features"]), flush=True)
+    return results
+
+
+def table(results: dict[str, Any]) -> str:
+    """The planted-fault table in markdown."""
+    lines = [
+        "| features and method | leaks P@n | leaks flagged P / R | label errors P@n | label errors flagged P / R "
+        "| outliers P@n | outliers flagged P / R | seconds |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, row in results.items():
+        cells = [name]
+        for finding in ("leaks", "labels", "outliers"):
+            measured = row[finding]
+            cells.append(f"{measured['at_planted']:.3f}")
+            cells.append(f"{measured['precision']:.3f} / {measured['recall']:.3f} ({measured['flagged']})")
+        cells.append(f"{row['seconds']:.1f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
+    """The audit of `n` synthetic clustered unit embeddings with labels (5% flipped) and splits, in this process."""
+    from retrieval.audit import AuditSettings, Catalogue, audit_embeddings
+    from retrieval.audit.knn_graph import graph_recall
+
+    rng = np.random.default_rng(0)
+    centres = rng.normal(size=(classes, dim)).astype(np.float32)
+    labels = rng.integers(0, classes, size=n)
+    embeddings = centres[labels] + rng.normal(scale=0.6, size=(n, dim)).astype(np.float32)
+    embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+    given = labels.copy()
+    flip = rng.random(n) < 0.05
+    given[flip] = (given[flip] + 1) % classes
+    splits = rng.choice(["train", "val", "test"], size=n, p=[0.8, 0.1, 0.1]).tolist()
+    catalogue = Catalogue([Path(f"/synthetic/{i}.png") for i in range(n)], [str(c) for c in given], splits)
+    started = time.perf_counter()
+    findings = audit_embeddings(embeddings, catalogue, AuditSettings(k=10, hash_files=False), progress=False)
+    seconds = time.perf_counter() - started
+    recall = graph_recall(findings.graph, embeddings, sample=500)
+    return {
+        "n": n,
+        "seconds": seconds,
+        "exact_graph": findings.graph.exact,
+        "graph_recall@10": recall,
+        "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+        "label_issues": int(findings.scores.is_label_issue.sum()),
+    }
+
+
+def scale(sizes: list[int], dim: int, classes: int) -> list[dict[str, Any]]:
+    """`_scale_one` of each size in a fresh interpreter (its own peak memory)."""
+    results = []
+    for n in sizes:
+        code = f"import json, bench_audit as b; print(json.dumps(b._scale_one({n}, {dim}, {classes})))"
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT / "tools", check=False
+        )
+        if done.returncode != 0:
+            print(done.stderr[-2000:], file=sys.stderr)
+            break
+        results.append(json.loads(done.stdout.strip().splitlines()[-1]))
+        print(json.dumps(results[-1]), flush=True)
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    planting = commands.add_parser("plant", help="write a Fashion-MNIST subset with planted faults")
+    planting.add_argument("--out", type=Path, required=True)
+    planting.add_argument("--train", type=int, default=6000)
+    planting.add_argument("--val", type=int, default=1000)
+    planting.add_argument("--test", type=int, default=2000)
+    planting.add_argument("--seed", type=int, default=0)
+    scoring = commands.add_parser("score", help="the planted-fault table")
+    scoring.add_argument("--csv", type=Path, required=True)
+    scoring.add_argument("--checkpoint", type=Path, required=True)
+    scoring.add_argument("--threshold", type=float, default=0.95)
+    scoring.add_argument("--json", type=Path)
+    scaling = commands.add_parser("scale", help="time and peak memory of the audit of synthetic embeddings")
+    scaling.add_argument("--sizes", default="10000,100000,1000000")
+    scaling.add_argument("--dim", type=int, default=128)
+    scaling.add_argument("--classes", type=int, default=100)
+    scaling.add_argument("--json", type=Path)
+    args = parser.parse_args(argv)
+    if args.command == "scale":
+        measured = scale([int(size) for size in args.sizes.split(",")], args.dim, args.classes)
+        if args.json:
+            write_text(args.json, json.dumps(measured, indent=1) + "\n")
+    if args.command == "score":
+        results = score(args.csv, args.checkpoint, args.threshold)
+        if args.json:
+            write_text(args.json, json.dumps(results, indent=1) + "\n")
+        print(table(results))
+    if args.command == "plant":
+        truth = plant(args.out, args.train, args.val, args.test, args.seed)
+        print(
+            f"{truth['rows']} rows: {len(truth['flipped'])} flipped, {len(truth['copies'])} copies, "
+            f"{len(truth['outliers'])} out-of-domain"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -36,6 +36,17 @@ def csv_dataset(tmp_path: Path) -> Path:
     return write_csv_dataset(tmp_path / "data")
 
 
+def add_train_copy_as_test(csv_dataset: Path, name: str, label: int) -> Path:
+    """`csv_dataset` plus a byte copy of its first train image listed as a test image `name` of class `label`."""
+    import shutil
+
+    images = csv_dataset.parent / "images"
+    shutil.copy(images / "train_0_0.png", images / name)
+    with csv_dataset.open("a") as handle:
+        handle.write(f"images/{name},{label},test\n")
+    return csv_dataset
+
+
 def write_tiny_checkpoint(
     path: Path, seed: int = 0, image_size: int = 32, eval_mode: str | None = None, **model_options
 ) -> Path:

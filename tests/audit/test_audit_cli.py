@@ -3,23 +3,19 @@
 from __future__ import annotations
 
 import csv
-import shutil
 from pathlib import Path
 
 import pytest
 
 from retrieval.cli.main import main
+from tests.conftest import add_train_copy_as_test
 
 pytestmark = pytest.mark.slow  # embeds images with a model
 
 
 def _with_copy(csv_dataset: Path) -> Path:
     """The dataset CSV plus a byte-identical copy of a train image listed as test: a duplicate and a leak."""
-    images = csv_dataset.parent / "images"
-    shutil.copy(images / "train_0_0.png", images / "copy.png")
-    with csv_dataset.open("a") as handle:
-        handle.write("images/copy.png,0,test\n")
-    return csv_dataset
+    return add_train_copy_as_test(csv_dataset, "copy.png", 0)
 
 
 def test_audit_writes_the_report_and_finds_the_copy(csv_dataset, tiny_checkpoint, tmp_path, capsys):

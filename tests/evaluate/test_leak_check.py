@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -13,15 +12,12 @@ from retrieval.cli.main import main
 from retrieval.config import DataConfig
 from retrieval.data import EvalSplit
 from retrieval.evaluate.leak_check import identical_test_rows, warning_line, without_rows
+from tests.conftest import add_train_copy_as_test
 
 
 def _leak_one_train_image(csv_dataset: Path) -> Path:
     """A byte copy of a train image listed as a test image of another class (so it cannot help its own queries)."""
-    images = csv_dataset.parent / "images"
-    shutil.copy(images / "train_0_0.png", images / "leaked.png")
-    with csv_dataset.open("a") as handle:
-        handle.write("images/leaked.png,101,test\n")
-    return csv_dataset
+    return add_train_copy_as_test(csv_dataset, "leaked.png", 101)
 
 
 def test_identical_files_are_flagged_on_the_test_rows(csv_dataset):

@@ -33,7 +33,13 @@ from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, link_or_copy, lists_file, read_with_lists_beside
 from retrieval.index.refine_file import REFINE_FILE, from_index_file, without_refine
-from retrieval.index.storage import INDEX_FILE, METADATA_FILE, read_verified_manifest, write_index_directory
+from retrieval.index.storage import (
+    INDEX_FILE,
+    MANIFEST_FILE,
+    METADATA_FILE,
+    read_verified_manifest,
+    write_index_directory,
+)
 from retrieval.index.stored_rows import ivf_directory, stored_rows
 from retrieval.index.streaming import VectorStream, unit_rows
 from retrieval.index.tuning import TUNED_K, set_search_parameters
@@ -471,6 +477,12 @@ class SearchIndex:
             raise UserError(
                 f"{Path(directory) / METADATA_FILE} has {len(metadata)} rows, the manifest says "
                 f"{manifest.count} vectors: count mismatch"
+            )
+        ids = metadata.ids  # ascending
+        if len(ids) and ids[-1] >= manifest.next_id:  # `index add` would hand out an id a stored item holds
+            raise UserError(
+                f"{Path(directory) / MANIFEST_FILE}: next_id {manifest.next_id} is not above the largest stored id "
+                f"{ids[-1]}; restore the manifest or rebuild the index"
             )
         read_only = mmap or on_disk or refine_file is not None
         return cls(index, metadata, manifest, read_only=read_only, refine_file=refine_file)

@@ -142,6 +142,15 @@ def test_a_manifest_that_disagrees_with_the_files_is_a_mismatch(saved: Path) -> 
         SearchIndex.load(saved)
 
 
+def test_a_lowered_next_id_is_refused_before_an_add_could_reuse_a_stored_id(saved: Path) -> None:
+    largest = int(SearchIndex.load(saved).ids.max())
+    edit_manifest(saved, next_id=largest)
+    with pytest.raises(UserError, match=rf"next_id {largest} is not above the largest stored id {largest}"):
+        SearchIndex.load(saved)
+    edit_manifest(saved, next_id=largest + 1)
+    assert SearchIndex.load(saved).ids.max() == largest
+
+
 @pytest.mark.usefixtures("no_faiss_read")
 def test_a_missing_directory_says_how_to_make_one(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="index directory not found.*retrieval index build"):

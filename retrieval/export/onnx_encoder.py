@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from retrieval.errors import UserError
 from retrieval.export.bundle import read_export
@@ -28,6 +27,7 @@ from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.match_threshold import MatchThreshold
+from retrieval.runtime.heartbeat import with_progress
 
 __all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
 
@@ -132,7 +132,7 @@ class OnnxEncoder:
         chunks, positions, failures = [], [], []
         with ThreadPoolExecutor(max(num_workers, 1)) as pool:
             starts = range(0, len(files), batch_size)
-            for start in tqdm(starts, desc="embed", leave=False, disable=None if progress else True):
+            for start in with_progress(starts, "embed", progress):
                 batch = files[start : start + batch_size]
                 read = list(pool.map(self._read, batch)) if num_workers else [self._read(path) for path in batch]
                 good = [i for i, item in enumerate(read) if isinstance(item, np.ndarray)]

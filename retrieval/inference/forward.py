@@ -15,12 +15,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 from torch.utils.data import DataLoader, Dataset, Subset
-from tqdm import tqdm
 
 from retrieval.config import TrainConfig
-from retrieval.runtime import heartbeat
 from retrieval.runtime.device import amp_dtype, uses_channels_last
-from retrieval.runtime.heartbeat import Heartbeat
+from retrieval.runtime.heartbeat import with_progress
 
 __all__ = ["FLOAT32", "Precision", "embed_batch", "embed_loader"]
 
@@ -74,15 +72,7 @@ def embed_loader(
     """
     was_training = model.training
     model.eval()
-    batches = tqdm(loader, desc="embed", leave=False, disable=None if progress else True)
-    # Where tqdm draws no bar (standard error not a terminal: a log), a line every so often instead.
-    beating = progress and batches.disable
-    pulse = Heartbeat("embed", len(loader), heartbeat.HEARTBEAT_SECONDS) if beating else None
-    chunks = []
-    for done, (images, _) in enumerate(batches, start=1):
-        chunks.append(embed_batch(model, images, device, precision))
-        if pulse is not None:
-            pulse.beat(done)
+    chunks = [embed_batch(model, images, device, precision) for images, _ in with_progress(loader, "embed", progress)]
     model.train(was_training)
     dim = int(getattr(model, "embedding_dim", 0))
     embedded = torch.cat(chunks).cpu().numpy() if chunks else np.zeros((0, dim), dtype=np.float32)

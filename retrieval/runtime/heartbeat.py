@@ -12,9 +12,22 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from typing import Protocol, TypeVar
 
-__all__ = ["HEARTBEAT_SECONDS", "Heartbeat", "duration_text"]
+from tqdm import tqdm
+
+__all__ = ["HEARTBEAT_SECONDS", "Counted", "Heartbeat", "duration_text", "with_progress"]
+
+_Item = TypeVar("_Item", covariant=True)
+
+
+class Counted(Protocol[_Item]):
+    """What `with_progress` walks: items with a length (a list, a range, a `DataLoader`)."""
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[_Item]: ...
 
 HEARTBEAT_SECONDS = 30.0
 
@@ -63,6 +76,19 @@ class Heartbeat:
             duration_text(elapsed),
             duration_text(left),
         )
+
+
+def with_progress(items: Counted[_Item], description: str, shown: bool = True) -> Iterator[_Item]:
+    """`items` in order, with a bar on a terminal, else (a log) a `Heartbeat` line every `HEARTBEAT_SECONDS`.
+
+    `shown=False` draws and logs nothing (a quiet caller, or a torchrun rank other than the first).
+    """
+    bar = tqdm(items, desc=description, leave=False, disable=None if shown else True)
+    pulse = Heartbeat(description, len(items), HEARTBEAT_SECONDS) if shown and bar.disable else None
+    for done, item in enumerate(bar, start=1):
+        yield item
+        if pulse is not None:
+            pulse.beat(done)
 
 
 def duration_text(seconds: float) -> str:

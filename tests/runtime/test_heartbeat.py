@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from retrieval.runtime.heartbeat import Heartbeat, duration_text
+from retrieval.runtime.heartbeat import Heartbeat, duration_text, with_progress
 
 
 def test_a_line_comes_once_an_interval_has_passed_and_estimates_what_is_left(caplog) -> None:
@@ -40,3 +40,17 @@ def test_a_pass_without_a_loss_leaves_it_out(caplog) -> None:
         now[0] = 30.0
         heartbeat.beat(10)
     assert caplog.messages == ["embed: batch 10/40 (25%), 30s so far, about 1m30s left"]
+
+
+def test_with_progress_logs_where_no_bar_shows_and_yields_every_item(caplog, monkeypatch) -> None:
+    """Standard error is no terminal under pytest, as in a log: lines instead of a bar (every item at 0 s)."""
+    monkeypatch.setattr("retrieval.runtime.heartbeat.HEARTBEAT_SECONDS", 0.0)
+    with caplog.at_level(logging.INFO, logger="retrieval.runtime.heartbeat"):
+        assert list(with_progress(range(3), "embed")) == [0, 1, 2]
+        assert list(with_progress(range(3), "embed", shown=False)) == [0, 1, 2]
+    lines = [record.getMessage() for record in caplog.records]
+    assert [line.split(",")[0] for line in lines] == [
+        "embed: batch 1/3 (33%)",
+        "embed: batch 2/3 (66%)",
+        "embed: batch 3/3 (100%)",
+    ]

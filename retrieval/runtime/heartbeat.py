@@ -29,6 +29,7 @@ class Counted(Protocol[_Item]):
 
     def __iter__(self) -> Iterator[_Item]: ...
 
+
 HEARTBEAT_SECONDS = 30.0
 
 _log = logging.getLogger(__name__)

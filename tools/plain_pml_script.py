@@ -53,6 +53,8 @@ PROXY_LOSSES = {
     "proxy_nca": losses.ProxyNCALoss,
     "proxy_anchor": losses.ProxyAnchorLoss,
     "soft_triple": losses.SoftTripleLoss,
+    "arcface": losses.ArcFaceLoss,
+    "cosface": losses.CosFaceLoss,
 }
 # name -> (loss, miner or None), each at PML's defaults (triplet at the usual margin 0.2).
 PAIR_LOSSES = {

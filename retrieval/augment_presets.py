@@ -36,7 +36,7 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
     },
     # Characters and symbols: no flip (mirrored glyphs are other glyphs), no
     # crop (a cut stroke changes the class), light affine (5 deg / 4%: 10 deg / 10% cost validation MAP@R
-    # on unseen glyphs, docs/benchmarks.md, "What made the difference: one knob at a time"), the whole image
+    # on unseen glyphs, docs/experiments/glyphs.md, "What made the difference: one knob at a time"), the whole image
     # at eval, borders in the image's background colour.
     "glyph": {
         "affine_degrees": 5.0,

@@ -64,7 +64,7 @@ __all__ = [
 IDENTICAL_SCORE = 0.9999  # a result at least this close to the query is its own image: it stays first
 _BATCH = 256  # queries re-ranked at once by k-reciprocal: a few (B, n, n) float32 arrays
 # Batched products of small matrices go through np.einsum, not np.matmul: matmul calls a threaded BLAS
-# once per matrix, whose thread start-up dominates at n ~ 100 (docs/benchmarks.md, "Re-ranking").
+# once per matrix, whose thread start-up dominates at n ~ 100 (docs/experiments/fashion_mnist.md, "Re-ranking").
 
 
 class Gallery(Protocol):

@@ -62,3 +62,35 @@ def test_the_anchor_rule_matches_github() -> None:
         ROOT / "docs" / "experiments" / "glyphs.md"
     )
     assert "speed-the-machine-and-the-method" in anchors(page)
+
+
+_CITATION = re.compile(r"(docs/[\w/.-]+\.md)(?:[,:]?\s*#?\s*\"([^\"]+)\")?")
+SOURCES = sorted(
+    path
+    for folder in ("retrieval", "configs", "tools", "examples")
+    for path in (ROOT / folder).rglob("*")
+    if path.suffix in {".py", ".yaml", ".yml"}
+)
+
+
+def headings(page: Path) -> list[str]:
+    """The heading texts of `page`, outside code blocks."""
+    return [line.lstrip("#").strip() for line in _FENCE.sub("", page.read_text()).splitlines() if line.startswith("#")]
+
+
+def test_code_citations_of_docs_resolve() -> None:
+    """A comment citing `docs/PAGE.md, "Section"` names a page that exists and a heading it holds (by prefix).
+
+    Results move between docs/benchmarks.md and docs/experiments/; a comment pointing at a section that
+    left its page sends the reader nowhere.
+    """
+    broken = []
+    for source in SOURCES:
+        for match in _CITATION.finditer(source.read_text(errors="replace")):
+            page, section = ROOT / match.group(1), match.group(2)
+            where = f"{source.relative_to(ROOT)}: {match.group(0)}"
+            if not page.exists():
+                broken.append(f"{where}: no such page")
+            elif section and not any(h.startswith(section) for h in headings(page)):
+                broken.append(f"{where}: no such heading")
+    assert not broken, "\n".join(broken)

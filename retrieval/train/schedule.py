@@ -29,7 +29,7 @@ class LrSchedule:
     the last step; `step` multiplies the rate by `step_gamma` every `step_epochs` epochs, counted
     from the start of the run (torch's `StepLR`), so `step_epochs: 20` on 60 epochs gives 1, 0.1,
     0.01 for epochs 1-20, 21-40, 41-60. `constant` keeps the full rate after the warm-up (what the
-    plain timm + PML scripts do; on short from-scratch budgets it learns faster: docs/benchmarks.md,
+    plain timm + PML scripts do; on short from-scratch budgets it learns faster: docs/experiments/glyphs.md,
     "What made the difference: one knob at a time").
 
     Args:

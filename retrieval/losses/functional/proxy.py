@@ -1,7 +1,7 @@
 """Proxy-softmax pieces: cosine logits to proxies and the semantic difficulty of the Anchor Loss.
 
 All functions compute in float32 whatever the input dtype, so that a loss called under bf16
-autocast still gets float32 logits (docs/losses.md, "All proxy losses compute logits in float32").
+autocast still gets float32 logits (docs/losses.md, "Notation and shared conventions").
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import stat as stat_module
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -101,26 +102,36 @@ def warning_line(leaked: np.ndarray, what: str, excluded: bool) -> str:
 def _digests(paths: list[Path]) -> list[str]:
     """Each file's sha256, from the cache where its size and mtime are unchanged; an unreadable file gets a
     placeholder naming it, which matches only the same file."""
-    resolved = [Path(os.path.abspath(path)) for path in paths]
-    cache_file = _cache_file(resolved)
+    cache_file = _cache_file(paths)
     cached = _read_cache(cache_file) if cache_file is not None else {}
     settled_before = time.time_ns() - _SETTLED_NS
+    folders: dict[str, str] = {}  # each folder resolved once: a dataset has thousands of files in a few
     digests, entries = [], {}
-    for number, path in enumerate(resolved):
+    for number, path in enumerate(paths):
         try:
-            stat = path.stat()
-            key = str(path.resolve())
+            key = _resolved(str(path), folders)
+            stat = os.stat(key)
             entry = cached.get(key)
             if entry is None or entry[:2] != [stat.st_size, stat.st_mtime_ns]:
-                entry = [stat.st_size, stat.st_mtime_ns, file_sha256(path)]
+                entry = [stat.st_size, stat.st_mtime_ns, file_sha256(key)]
             digests.append(entry[2])
             if stat.st_mtime_ns < settled_before:
                 entries[key] = entry
         except OSError:
-            digests.append(f"unreadable {number} {paths[number]}")
+            digests.append(f"unreadable {number} {path}")
     if cache_file is not None and entries != cached:
         _write_cache(cache_file, entries)
     return digests
+
+
+def _resolved(path: str, folders: dict[str, str]) -> str:
+    """`path` with every symbolic link resolved, its folder's looked up in (and added to) `folders`."""
+    if stat_module.S_ISLNK(os.lstat(path).st_mode):
+        return os.path.realpath(path)
+    folder, name = os.path.split(os.path.abspath(path))
+    if folder not in folders:
+        folders[folder] = os.path.realpath(folder)
+    return os.path.join(folders[folder], name)
 
 
 def _cache_file(paths: list[Path]) -> Path | None:
@@ -131,7 +142,7 @@ def _cache_file(paths: list[Path]) -> Path | None:
         base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     except RuntimeError:  # no home folder to hold it
         return None
-    folder = os.path.commonpath([str(path.parent) for path in paths])
+    folder = os.path.commonpath([os.path.dirname(os.path.abspath(path)) for path in paths])
     return base / "retrieval" / "file-hashes" / f"{hashlib.sha256(folder.encode()).hexdigest()[:32]}.json"
 
 

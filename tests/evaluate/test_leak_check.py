@@ -69,7 +69,7 @@ def test_a_second_check_reads_no_file_and_a_changed_file_is_read_again(csv_datas
     leaked.write_bytes(leaked.read_bytes()[::-1])  # same size, other bytes: no longer a copy
     _settle(leaked, age_s=60.0)
     assert identical_test_rows(config).tolist() == [False] * 13
-    assert read == [leaked]
+    assert read == [leaked.resolve()]
 
 
 def test_a_file_rewritten_with_the_same_size_gets_its_new_hash(tmp_path):
@@ -95,6 +95,19 @@ def test_recent_files_are_not_cached_and_the_cache_can_be_turned_off(tmp_path, c
     monkeypatch.setenv(HASH_CACHE_ENV, "0")
     leak_check._digests([recent, settled])
     assert [path.name for path in read[3:]] == ["recent.bin", "settled.bin"]
+
+
+def test_files_reached_through_links_are_keyed_by_their_target(tmp_path, cache_home):
+    (tmp_path / "real").mkdir()
+    target = tmp_path / "real" / "image.bin"
+    target.write_bytes(b"t")
+    (tmp_path / "linked").symlink_to(tmp_path / "real")
+    (tmp_path / "alias.bin").symlink_to(target)
+    _settle(target)
+    expected = hashlib.sha256(b"t").hexdigest()
+    assert leak_check._digests([tmp_path / "linked" / "image.bin", tmp_path / "alias.bin"]) == [expected] * 2
+    (cache_file,) = cache_home.glob("*.json")
+    assert list(json.loads(cache_file.read_text())["files"]) == [str(target.resolve())]
 
 
 def test_a_damaged_cache_is_rebuilt(tmp_path, cache_home):

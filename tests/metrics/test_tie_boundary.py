@@ -11,8 +11,6 @@ than the search margin, and classes far larger than max(ks).
 
 from __future__ import annotations
 
-import collections
-
 import numpy as np
 import pytest
 
@@ -20,7 +18,7 @@ from retrieval.metrics import ranking, retrieval_metrics
 from tests.metrics.test_retrieval_metrics import (
     assert_metrics_equal,
     clustered_data,
-    expected_scores,
+    oracle_metrics,
     random_split,
     with_duplicates,
 )
@@ -42,28 +40,7 @@ def tie_rule_reference(
     gallery_mask: np.ndarray | None = None,
 ) -> dict[str, float]:
     """Every query ranks the whole gallery by its pair scores; runs of equal float32 scores are ties."""
-    everything = np.ones(len(labels), dtype=bool)
-    gallery = np.flatnonzero(everything if gallery_mask is None else gallery_mask)
-    queries = np.flatnonzero(everything if query_mask is None else query_mask)
-    all_scores = pair_scores(embeddings[queries], embeddings[gallery])
-    totals: collections.Counter[str] = collections.Counter()
-    num_queries = num_without_positive = 0
-    for query, scores in zip(queries, all_scores, strict=True):
-        others, scores = gallery[gallery != query], scores[gallery != query]
-        order = np.argsort(-scores, kind="stable")
-        relevant = (labels[others[order]] == labels[query]).tolist()
-        if not any(relevant):
-            num_without_positive += 1
-            continue
-        sizes = collections.Counter(scores.tolist())
-        recalls, ap, rp = expected_scores(relevant, [sizes[value] for value in scores[order].tolist()], ks)
-        num_queries += 1
-        totals.update({**{f"recall@{k}": recalls[k] for k in ks}, "map@r": ap, "r_precision": rp})
-    return {
-        **{key: value / num_queries for key, value in totals.items()},
-        "num_queries": num_queries,
-        "num_queries_without_positive": num_without_positive,
-    }
+    return oracle_metrics(embeddings, labels, ks, query_mask, gallery_mask, pair_scores(embeddings, embeddings))
 
 
 def one_ulp_from(query: np.ndarray, vector: np.ndarray, direction: float) -> np.ndarray:
@@ -174,6 +151,7 @@ def test_planted_ties_with_query_and_gallery_masks(search_margin: str) -> None:
     assert_metrics_equal(actual, tie_rule_reference(embeddings, labels, KS, query_mask, gallery_mask))
 
 
+@pytest.mark.slow
 def test_a_depth_past_every_class_matches_the_naive_tie_rule() -> None:
     """max(ks) beyond the gallery: every query ranks the whole gallery, the last run included."""
     embeddings, labels, _ = planted_ties(3)

@@ -39,7 +39,7 @@ returns, so its order is taken as given.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 import faiss
@@ -347,10 +347,11 @@ def _score_group(
     """Score queries that are all in the gallery, or all outside it, chunk by chunk.
 
     Queries are taken in decreasing R, so each chunk searches only as deep as its own largest R
-    needs and holds as many queries as the memory budget allows at that depth. One neighbor more
-    is searched to see whether a run of tied scores continues past that depth; the queries where
-    it does are searched again over the whole gallery, since the run's full size and relevant
-    count enter their scores.
+    needs and holds as many queries as the memory budget allows at that depth. A few neighbors
+    more are searched (`_search_depth`) to see where the run of tied scores at that depth ends;
+    only the queries whose run may continue past everything searched (an exact tie, or scores
+    too dense to tell apart by FAISS's, see `_Gallery.nearest`) are searched again, deeper, since
+    the run's full size and relevant count enter their scores.
 
     Args:
         gallery: the gallery, G vectors.
@@ -364,34 +365,48 @@ def _score_group(
     """
     order = np.argsort(-queries.num_positives, kind="stable")
     max_width = len(gallery.vectors) - excludes_self
+    reranked = gallery.rerank is not None
     # Multi-label hits go through a (n, W, P) array of packed label sets: fewer slots per chunk.
     slots = _SLOTS_PER_CHUNK // (gallery_codes.shape[1] if gallery_codes.ndim == 2 else 1)
 
-    def scored(chunk: _Queries, width: int) -> list[_QueryScores]:
-        """The chunk's scores from its `width` nearest, searching deeper where a near-tie runs past them."""
-        depth = min(width + 1, max_width)
-        similarities, neighbors = gallery.nearest(chunk, depth, excludes_self)
-        runs = None if gallery.rerank is not None else similarities[:, :width]
-        deeper = np.zeros(len(neighbors), dtype=bool)
-        if runs is not None and depth > width:
-            deeper = similarities[:, width] >= similarities[:, width - 1] - gallery.tolerance
-        hits = _relevant(gallery_codes[neighbors[~deeper, :width]], chunk.codes[~deeper])
-        done = chunk.take(~deeper)
-        results = [_QueryScores(done.rows, *_score_hits(hits, _rows(runs, ~deeper), done.num_positives, min_width))]
-        wider = min(4 * width, max_width)
-        tied, step = chunk.take(deeper), max(1, slots // (wider + 1))
-        for start in range(0, len(tied.rows), step):
-            results += scored(tied.take(slice(start, start + step)), wider)
+    def scored(chunk: _Queries, width: int, depth: int) -> list[_QueryScores]:
+        """The chunk's scores from its `width` nearest, searched `depth` deep, and deeper where that is too shallow."""
+        if gallery.rerank is not None:  # the reranker's order is taken as given: no runs of ties
+            _, neighbors = gallery.rerank.search(gallery.rows(chunk, excludes_self), chunk.embeddings, depth)
+            hits = _relevant(gallery_codes[neighbors[:, :width]], chunk.codes)
+            return [_QueryScores(chunk.rows, *_score_hits(hits, None, chunk.num_positives, min_width))]
+        similarities, neighbors, unseen = gallery.nearest(chunk, depth, excludes_self)
+        boundary = similarities[:, width - 1]
+        known = unseen < boundary  # every item tied with or above the boundary was searched
+        run_ends = np.count_nonzero(similarities >= boundary[:, None], axis=1)  # the scores are sorted
+        results = []
+        # Scored on exactly `width` neighbors unless the boundary's run of ties reaches further.
+        for rows in (known & (run_ends == width), known & (run_ends > width)):
+            stop = int(run_ends[rows].max(initial=width))
+            done = chunk.take(rows)
+            hits = _relevant(gallery_codes[neighbors[rows, :stop]], done.codes)
+            runs = similarities[rows, :stop]
+            results.append(_QueryScores(done.rows, *_score_hits(hits, runs, done.num_positives, min_width)))
+        deeper = min(4 * depth, max_width)
+        unsure, step = chunk.take(~known), max(1, slots // deeper)
+        for start in range(0, len(unsure.rows), step):
+            results += scored(unsure.take(slice(start, start + step)), width, deeper)
         return results
 
+    def depth_of(width: int) -> int:
+        return _search_depth(width, max_width, reranked)
+
     scores = []
-    for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots):
-        scores += scored(queries.take(order[rows]), width)
+    for rows, width in _chunks(queries.num_positives[order], min_width, max_width, slots, depth_of):
+        scores += scored(queries.take(order[rows]), width, depth_of(width))
     return scores
 
 
-def _rows(array: np.ndarray | None, rows: np.ndarray) -> np.ndarray | None:
-    return None if array is None else array[rows]
+def _search_depth(width: int, max_width: int, reranked: bool) -> int:
+    """Neighbors first searched for a query that needs `width`: one more with a reranker (whose order has no
+    ties), else a margin of 16 + width / 16 more, so that the run of ties at the boundary, and any item FAISS's
+    rounding could misplace across it, is almost always within reach of one search."""
+    return min(width + (1 if reranked else 16 + width // 16), max_width)
 
 
 def _relevant(neighbor_codes: np.ndarray, query_codes: np.ndarray) -> np.ndarray:
@@ -402,7 +417,7 @@ def _relevant(neighbor_codes: np.ndarray, query_codes: np.ndarray) -> np.ndarray
 
 
 def _chunks(
-    num_positives: np.ndarray, min_width: int, max_width: int, slots: int = _SLOTS_PER_CHUNK
+    num_positives: np.ndarray, min_width: int, max_width: int, slots: int, depth: Callable[[int], int]
 ) -> Iterator[tuple[slice, int]]:
     """Split queries sorted by decreasing R into chunks within the memory budget.
 
@@ -410,7 +425,8 @@ def _chunks(
         num_positives: (Q,) R of each query, in decreasing order.
         min_width: neighbors needed whatever R is, i.e. max(ks).
         max_width: neighbors available, the gallery size (less one when queries skip themselves).
-        slots: neighbor slots (queries x width) per chunk.
+        slots: neighbor slots (queries x depth searched) per chunk.
+        depth: how many neighbors are searched for a width.
 
     Yields:
         (rows, width): a slice of the queries and how many neighbors they need.
@@ -418,7 +434,7 @@ def _chunks(
     start = 0
     while start < len(num_positives):
         width = min(max(min_width, int(num_positives[start])), max_width)
-        stop = start + max(1, slots // (width + 1))
+        stop = start + max(1, slots // depth(width))
         yield slice(start, stop), width
         start = stop
 
@@ -437,22 +453,26 @@ class _Gallery:
         largest = float(np.max(np.linalg.norm(self.vectors, axis=1), initial=1.0))
         self.tolerance = 2.0 * vectors.shape[1] * float(np.finfo(np.float32).eps) * max(largest, 1.0) ** 2
 
-    def nearest(self, queries: _Queries, width: int, excludes_self: bool) -> tuple[np.ndarray, np.ndarray]:
+    def nearest(self, queries: _Queries, width: int, excludes_self: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """`(n, width)` scores and int64 gallery rows nearest each query, best first, its own row left out if
-        `excludes_self`.
+        `excludes_self`, and `(n,)` float64 bounds that no gallery item left out scores above.
 
-        Without a reranker the scores are recomputed pair by pair (`_pair_scores`) and each row is
-        sorted by them: FAISS's batched search rounds the same pair differently depending on how
-        many queries share the call, and ties must not depend on that.
+        The scores are recomputed pair by pair (`_pair_scores`) and each row is sorted by them:
+        FAISS's batched search rounds the same pair differently depending on how many queries
+        share the call, and ties must not depend on that. An item left out scored at most the
+        last FAISS score by FAISS, so at most that plus `tolerance` pair by pair (-inf when the
+        whole gallery was returned).
         """
-        own_rows = queries.gallery_rows if excludes_self else None
-        search = _RowSearch(self.index, self.vectors, own_rows)
-        if self.rerank is not None:
-            return self.rerank.search(search, queries.embeddings, width)
-        _, neighbors = search.search(queries.embeddings, width)
+        found, neighbors = self.rows(queries, excludes_self).search(queries.embeddings, width)
         scores = _pair_scores(queries.embeddings, self.vectors, neighbors)
         order = np.argsort(-scores, axis=1, kind="stable")
-        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(neighbors, order, axis=1)
+        returned_all = width == len(self.vectors) - excludes_self
+        unseen = np.full(len(found), -np.inf) if returned_all else found[:, -1].astype(np.float64) + self.tolerance
+        return np.take_along_axis(scores, order, axis=1), np.take_along_axis(neighbors, order, axis=1), unseen
+
+    def rows(self, queries: _Queries, excludes_self: bool) -> _RowSearch:
+        """The gallery as the queries search it: each one's own row left out if `excludes_self`."""
+        return _RowSearch(self.index, self.vectors, queries.gallery_rows if excludes_self else None)
 
 
 class _RowSearch:

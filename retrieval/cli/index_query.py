@@ -85,7 +85,9 @@ def run(args: argparse.Namespace) -> int:
     columns = _shown_columns(args.columns, where, index.metadata_schema.names)
     min_score = resolve_min_score(args.min_score, index.manifest.match_threshold)
     reranker = rerank_at_query(args.rerank) if args.rerank else None
-    encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
+    encoder = encoder_for_index(
+        index.manifest.model.record(), args.checkpoint, device=args.device, model_dir=args.model
+    )
     from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
 
     paths = list(args.image) if args.image else image_files(args.images)

@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
+from retrieval.index.manifest import ShardInput, SourceRecord
 from retrieval.index.streaming import VectorStream
 from retrieval.inference.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
 from retrieval.inference.parts_layout import iter_embedding_parts, read_success
@@ -204,12 +205,12 @@ class EmbeddingFiles:
         first_row = int(starts[owners == number][0])
         return EmbeddingFiles(mine, sum(unit.rows for unit in mine), self.dim, self.checkpoint_sha256), first_row
 
-    def identity(self) -> list[dict[str, Any]]:
+    def identity(self) -> list[ShardInput]:
         """The ordered inputs as a shard records them: each one's path (as given, for messages), rows and fingerprint.
 
         Shards of one split were built from equal lists (`merge_shards` compares rows and fingerprints).
         """
-        return [{"path": str(file.path), "rows": file.rows, "fingerprint": file.fingerprint()} for file in self.files]
+        return [ShardInput(path=str(file.path), rows=file.rows, fingerprint=file.fingerprint()) for file in self.files]
 
     def metadata(self) -> pa.Table | None:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
@@ -219,14 +220,16 @@ class EmbeddingFiles:
         table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
         return table if table.column_names else None
 
-    def sources(self) -> list[dict[str, Any]]:
+    def sources(self) -> list[SourceRecord]:
         """What the manifest records about the inputs: path and rows of each file or parts directory; a file's size."""
         return [
-            {
-                "path": str(file.path),
-                "rows": file.rows,
-                **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
-            }
+            SourceRecord.model_validate(
+                {
+                    "path": str(file.path),
+                    "rows": file.rows,
+                    **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
+                }
+            )
             for file in self.files
         ]
 

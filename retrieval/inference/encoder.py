@@ -189,7 +189,7 @@ class ImageEncoder:
 
 
 def checkpoint_encoder_for_index(
-    model_info: Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
+    model_info: ModelInfo | Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
 ) -> ImageEncoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
 

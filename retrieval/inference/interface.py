@@ -88,12 +88,14 @@ class ModelInfo(Record):
     backbone_config: dict[str, Any] | None = None  # the run config of a backbone without training
 
     @classmethod
-    def read(cls, record: Mapping[str, Any]) -> ModelInfo:
-        """The `model` entry of a manifest, checked.
+    def read(cls, record: ModelInfo | Mapping[str, Any]) -> ModelInfo:
+        """The `model` entry of a manifest, checked (one already read is returned as it is).
 
         Raises:
             UserError: a key holds a value of the wrong type (a damaged manifest), naming it.
         """
+        if isinstance(record, ModelInfo):
+            return record
         try:
             return cls.model_validate(dict(record))
         except ValidationError as exc:
@@ -111,7 +113,7 @@ class ModelInfo(Record):
         return self.model_dump(by_alias=True, exclude_unset=True)
 
 
-def model_identity(model_info: Mapping[str, Any]) -> str | None:
+def model_identity(model_info: ModelInfo | Mapping[str, Any]) -> str | None:
     """The sha256 of the model file recorded in `Encoder.info()` (an export's model.onnx or a checkpoint), if any.
 
     Example:

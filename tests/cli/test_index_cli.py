@@ -392,7 +392,7 @@ def test_a_hand_edited_manifest_field_is_one_line_naming_it(built, capsys, tmp_p
     manifest["next_id"] = 27
     (index / "manifest.json").write_text(json.dumps(manifest))
     assert main(["index", "eval", "--index", str(index)]) == 2
-    assert "field 'files' must be" in _error_line(capsys)
+    assert "manifest.json.files must be" in _error_line(capsys)
 
 
 def _csv_of(csv_dataset: Path, paths: list[str]) -> Path:

@@ -103,7 +103,7 @@ class QdrantStore:
         """The export record in the collection's metadata; None for a collection `index export` did not write."""
         with self._errors():
             metadata = self.client.get_collection(self.name).config.metadata
-        return CollectionRecord.from_metadata(metadata)
+        return CollectionRecord.read(metadata)
 
     def write_record(self, record: CollectionRecord) -> None:
         """Replace the export record in the collection's metadata."""

@@ -26,7 +26,7 @@ from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb import DEFAULT_BATCH_SIZE
 from retrieval.vectordb.qdrant_filters import check_payload_keys, payload_index_kinds
 from retrieval.vectordb.qdrant_store import QdrantStore
-from retrieval.vectordb.record import CollectionRecord
+from retrieval.vectordb.record import CollectionRecord, export_record
 from retrieval.vectordb.uri import DatabaseLocation
 
 __all__ = ["ExportSummary", "export_index", "index_version"]
@@ -77,8 +77,7 @@ def export_index(
     index = SearchIndex.load(index_dir, mmap=True)
     check_payload_keys(index.metadata_schema)  # before the collection is touched
     ids, vectors = index.stored_vectors()
-    manifest = index.manifest.as_dict()
-    record = CollectionRecord.of_index(manifest, index_version(manifest), index.metadata_schema)
+    record = export_record(index.manifest, index_version(index.manifest.as_dict()), index.metadata_schema)
     with QdrantStore.open(location) as store:
         present = _prepared(store, record, recreate)
         stale = np.setdiff1d(present, ids, assume_unique=True)
@@ -112,7 +111,7 @@ def _prepared(store: QdrantStore, record: CollectionRecord, recreate: bool) -> n
             "export to another collection, or pass --recreate to replace it"
         )
     if existing.lineage != record.lineage or store.vector_size() != record.dimension:
-        built = existing.manifest.get("created")
+        built = existing.manifest.created
         raise UserError(
             f"{store.location} holds another index (built {built}, {existing.dimension}-d); "
             "export to another collection, or pass --recreate to replace it"

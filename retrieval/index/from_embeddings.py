@@ -85,7 +85,7 @@ class _File:
         if not self.path.is_dir():
             return [self]
         parts = []
-        for name in read_success(self.path)["parts"]:
+        for name in read_success(self.path).parts:
             record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
             parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
         return parts
@@ -106,7 +106,7 @@ class _File:
         """The types of `metadata()`'s columns, from headers only: a parquet footer (a parts directory's first
         part: embed types every part as the whole source), a `.npy` header, the `.npz` members' headers."""
         if self.path.is_dir():
-            fields = list(pq.read_schema(self.path / read_success(self.path)["parts"][0]))
+            fields = list(pq.read_schema(self.path / read_success(self.path).parts[0]))
         elif self.path.suffix == ".parquet":
             fields = list(pq.read_schema(self.path))
         else:
@@ -251,8 +251,8 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
     for path in map(Path, paths):
         if path.is_dir():
             record = read_success(path)
-            files.append(_File(path, int(record["rows"]), int(record["dim"])))
-            recorded = record.get("checkpoint_sha256")
+            files.append(_File(path, record.rows, record.dim))
+            recorded = record.checkpoint_sha256
         else:
             files.append(_open_file(path))
             recorded = read_checkpoint_sha256(path)

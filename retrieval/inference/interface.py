@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from PIL import Image
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
@@ -70,6 +70,8 @@ class ModelInfo(Record):
     A checkpoint's encoder records its path, sha256, model config, image size and transform (and
     `backbone_config` for a backbone without training); an export's, its directory and model.onnx's
     sha256; an index of embedding files, only the checkpoint's sha256. Keys of other versions are kept.
+    The model config, transform and backbone config are copies of the checkpoint's own records, kept
+    as JSON here and validated by their owners (`retrieval.config`) where a model is rebuilt from them.
     """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -79,13 +81,13 @@ class ModelInfo(Record):
     model_dir: str | None = None  # the export directory
     onnx_sha256: str | None = None  # its model.onnx
     source_checkpoint_sha256: str | None = None  # the checkpoint an export was made from
-    model_settings: dict[str, Any] | None = Field(
+    model_settings: dict[str, JsonValue] | None = Field(
         default=None, validation_alias="model_config", serialization_alias="model_config"
     )  # `ModelConfig`, as dicts
     embedding_dim: int | None = None
     image_size: int | None = None
-    transform: dict[str, Any] | None = None  # the evaluation transform
-    backbone_config: dict[str, Any] | None = None  # the run config of a backbone without training
+    transform: dict[str, JsonValue] | None = None  # the evaluation transform
+    backbone_config: dict[str, JsonValue] | None = None  # the run config of a backbone without training
 
     @classmethod
     def read(cls, record: ModelInfo | Mapping[str, Any]) -> ModelInfo:

@@ -110,6 +110,6 @@ class ExportManifest(Record):
         except ValidationError as exc:
             raise user_error(cls, exc, str(path), "the manifest is damaged: export the model again") from None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the manifest's own keys."""
         return self.model_dump(by_alias=True, exclude_unset=True)

@@ -27,7 +27,16 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 from PIL import Image, ImageOps
-from pydantic import ConfigDict, Field, StrictFloat, StrictInt, ValidationInfo, computed_field, model_validator
+from pydantic import (
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    computed_field,
+    model_validator,
+)
 
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
@@ -183,7 +192,7 @@ class Preprocess(Record):
         except ValidationError as exc:
             raise user_error(cls, exc, where, _FIX) from None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, JsonValue]:
         """JSON-ready fields, with the format version and the input layout the model takes (preprocess.json)."""
         return self.model_dump(mode="json")
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, ConfigDict, Field, JsonValue, field_validator
 
 from retrieval.index.choice import KINDS
 from retrieval.inference.interface import ModelInfo
@@ -80,7 +80,7 @@ class Measured(Record):
     ntotal: int | None = None  # `index eval`: the vectors searched, and the kind
     kind: str | None = None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         """JSON-ready, with exactly the keys it was made from (as `manifest.json` and `index eval --json` show it)."""
         return self.model_dump(exclude_unset=True)
 
@@ -197,6 +197,6 @@ class IndexManifest(Record):
         """Vectors in the FAISS index: `stored`, or `count` for manifests written before removals were hidden."""
         return self.count if self.stored is None else self.stored
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self) -> dict[str, JsonValue]:
         """The manifest as JSON-ready data, with exactly the fields it was made from (the model's keys by alias)."""
         return self.model_dump(by_alias=True, exclude_unset=True)

@@ -269,7 +269,10 @@ class SearchIndex:
         return np.stack([self.reconstruct(int(i)) for i in wanted])
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
+        """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id.
+
+        Dicts, not a record: the columns are the user's own (`Metadata.rows_for`).
+        """
         return self._metadata.rows_for(ids)
 
     @property

@@ -110,7 +110,7 @@ class ModelInfo(Record):
         """The sha256 of the model file (an export's model.onnx or a checkpoint), if any."""
         return self.onnx_sha256 or self.checkpoint_sha256 or None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the keys it was given (the manifest's layout)."""
         return self.model_dump(by_alias=True, exclude_unset=True)
 

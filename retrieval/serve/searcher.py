@@ -202,7 +202,8 @@ class Searcher:
         return Item.model_validate(self._public(self._row(self.live.current(), item_id)))
 
     def _public(self, row: dict[str, Any]) -> dict[str, Any]:
-        """An item's fields as the API shows them (`Item`): its path relative to the image root (or None)."""
+        """An item's fields as the API shows them (`Item`, or `SearchResult` once a search adds the score): its path
+        relative to the image root (or None), never absolute."""
         item_id = int(row["id"])
         path = self.paths.show(row.get("path"))
         return {

@@ -120,7 +120,10 @@ class CollectionIndex:
         return self._store.search(queries, int(k), query_filter)
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` as dicts (`id` first, then the payload), in order; `UserError` on an unknown id."""
+        """Metadata rows of `ids` as dicts (`id` first, then the payload), in order; `UserError` on an unknown id.
+
+        Dicts, not a record: a payload holds the index's metadata columns, the user's own.
+        """
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
         return [{ID_COLUMN: int(i), **payload} for i, payload in zip(wanted, self._store.payloads(wanted), strict=True)]
 

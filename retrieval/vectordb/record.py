@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pyarrow as pa
-from pydantic import BeforeValidator, ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
 from pydantic_core import PydanticCustomError
 
 from retrieval.errors import UserError
@@ -96,7 +96,7 @@ class CollectionRecord(Record):
                 cls, exc, f"the collection's {METADATA_KEY!r} metadata", "export the index again"
             ) from None
 
-    def to_metadata(self) -> dict[str, Any]:
+    def to_metadata(self) -> dict[str, JsonValue]:
         """The collection metadata holding this record: Qdrant's free-form collection `metadata` object."""
         return {METADATA_KEY: self.model_dump(by_alias=True, exclude_unset=True)}  # the manifest as it was given
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,7 @@ def export_index(
     return ExportSummary(location, len(ids), len(missing), len(ids) - len(missing), len(stale))
 
 
-def index_version(manifest: dict[str, object]) -> str:
+def index_version(manifest: Mapping[str, object]) -> str:
     """sha256 of the manifest's canonical JSON: it lists every file's checksum, so any saved change changes it."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 

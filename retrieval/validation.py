@@ -63,7 +63,11 @@ def at_least(low: int, note: str = "") -> AfterValidator:
 
 @dataclass(frozen=True)
 class Worded:
-    """`Annotated` metadata: how errors word a `Literal` field's choices when they read better than "one of a, b"."""
+    """`Annotated` metadata: how errors word what a field accepts, where that reads better than its type's name.
+
+    A `Literal` field's choices ("null, 8, 16 or 32" for "one of None, 8, 16, 32"), or a nested record's
+    layout ("an object of {size, sha256} by file name" for "a mapping").
+    """
 
     text: str
 
@@ -129,8 +133,9 @@ def user_error(
     field = next(item for key, item in model.model_fields.items() if name in (key, item.validation_alias))
     wording = next((item.text for item in field.metadata if isinstance(item, Worded)), None)
     key = f"{prefix}.{name}"
-    if error["type"] == "missing":
-        return UserError(f"{key} is missing" + _then(fix, key))
+    if error["type"] == "missing":  # a nested record's key is named in full: `shard.inputs.0.fingerprint`
+        missing = ".".join([prefix, *(str(part) for part in error["loc"])])
+        return UserError(f"{missing} is missing" + _then(fix, missing))
     return UserError(_problem(key, error, field.annotation, wording, (texts or {}).get(key)) + _then(fix, key))
 
 
@@ -170,7 +175,7 @@ def _problem(key: str, error: ErrorDetails, annotation: Any, wording: str | None
     allowed = choices(annotation)
     if allowed and error["type"] == "literal_error":
         return _must(key, wording or _choices_text(allowed), value if _is_scalar(value) else shown)
-    return _must(key, _expected(annotation), shown)
+    return _must(key, wording or _expected(annotation), shown)
 
 
 def _must(key: str, expected: str, value: Any) -> str:

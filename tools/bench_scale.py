@@ -176,9 +176,9 @@ def _build(args: argparse.Namespace) -> dict[str, Any]:
         "save_seconds": round(time.perf_counter() - built, 1),
         "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "peak_anonymous_bytes": peak_anonymous.stop(),
-        "recall_at_10": measured["recall_at_k"],
-        "build_p50_ms": measured["p50_ms"],
-        "build_p99_ms": measured["p99_ms"],
+        "recall_at_10": measured.recall_at_k,
+        "build_p50_ms": measured.p50_ms,
+        "build_p99_ms": measured.p99_ms,
     }
 
 

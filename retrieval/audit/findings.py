@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -20,8 +19,9 @@ from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
 from retrieval.audit.leaks import Leaks, find_leaks
 from retrieval.audit.scoring import Scores, score_issues
 from retrieval.match_threshold import MatchThreshold
+from retrieval.validation import Record
 
-__all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "Findings", "audit_embeddings", "threshold_of"]
+__all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "AuditSummary", "Findings", "audit_embeddings", "threshold_of"]
 
 # Cosine above which two images count as copies when the model stores no match threshold: re-encoded, resized and
 # slightly cropped copies score above it with the toolkit's embeddings (docs/audit.md), distinct images rarely do.
@@ -46,6 +46,24 @@ class AuditSettings:
             raise ValueError(f"threshold must be a cosine in [-1, 1], got {self.threshold}")
 
 
+class AuditSummary(Record):
+    """An audit's `summary.json`: its settings and what each section found (None: the section cannot exist)."""
+
+    images: int
+    k: int
+    exact_graph: bool  # the k-NN graph is exact (not approximate)
+    threshold: float
+    threshold_source: str
+    exact_duplicate_groups: int | None  # None: files were not hashed
+    near_duplicate_groups: int
+    leaked_rows: int | None  # None: no split column
+    test_nearest_neighbour_leak_share: float | None  # NaN: no test rows
+    label_issues: int | None  # None: no labels
+    outliers: int
+    confused_class_pairs: int
+    left_out: list[str]  # why each absent section is absent, said once
+
+
 @dataclass(frozen=True)
 class Findings:
     """Everything an audit found about a catalogue, row-aligned with it."""
@@ -59,24 +77,26 @@ class Findings:
     scores: Scores
     class_names: list[str]  # the label of class index c (empty without labels)
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> AuditSummary:
         """The counts and settings of the report's summary.json and the command's last lines."""
         scores = self.scores
-        return {
-            "images": len(self.catalogue),
-            "k": self.graph.k,
-            "exact_graph": self.graph.exact,
-            "threshold": self.settings.threshold,
-            "threshold_source": self.settings.threshold_source,
-            "exact_duplicate_groups": None if self.exact is None else self.exact.count,
-            "near_duplicate_groups": self.near.count,
-            "leaked_rows": None if self.leaks is None else int(self.leaks.leaked.sum()),
-            "test_nearest_neighbour_leak_share": None if self.leaks is None else self.leaks.nearest_leak_share,
-            "label_issues": None if scores.is_label_issue is None else int(scores.is_label_issue.sum()),
-            "outliers": int(scores.is_outlier.sum()),
-            "confused_class_pairs": len(scores.class_pairs),
-            "left_out": self.catalogue.missing,
-        }
+        return AuditSummary.model_validate(
+            {
+                "images": len(self.catalogue),
+                "k": self.graph.k,
+                "exact_graph": self.graph.exact,
+                "threshold": self.settings.threshold,
+                "threshold_source": self.settings.threshold_source,
+                "exact_duplicate_groups": None if self.exact is None else self.exact.count,
+                "near_duplicate_groups": self.near.count,
+                "leaked_rows": None if self.leaks is None else int(self.leaks.leaked.sum()),
+                "test_nearest_neighbour_leak_share": None if self.leaks is None else self.leaks.nearest_leak_share,
+                "label_issues": None if scores.is_label_issue is None else int(scores.is_label_issue.sum()),
+                "outliers": int(scores.is_outlier.sum()),
+                "confused_class_pairs": len(scores.class_pairs),
+                "left_out": self.catalogue.missing,
+            }
+        )
 
 
 def threshold_of(match_threshold: MatchThreshold | None, given: float | None) -> tuple[float, str]:

@@ -14,10 +14,13 @@ import io
 from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from retrieval.audit.tables import SECTIONS, Section
 from retrieval.images import UnreadableImage, load_image
+
+if TYPE_CHECKING:
+    from retrieval.audit.findings import AuditSummary
 
 __all__ = ["render_page"]
 
@@ -41,16 +44,16 @@ _PATH_COLUMNS = ("path", "partner_path")
 _CARD_COLUMNS = {"path": ("split", "label"), "partner_path": ("partner_split", "partner_label")}
 
 
-def render_page(tables: dict[str, list[dict[str, Any]]], summary: dict[str, Any], limit: int, title: str) -> str:
+def render_page(tables: dict[str, list[dict[str, Any]]], summary: AuditSummary, limit: int, title: str) -> str:
     """The whole page: a summary, the left-out sections said once, and each present section's first findings."""
     thumbnail = _thumbnails()
-    parts = [f"<p class='note'>{html.escape(note)}</p>" for note in summary["left_out"]]
+    parts = [f"<p class='note'>{html.escape(note)}</p>" for note in summary.left_out]
     for section in SECTIONS:
         if section.name in tables:
             parts.append(_section(section, tables[section.name], limit, thumbnail))
     head = (
-        f"{summary['images']} images, k={summary['k']}, near-duplicate threshold {summary['threshold']:.4f} "
-        f"({summary['threshold_source']})"
+        f"{summary.images} images, k={summary.k}, near-duplicate threshold {summary.threshold:.4f} "
+        f"({summary.threshold_source})"
     )
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from retrieval.audit.findings import Findings
+from retrieval.audit.findings import AuditSummary, Findings
 from retrieval.audit.page import render_page
 from retrieval.audit.tables import SECTIONS, report_tables
 from retrieval.runtime.files import write_text
@@ -25,7 +25,7 @@ __all__ = ["write_report"]
 
 def write_report(
     findings: Findings, embeddings: np.ndarray, out_dir: str | Path, limit: int = 50, title: str = "audit"
-) -> dict[str, Any]:
+) -> AuditSummary:
     """Write the report folder (created if needed); returns the summary it wrote."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -34,7 +34,7 @@ def write_report(
         if section.name in tables:
             write_text(out_dir / f"{section.name}.csv", _csv_text(section.columns, tables[section.name]))
     summary = findings.summary()
-    write_text(out_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    write_text(out_dir / "summary.json", json.dumps(summary.model_dump(), indent=2) + "\n")
     write_text(out_dir / "index.html", render_page(tables, summary, limit, title))
     return summary
 

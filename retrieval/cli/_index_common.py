@@ -8,12 +8,15 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_column_types_argument
 from retrieval.errors import UserError
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT
 from retrieval.inference.splits import SPLITS
+
+if TYPE_CHECKING:
+    from retrieval.index.manifest import Measured
 
 __all__ = [
     "add_checkpoint_check",
@@ -98,39 +101,40 @@ def writing(directory: Path) -> Iterator[None]:
         raise UserError(f"cannot write index {directory}: {reason}{where}; {hint}; the index is unchanged") from exc
 
 
-def well_measured(measured: dict[str, Any] | None) -> bool:
+def well_measured(measured: Measured) -> bool:
     """Whether a measurement counted enough queries for its recall and speed to be printed."""
-    return measured is not None and len(measured) > 0 and measured["queries"] >= _MIN_QUERIES
+    return (measured.queries or 0) >= _MIN_QUERIES
 
 
-def format_measurement(measured: dict[str, Any]) -> str:
+def format_measurement(measured: Measured) -> str:
     """Recall, latency, throughput and size lines of a `SearchIndex` measurement (speed from enough queries only)."""
     size = (
-        f"bytes/vector: {measured['resident_bytes_per_vector']:.1f} in memory, "
-        f"{measured['disk_bytes_per_vector']:.1f} on disk"
+        f"bytes/vector: {measured.resident_bytes_per_vector or 0:.1f} in memory, "
+        f"{measured.disk_bytes_per_vector or 0:.1f} on disk"
     )
-    if measured["recall_at_k"] is None or measured["queries"] < _MIN_QUERIES:
+    if measured.recall_at_k is None or not well_measured(measured):
         return f"{_recall_line(measured)}\nlatency, throughput: not measured (too few vectors)\n{size}"
     return "\n".join(
         [
             _recall_line(measured),
-            f"latency p50 / p99: {measured['p50_ms']:.3f} / {measured['p99_ms']:.3f} ms (one query, one thread)",
-            f"batch throughput: {measured['batch_qps']:,.0f} queries/s ({measured['batch_threads']} threads)",
+            f"latency p50 / p99: {measured.p50_ms or 0:.3f} / {measured.p99_ms or 0:.3f} ms (one query, one thread)",
+            f"batch throughput: {measured.batch_qps or 0:,.0f} queries/s ({measured.batch_threads} threads)",
             size,
         ]
     )
 
 
-def _recall_line(measured: dict[str, Any]) -> str:
+def _recall_line(measured: Measured) -> str:
     """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
-    k, queries, neighbors = measured["k"], measured["queries"], measured.get("neighbors", measured["k"])
-    if measured["recall_at_k"] is None or queries < _MIN_QUERIES:
-        held = measured.get("ntotal", queries)
+    k, queries = measured.k, measured.queries or 0
+    neighbors = measured.k if measured.neighbors is None else measured.neighbors
+    if measured.recall_at_k is None or queries < _MIN_QUERIES:
+        held = queries if measured.ntotal is None else measured.ntotal
         return (
             f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
             f"among the others, and measuring needs {_MIN_QUERIES} queries)"
         )
-    line = f"recall@{k} vs exact: {measured['recall_at_k']:.4f} ({queries} queries)"
-    if neighbors < k:
+    line = f"recall@{k} vs exact: {measured.recall_at_k:.4f} ({queries} queries)"
+    if neighbors is not None and k is not None and neighbors < k:
         line += f"; each query has only {neighbors} other vectors to find, so recall counts those {neighbors}"
     return line

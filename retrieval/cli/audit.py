@@ -72,9 +72,9 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {args.out / 'index.html'}")
     print(f"near-duplicate threshold: {threshold:.4f} ({source})")
     for key in ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "label_issues", "outliers"):
-        if summary[key] is not None:
-            print(f"{key.replace('_', ' ')}: {summary[key]}")
-    share = summary["test_nearest_neighbour_leak_share"]
+        if getattr(summary, key) is not None:
+            print(f"{key.replace('_', ' ')}: {getattr(summary, key)}")
+    share = summary.test_nearest_neighbour_leak_share
     if share is not None and share == share:  # NaN: no test rows
         print(f"test queries whose nearest neighbour is a leak: {share:.4f}")
     return 0

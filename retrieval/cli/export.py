@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from retrieval.export.manifest import Quantization
 
 __all__ = ["add_parser", "run"]
 
@@ -64,6 +67,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from retrieval.errors import UserError
+    from retrieval.export.manifest import ExportManifest
     from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command
     from retrieval.export.quantize import QuantizeRequest
 
@@ -72,26 +76,28 @@ def run(args: argparse.Namespace) -> int:
     if args.quantize is None and (given or args.overrides):
         raise UserError("--calibration-images, --tolerance and --set apply to --quantize int8 only; add it")
     request = None if args.quantize is None else QuantizeRequest(**given, overrides=tuple(args.overrides))
-    manifest = export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)
-    parity = manifest["parity"]
+    manifest = ExportManifest.model_validate(
+        export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)
+    )
+    parity = manifest.parity
     print(f"export: {args.out} (model.onnx, preprocess.json, manifest.json)")
     print(
-        f"model: {manifest['backbone']}, {manifest['embedding_dim']}-d embeddings, "
-        f"input {' x '.join(str(side) for side in manifest['input']['shape'])}, opset {manifest['opset']}"
+        f"model: {manifest.backbone}, {manifest.embedding_dim}-d embeddings, "
+        f"input {' x '.join(str(side) for side in manifest.input.shape)}, opset {manifest.opset}"
     )
     print(
-        f"parity onnxruntime vs PyTorch: max abs {parity['embedding_max_abs_diff']:.2e} (embeddings), "
-        f"{parity['preprocess_max_abs_diff']:.2e} (preprocessed pixels), {parity['images']} images"
+        f"parity onnxruntime vs PyTorch: max abs {parity.embedding_max_abs_diff:.2e} (embeddings), "
+        f"{parity.preprocess_max_abs_diff:.2e} (preprocessed pixels), {parity.images} images"
     )
-    if "quantization" in manifest:
-        print(_quantization_line(manifest["quantization"]))
+    if manifest.quantization is not None:
+        print(_quantization_line(manifest.quantization))
     return 0
 
 
-def _quantization_line(record: dict[str, Any]) -> str:
+def _quantization_line(record: Quantization) -> str:
     """`int8: recall@1 0.9123 (float 0.9150), map@r ..., nearest neighbour kept for 0.9100 of the images on the val
     split, 256 calibration images`."""
-    int8, float_ = record["int8"], record["float"]
-    scores = ", ".join(f"{name} {int8[name]:.4f} (float {float_[name]:.4f})" for name in record["drop"])
-    kept = f", nearest neighbour kept for {record['nearest_neighbor_agreement']:.4f} of the images"
-    return f"int8: {scores}{kept} on the {record['split']} split, {record['calibration_images']} calibration images"
+    int8, float_ = record.int8, record.float_metrics
+    scores = ", ".join(f"{name} {int8[name]:.4f} (float {float_[name]:.4f})" for name in record.drop)
+    kept = f", nearest neighbour kept for {record.nearest_neighbor_agreement:.4f} of the images"
+    return f"int8: {scores}{kept} on the {record.split} split, {record.calibration_images} calibration images"

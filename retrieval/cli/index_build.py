@@ -130,6 +130,7 @@ def _build(args: argparse.Namespace) -> int:
     from retrieval.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
+    from retrieval.inference.interface import ModelInfo
     from retrieval.inference.sources import embed_source, read_source  # PyTorch: only a build from images needs it
 
     target_recall, default_target_recall = _tuning(args.target_recall)
@@ -141,7 +142,10 @@ def _build(args: argparse.Namespace) -> int:
     )
     encoder = _build_encoder(args)
     options = dataclasses.replace(
-        options, database_augmentation=args.rerank, model_info=encoder.info(), match_threshold=encoder.match_threshold
+        options,
+        database_augmentation=args.rerank,
+        model_info=ModelInfo.read(encoder.info()),
+        match_threshold=encoder.match_threshold,
     )
     source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
     if args.exclude is not None:
@@ -182,7 +186,11 @@ def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> in
         measured = index.evaluate(k=10)
     print(f"index: {args.out} ({index.kind}: {index.factory})")
     print(inputs)
-    print(format_measurement(measured) if measured else "not measured: a shard; index merge, then index eval")
+    print(
+        format_measurement(measured)
+        if measured.model_fields_set
+        else "not measured: a shard; index merge, then index eval"
+    )
     print(_tuning_line(index.manifest))
     return 0
 
@@ -200,7 +208,7 @@ def _tuning_line(manifest: IndexManifest) -> str:
     if target is None:
         return f"search parameters: {parameters} (the kind's fixed defaults: --target-recall none)"
     which = "the default target" if source == "default" else "--target-recall"
-    measured = manifest.measured.get("recall_at_k")
+    measured = manifest.measured.recall_at_k
     if measured is not None and measured < target:  # best effort on the default target: say what it reached
         reached = f"the most accurate explored: recall@10 {measured:.4f}, short of {which} {target}"
         return f"search parameters: {parameters} ({reached})"

@@ -29,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     index = SearchIndex.load(args.index)
     metrics = index.evaluate(k=args.k)
     if args.json:
-        print(json.dumps(metrics, indent=2))
+        print(json.dumps(metrics.as_dict(), indent=2))
     else:
         print(f"index: {args.index} ({index.kind}: {index.factory}), {index.ntotal} vectors")
         print(format_measurement(metrics))

@@ -68,6 +68,7 @@ def built_from_embeddings(
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.index.from_embeddings import open_embedding_files
+    from retrieval.inference.interface import ModelInfo
 
     flags = (
         ("--model", args.model),
@@ -81,7 +82,7 @@ def built_from_embeddings(
     inputs = shard_inputs(args, open_embedding_files(args.embeddings))
     files, first_id, trained = inputs.files, inputs.first_id, inputs.trained
     checkpoint_sha256 = _checkpoint_sha256(files.checkpoint_sha256, args.checkpoint)
-    model = {"checkpoint_sha256": checkpoint_sha256} if checkpoint_sha256 else {}
+    model = ModelInfo(checkpoint_sha256=checkpoint_sha256) if checkpoint_sha256 else ModelInfo()
     work = working_directory(args.out)
     try:
         options = IndexBuildOptions(

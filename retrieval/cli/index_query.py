@@ -5,14 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.cli._index_common import add_checkpoint_check
 from retrieval.errors import UserError
-from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
+from retrieval.index.threshold import STORED, QueryAnswer, QueryMatch, keep_matches, min_score_for, no_match_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -47,7 +47,6 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
     )
     query.add_argument(
         "--min-score",
-        type=_min_score,
         metavar=f"S|{STORED}",
         help="drop results scoring below S (a cosine), or below the threshold the index stores (evaluate "
         "--save-threshold); default: none",
@@ -59,14 +58,6 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
     )
     add_checkpoint_check(query)
     add_embedding_arguments(query)
-
-
-def _min_score(text: str) -> float | str | None:
-    """A `--min-score` value: a cosine in [-1, 1] or `stored`."""
-    try:
-        return parse_min_score(text)
-    except UserError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def run(args: argparse.Namespace) -> int:
@@ -83,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if where is not None:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     columns = _shown_columns(args.columns, where, index.metadata_schema.names)
-    min_score = resolve_min_score(args.min_score, index.manifest.match_threshold)
+    min_score = min_score_for(args.min_score, index.manifest.match_threshold)
     reranker = rerank_at_query(args.rerank) if args.rerank else None
-    encoder = encoder_for_index(index.manifest.model, args.checkpoint, device=args.device, model_dir=args.model)
+    encoder = encoder_for_index(
+        index.manifest.model.record(), args.checkpoint, device=args.device, model_dir=args.model
+    )
     from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
 
     paths = list(args.image) if args.image else image_files(args.images)
@@ -100,22 +93,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         scores, ids = reranker.search(IndexGallery(index, where), embedded.embeddings, args.k)
     answers = [
-        {
-            "query": str(path),
-            "min_score": min_score,
-            "results": keep_matches(_results(index, scores[row], ids[row]), min_score),
-        }
+        QueryAnswer(
+            query=str(path),
+            min_score=min_score,
+            results=keep_matches(_results(index, scores[row], ids[row]), min_score),
+        )
         for row, path in enumerate(paths)
     ]
-    print(json.dumps(answers, indent=2) if args.json else "\n\n".join(_table(answer, columns) for answer in answers))
+    shown = [answer.model_dump() for answer in answers]
+    print(json.dumps(shown, indent=2) if args.json else "\n\n".join(_table(answer, columns) for answer in answers))
     return 0
 
 
-def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[dict[str, Any]]:
+def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[QueryMatch]:
     found = ids >= 0  # FAISS pads with -1 when fewer than k vectors are stored
     rows = index.metadata_for(ids[found])
     return [
-        {"rank": rank, "score": float(score), **row}
+        QueryMatch.model_validate({**row, "rank": rank, "score": float(score)})
         for rank, (score, row) in enumerate(zip(scores[found], rows, strict=True), start=1)
     ]
 
@@ -136,17 +130,18 @@ def _shown_columns(requested: str | None, where: Filter | None, names: list[str]
     return [name for name in dict.fromkeys(columns) if name not in _FIXED_COLUMNS]
 
 
-def _table(answer: dict[str, Any], columns: Sequence[str] = ()) -> str:
+def _table(answer: QueryAnswer, columns: Sequence[str] = ()) -> str:
     """Rank, score, id, label and path of each result, then `columns` (empty cells for null), one line each."""
     extra = "".join(f"  {name}" for name in columns)
-    lines = [f"query: {answer['query']}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path{extra}"]
-    if not answer["results"] and answer.get("min_score") is not None:
-        lines.append(no_match_text(answer["min_score"]))
-    for result in answer["results"]:
-        label = str(result.get("label") or "")
-        values = "".join(f"  {'' if result.get(name) is None else result[name]}" for name in columns)
+    lines = [f"query: {answer.query}", f"{'rank':>4}  {'score':>7}  {'id':>8}  {'label':<16}  path{extra}"]
+    if not answer.results and answer.min_score is not None:
+        lines.append(no_match_text(answer.min_score))
+    for result in answer.results:
+        label = str(result.column("label") or "")
+        values = "".join(f"  {'' if result.column(name) is None else result.column(name)}" for name in columns)
+        path = result.column("path")
         lines.append(
-            f"{result['rank']:>4}  {result['score']:>7.4f}  {result['id']:>8}  {label:<16}  "
-            f"{result.get('path', '')}{values}"
+            f"{result.rank:>4}  {result.score:>7.4f}  {result.column('id'):>8}  {label:<16}  "
+            f"{'' if path is None else path}{values}"
         )
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrieval.errors import UserError
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
@@ -21,6 +21,7 @@ from retrieval.index.storage import working_directory
 
 if TYPE_CHECKING:
     from retrieval.index.from_embeddings import EmbeddingFiles
+    from retrieval.index.manifest import ShardRecord
     from retrieval.index.shards import TrainedIndex
 
 __all__ = [
@@ -122,7 +123,7 @@ class ShardInputs:
     files: EmbeddingFiles
     first_id: int
     trained: TrainedIndex | None
-    record: dict[str, Any] | None
+    record: ShardRecord | None
 
 
 def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs:
@@ -132,6 +133,7 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
         UserError: a malformed `--shard`, `--shard` without `--trained`, more shards than rows, another kind
             than the trained one, or another dimension.
     """
+    from retrieval.index.manifest import ShardRecord
     from retrieval.index.shards import read_trained
 
     shard = None if args.shard is None else _shard(args.shard)
@@ -149,7 +151,7 @@ def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs
     number, count = shard or (0, 1)
     if count > files.rows:  # a shard holds at least one row; a larger M would also overflow the split's arithmetic
         raise UserError(f"--shard {args.shard}: {count} shards of {files.rows} rows; use at most one shard a row")
-    record = {"number": number, "count": count, "inputs": files.identity()}
+    record = ShardRecord(number=number, count=count, inputs=files.identity())
     mine, first_id = files.shard(number, count) if shard else (files, 0)
     return ShardInputs(mine, first_id, trained, record)
 

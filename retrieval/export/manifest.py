@@ -12,16 +12,59 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, JsonValue
 
 from retrieval.errors import UserError
 from retrieval.index.manifest import Sha256
 from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
-__all__ = ["EXPORT_FORMAT", "ExportManifest"]
+__all__ = ["EXPORT_FORMAT", "ExportManifest", "Parity", "Quantization", "TensorSpec"]
 
 EXPORT_FORMAT = 1  # version of the export directory layout and manifest
+_KEPT = ConfigDict(extra="allow", strict=True, populate_by_name=True)  # JSON types exactly; later keys kept
+
+
+class TensorSpec(Record):
+    """The model's input or output: its name in the ONNX graph and its shape (`batch` for the batch axis)."""
+
+    model_config = _KEPT
+
+    name: str
+    shape: list[str | int]
+    l2_normalized: bool | None = None  # the output's rows are unit vectors
+
+
+class Parity(Record):
+    """How far onnxruntime's path is from PyTorch's on the same images: largest absolute differences."""
+
+    model_config = _KEPT
+
+    embedding_max_abs_diff: float
+    preprocess_max_abs_diff: float
+    images: int
+    batch_sizes: list[int] | None = None
+    inputs: str | None = None  # what the images were
+
+
+class Quantization(Record):
+    """An int8 model's record: how it was calibrated, both models' metrics on a split, and the drop (float - int8)."""
+
+    model_config = _KEPT
+
+    method: str
+    format: str
+    weights: str | None = None
+    activations: str | None = None
+    calibration_images: int
+    calibration_split: str
+    tolerance: float
+    split: str
+    float_metrics: dict[str, float] = Field(validation_alias="float", serialization_alias="float")
+    int8: dict[str, float]
+    drop: dict[str, float]
+    embedding_cosine: dict[str, float]  # min and mean over the split's images
+    nearest_neighbor_agreement: float
 
 
 class ExportManifest(Record):
@@ -37,17 +80,16 @@ class ExportManifest(Record):
     backbone: str
     embedding_dim: Annotated[int, at_least(1)]
     flip_average: bool
-    model_settings: dict[str, Any] = Field(
-        validation_alias="model_config", serialization_alias="model_config"
-    )  # the checkpoint's `ModelConfig`, as dicts
+    # The checkpoint's `ModelConfig` as JSON: that record's own, validated by `retrieval.config` where it is used.
+    model_settings: dict[str, JsonValue] = Field(validation_alias="model_config", serialization_alias="model_config")
     opset: int
-    input: dict[str, Any]
-    output: dict[str, Any]
-    parity: dict[str, Any]  # of the float model against PyTorch
+    input: TensorSpec
+    output: TensorSpec
+    parity: Parity  # of the float model against PyTorch
     match_threshold: MatchThreshold | None  # `evaluate --save-threshold`'s, carried to indexes built from it
     versions: dict[str, str]
     files: dict[str, Sha256]  # sha256 of model.onnx and preprocess.json
-    quantization: dict[str, Any] | None = None  # an int8 model's calibration and quality drop
+    quantization: Quantization | None = None  # an int8 model's calibration and quality drop
 
     @classmethod
     def read(cls, manifest: Any, path: Path) -> ExportManifest:
@@ -68,6 +110,6 @@ class ExportManifest(Record):
         except ValidationError as exc:
             raise user_error(cls, exc, str(path), "the manifest is damaged: export the model again") from None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the manifest's own keys."""
         return self.model_dump(by_alias=True, exclude_unset=True)

@@ -151,7 +151,7 @@ class OnnxEncoder:
 
 
 def onnx_encoder_for_index(
-    model_info: Mapping[str, Any], model_dir: str | Path | None, device: str = "auto"
+    model_info: ModelInfo | Mapping[str, Any], model_dir: str | Path | None, device: str = "auto"
 ) -> OnnxEncoder:
     """The export an index was built with: its recorded directory, or `model_dir` if it holds the same model.onnx.
 

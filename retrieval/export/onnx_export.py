@@ -42,7 +42,7 @@ from retrieval import __version__
 from retrieval.checkpoint import Checkpoint
 from retrieval.errors import UserError
 from retrieval.export.bundle import MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
-from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest
+from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest, Parity
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import QuantizeRequest, quantize_int8
@@ -66,7 +66,7 @@ def export_checkpoint(
     opset: int = DEFAULT_OPSET,
     quantize: QuantizeRequest | None = None,
 ) -> dict[str, Any]:
-    """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there.
+    """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there, as its JSON.
 
     The files are made and checked in a scratch directory first, so a refused export writes
     nothing to `out_dir`; then each is copied in atomically, the manifest last. With `quantize`,
@@ -93,19 +93,21 @@ def export_checkpoint(
         export_onnx(encoder.model, staged / MODEL_FILE, preprocess.in_chans, preprocess.image_size, opset)
         write_text(staged / PREPROCESS_FILE, json.dumps(preprocess.to_dict(), indent=2) + "\n")
         parity = _measure_parity(encoder, OnnxEncoder(staged / MODEL_FILE, preprocess, device="cpu"))
-        if parity["embedding_max_abs_diff"] > PARITY_TOLERANCE:
+        if parity.embedding_max_abs_diff > PARITY_TOLERANCE:
             raise UserError(
-                f"onnxruntime's embeddings differ from PyTorch's by {parity['embedding_max_abs_diff']:.2e} "
+                f"onnxruntime's embeddings differ from PyTorch's by {parity.embedding_max_abs_diff:.2e} "
                 f"(> {PARITY_TOLERANCE:g}); nothing was written to {out}: try another --opset"
             )
-        extra = {}
+        quantization = None
         if quantize is not None:
             int8_path = staged / "int8.onnx"
-            extra["quantization"] = quantize_int8(staged / MODEL_FILE, int8_path, checkpoint, preprocess, quantize)
+            quantization = quantize_int8(staged / MODEL_FILE, int8_path, checkpoint, preprocess, quantize)
             int8_path.replace(staged / MODEL_FILE)
-        manifest = _manifest(source, sha256, encoder, preprocess, opset, parity, staged) | extra
+        manifest = _manifest(source, sha256, encoder, preprocess, opset, parity, staged)
+        if quantization is not None:
+            manifest.quantization = quantization
         _publish(staged, out, manifest)
-    return manifest
+    return manifest.record()
 
 
 def _manifest(
@@ -114,9 +116,9 @@ def _manifest(
     encoder: ImageEncoder,
     preprocess: Preprocess,
     opset: int,
-    parity: dict[str, Any],
+    parity: Parity,
     staged: Path,
-) -> dict[str, Any]:
+) -> ExportManifest:
     """manifest.json of the export whose model.onnx and preprocess.json are in `staged` (as `read_export` checks it)."""
     config = encoder.model_config
     manifest = {
@@ -132,7 +134,7 @@ def _manifest(
         "opset": opset,
         "input": {"name": INPUT_NAME, "shape": ["batch", preprocess.in_chans, *(preprocess.image_size,) * 2]},
         "output": {"name": OUTPUT_NAME, "shape": ["batch", encoder.dim], "l2_normalized": True},
-        "parity": parity,  # of the float model: an int8 model's difference is in `quantization`
+        "parity": parity.model_dump(),  # of the float model: an int8 model's difference is in `quantization`
         # `evaluate --save-threshold`'s, carried to indexes built from it
         "match_threshold": None if encoder.match_threshold is None else encoder.match_threshold.to_dict(),
         "versions": {
@@ -142,17 +144,17 @@ def _manifest(
         },
         "files": {name: file_sha256(staged / name) for name in (MODEL_FILE, PREPROCESS_FILE)},
     }
-    return ExportManifest.model_validate(manifest).record()
+    return ExportManifest.model_validate(manifest)
 
 
-def _publish(staged: Path, out: Path, manifest: dict[str, Any]) -> None:
+def _publish(staged: Path, out: Path, manifest: ExportManifest) -> None:
     """Copy model.onnx and preprocess.json from `staged` into `out` atomically, then write the manifest."""
     try:
         out.mkdir(parents=True, exist_ok=True)
         for name in (MODEL_FILE, PREPROCESS_FILE):
             with atomic_write(out / name) as temporary:
                 shutil.copyfile(staged / name, temporary)
-        write_text(out / MANIFEST_FILE, json.dumps(manifest, indent=2) + "\n")
+        write_text(out / MANIFEST_FILE, json.dumps(manifest.record(), indent=2) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write the export to {out}: {exc.strerror or exc}; choose a writable --out") from exc
 
@@ -204,7 +206,7 @@ def untraceable_reason(exc: BaseException) -> str:
     return f"torch.export cannot trace it ({type(innermost).__name__}: {first_line[:200]})"
 
 
-def _measure_parity(encoder: ImageEncoder, exported: OnnxEncoder) -> dict[str, Any]:
+def _measure_parity(encoder: ImageEncoder, exported: OnnxEncoder) -> Parity:
     """Largest differences of model inputs and embeddings between the PyTorch and the exported path."""
     rng = np.random.default_rng(0)
     images = [
@@ -215,10 +217,10 @@ def _measure_parity(encoder: ImageEncoder, exported: OnnxEncoder) -> dict[str, A
     reference = embed_batch(encoder.model, torch_inputs, torch.device("cpu"), FLOAT32).numpy()
     one_by_one = np.concatenate([exported.embed_images([image]) for image in images])
     batched = exported.embed_images(images)
-    return {
-        "embedding_max_abs_diff": float(max(np.abs(one_by_one - reference).max(), np.abs(batched - reference).max())),
-        "preprocess_max_abs_diff": float(np.abs(onnx_inputs - torch_inputs.numpy()).max()),
-        "images": len(images),
-        "batch_sizes": [1, len(images)],
-        "inputs": "random-noise RGB images of several sizes, through each path's own preprocessing",
-    }
+    return Parity(
+        embedding_max_abs_diff=float(max(np.abs(one_by_one - reference).max(), np.abs(batched - reference).max())),
+        preprocess_max_abs_diff=float(np.abs(onnx_inputs - torch_inputs.numpy()).max()),
+        images=len(images),
+        batch_sizes=[1, len(images)],
+        inputs="random-noise RGB images of several sizes, through each path's own preprocessing",
+    )

@@ -22,20 +22,28 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from PIL import Image, ImageOps
-from pydantic import ConfigDict
+from pydantic import (
+    ConfigDict,
+    Field,
+    JsonValue,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    computed_field,
+    model_validator,
+)
 
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
 from retrieval.inference.eval_sizes import resized_size
-from retrieval.validation import Record, ValidationError, user_error
+from retrieval.validation import Record, ValidationError, Worded, accepts, user_error
 
-__all__ = ["MAX_IMAGE_SIZE", "MIN_STD", "PREPROCESS_FORMAT", "RESIZE_MODES", "Preprocess"]
+__all__ = ["MAX_IMAGE_SIZE", "MIN_STD", "PREPROCESS_FORMAT", "RESIZE_MODES", "InputLayout", "Preprocess"]
 
 PREPROCESS_FORMAT = 1  # version of the preprocess.json layout
 # The largest `image_size` read. Retrieval backbones are run at a few hundred pixels; one 4096-pixel
@@ -55,49 +63,86 @@ _RESAMPLING = {
     "hamming": Image.Resampling.HAMMING,
     "lanczos": Image.Resampling.LANCZOS,
 }
+_FIX = "export the model again"
+# Sequences: a JSON array or a tuple (`fill_value`'s), each item of the exact JSON type.
+_Means = Annotated[
+    tuple[StrictFloat, ...],
+    Field(strict=False),
+    accepts(lambda values: all(0 <= value <= 1 for value in values), "finite numbers in [0, 1] (of pixels in [0, 1])"),
+]
+_Stds = Annotated[
+    tuple[StrictFloat, ...],
+    Field(strict=False),
+    accepts(
+        lambda values: all(MIN_STD <= value <= 1 for value in values),
+        f"numbers from {MIN_STD} to 1 (pixels in [0, 1] are divided by them)",
+    ),
+]
+_Rgb = Annotated[tuple[StrictInt, StrictInt, StrictInt], Field(strict=False)]
 
 
-@dataclass(frozen=True)
-class Preprocess:
-    """The eval transform of one model: a decoded image -> the model's `(C, image_size, image_size)` float32 input."""
+class InputLayout(Record):
+    """The model input's layout, written into preprocess.json for its readers (this toolkit does not read it)."""
 
-    image_size: int  # side of the square the model sees, in pixels
-    resize_mode: str  # one of RESIZE_MODES (the run's `augment.eval_mode`)
-    interpolation: str  # a key of _RESAMPLING (the backbone's timm `interpolation`)
-    channels: str  # `L` (in_chans 1) or `RGB` (in_chans 3)
-    mean: tuple[float, ...]  # per channel, on pixels scaled to [0, 1]
-    std: tuple[float, ...]
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    layout: str = "NCHW"
+    dtype: str = "float32"
+    scale: str = "1/255, then (x - mean) / std"
+
+
+class Preprocess(Record):
+    """The eval transform of one model: a decoded image -> the model's `(C, image_size, image_size)` float32 input.
+
+    `preprocess.json` is this record as JSON (`read`, `to_dict`); its types are read strictly
+    (`image_size` `"32"`, `32.7` or `true` is refused, not read as 32 or 1), its ranges and the
+    way its fields fit together (a mean and a std per channel, a crop for `center_crop`, a fill
+    for `pad_square`) checked, each error one line naming the field.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    format: int = PREPROCESS_FORMAT
+    image_size: Annotated[
+        int, accepts(lambda size: 1 <= size <= MAX_IMAGE_SIZE, f"an integer from 1 to {MAX_IMAGE_SIZE}")
+    ]  # side of the square the model sees, in pixels
+    resize_mode: Literal["center_crop", "resize", "pad_square"]  # the run's `augment.eval_mode`
     crop_pct: float | None = None  # center_crop only: the crop's share of the resized shorter side
-    fill: str | Fill | None = None  # pad_square only: `auto` or 8-bit pixel values of the padding
+    fill: Annotated[  # pad_square only: `auto` or 8-bit pixel values
+        Literal["auto"] | StrictInt | _Rgb | None, Worded("auto, a gray level 0-255, [red, green, blue] or null")
+    ] = None
+    interpolation: Literal["nearest", "bilinear", "bicubic", "box", "hamming", "lanczos"]  # the backbone's timm one
+    channels: Literal["L", "RGB"]  # `L` (in_chans 1) or `RGB` (in_chans 3)
+    mean: _Means  # per channel, on pixels scaled to [0, 1]
+    std: _Stds
+    input: InputLayout = Field(default_factory=InputLayout)  # the input layout, written for readers of the file
 
-    def __post_init__(self) -> None:
-        problems = []
-        if not 1 <= self.image_size <= MAX_IMAGE_SIZE:
-            problems.append(f"image_size {self.image_size} (must be 1 to {MAX_IMAGE_SIZE})")
-        if self.resize_mode not in RESIZE_MODES:
-            problems.append(f"resize_mode {self.resize_mode!r} (one of {', '.join(RESIZE_MODES)})")
-        if self.interpolation not in _RESAMPLING:
-            problems.append(f"interpolation {self.interpolation!r} (one of {', '.join(_RESAMPLING)})")
-        if self.channels not in ("L", "RGB") or len(self.mean) != self.in_chans or len(self.std) != self.in_chans:
-            problems.append(f"channels {self.channels!r} with {len(self.mean)} means and {len(self.std)} stds")
-        if not all(0 <= value <= 1 for value in self.mean):  # NaN fails too
-            problems.append(f"mean {list(self.mean)} (finite numbers in [0, 1]: of pixels scaled to [0, 1])")
-        if not all(MIN_STD <= value <= 1 for value in self.std):
-            problems.append(
-                f"std {list(self.std)} (finite and > 0: from {MIN_STD} to 1, as pixels in [0, 1] are divided by it)"
+    @model_validator(mode="before")
+    @classmethod
+    def _derived_keys(cls, data: Any, info: ValidationInfo) -> Any:
+        """Leave out `in_chans`: written for readers, it is what `channels` says (checked to agree, if given)."""
+        if not isinstance(data, dict) or "in_chans" not in data:
+            return data
+        data = dict(data)
+        written = data.pop("in_chans")
+        expected = {"L": 1, "RGB": 3}.get(data.get("channels"))
+        if expected is not None and (type(written) is not int or written != expected):
+            where = (info.context or {}).get("where", "preprocess")
+            raise UserError(
+                f"{where}.in_chans must be {expected} (channels {data['channels']}), got {written!r}; {_FIX}"
             )
-        if self.resize_mode == "center_crop" and not (
-            self.crop_pct and 0 < self.crop_pct <= 1 and self.image_size / self.crop_pct < MAX_IMAGE_SIZE + 1
-        ):
-            problems.append(
-                f"crop_pct {self.crop_pct} (center_crop needs 0 < crop_pct <= 1 and image_size / crop_pct, the "
-                f"side it resizes to, at most {MAX_IMAGE_SIZE})"
-            )
-        if self.resize_mode == "pad_square" and not _is_fill(self.fill, self.in_chans):
-            problems.append(f"fill {self.fill!r} (pad_square needs `auto` or one value per channel, 0-255)")
-        if problems:
-            raise UserError(f"invalid preprocess.json: {'; '.join(problems)}; export the model again")
+        return data
 
+    @model_validator(mode="after")
+    def _fits_together(self, info: ValidationInfo) -> Preprocess:
+        """The rules over several fields, as a `UserError` naming the file (`context={"where": ...}`)."""
+        where = (info.context or {}).get("where", "preprocess")
+        problem = _misfit(self)
+        if problem:
+            raise UserError(f"{where}.{problem}; {_FIX}")
+        return self
+
+    @computed_field  # type: ignore[prop-decorator]  # pydantic's documented form
     @property
     def in_chans(self) -> int:
         """Input channels of the model: 1 for `L`, 3 for `RGB`."""
@@ -105,14 +150,17 @@ class Preprocess:
 
     @classmethod
     def from_description(cls, info: dict[str, Any]) -> Preprocess:
-        """The transform `retrieval.data.transforms.describe_eval_transform` describes, its fill as pixel values."""
+        """The transform `retrieval.data.transforms.describe_eval_transform` describes, its fill as pixel values.
+
+        A conversion from that record's layout (`eval_mode`, `mode`, the fill by name), not a reading of this one.
+        """
         mean = tuple(float(value) for value in info["mean"])
         fill = info.get("fill")
         return cls(
             image_size=int(info["image_size"]),
-            resize_mode=str(info["eval_mode"]),
-            interpolation=str(info["interpolation"]),
-            channels=str(info["mode"]),
+            resize_mode=info["eval_mode"],
+            interpolation=info["interpolation"],
+            channels=info["mode"],
             mean=mean,
             std=tuple(float(value) for value in info["std"]),
             crop_pct=info.get("crop_pct"),
@@ -120,66 +168,33 @@ class Preprocess:
         )
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Preprocess:
-        """The `Preprocess` written by `to_dict` (a `preprocess.json`).
-
-        The JSON types are read strictly (`_PreprocessFile`): `image_size` `"32"`, `32.7` or `true`
-        is refused, not read as 32 or 1.
-
-        Raises:
-            UserError: a field is missing, unknown, of the wrong type or out of range (naming it), or
-                the file is of a newer format.
-        """
-        if data.get("format") != PREPROCESS_FORMAT:
-            raise UserError(
-                f"preprocess.json has format {data.get('format')!r}, this version reads {PREPROCESS_FORMAT}; "
-                "export the model again with this version of retrieval"
-            )
-        try:
-            record = _PreprocessFile.model_validate(data)
-        except ValidationError as exc:
-            raise user_error(_PreprocessFile, exc, "preprocess.json", "export the model again") from None
-        return cls(
-            image_size=record.image_size,
-            resize_mode=record.resize_mode,
-            interpolation=record.interpolation,
-            channels=record.channels,
-            mean=tuple(record.mean),
-            std=tuple(record.std),
-            crop_pct=record.crop_pct,
-            fill=tuple(record.fill) if isinstance(record.fill, list) else record.fill,  # type: ignore[arg-type]
-        )
-
-    @classmethod
     def read(cls, path: str | Path) -> Preprocess:
         """Read a `preprocess.json`.
 
         Raises:
-            UserError: the file is missing, is not JSON, or is not a valid preprocess description.
+            UserError: the file is missing, is not JSON, is of another format, or a field is missing,
+                unknown, of the wrong type or out of range (naming it).
         """
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError) as exc:  # RecursionError: arrays nested thousands deep
-            raise UserError(f"cannot read {path} ({exc.__class__.__name__}); export the model again") from exc
+            raise UserError(f"cannot read {path} ({exc.__class__.__name__}); {_FIX}") from exc
         if not isinstance(data, dict):
-            raise UserError(f"{path} is not a JSON object; export the model again")
-        return cls.from_dict(data)
+            raise UserError(f"{path} is not a JSON object; {_FIX}")
+        where = Path(path).name
+        if data.get("format") != PREPROCESS_FORMAT:
+            raise UserError(
+                f"{where} has format {data.get('format')!r}, this version reads {PREPROCESS_FORMAT}; "
+                "export the model again with this version of retrieval"
+            )
+        try:
+            return cls.model_validate(data, context={"where": where})
+        except ValidationError as exc:
+            raise user_error(cls, exc, where, _FIX) from None
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields, with the format version and the input layout the model takes."""
-        return {
-            "format": PREPROCESS_FORMAT,
-            "image_size": self.image_size,
-            "resize_mode": self.resize_mode,
-            "crop_pct": self.crop_pct,
-            "fill": list(self.fill) if isinstance(self.fill, tuple) else self.fill,
-            "interpolation": self.interpolation,
-            "channels": self.channels,
-            "in_chans": self.in_chans,
-            "mean": list(self.mean),
-            "std": list(self.std),
-            "input": {"layout": "NCHW", "dtype": "float32", "scale": "1/255, then (x - mean) / std"},
-        }
+    def to_dict(self) -> dict[str, JsonValue]:
+        """JSON-ready fields, with the format version and the input layout the model takes (preprocess.json)."""
+        return self.model_dump(mode="json")
 
     def __call__(self, image: Image.Image) -> np.ndarray:
         """A flattened image (`RGB` or `L`) -> `(in_chans, image_size, image_size)` float32 model input."""
@@ -219,22 +234,23 @@ class Preprocess:
         return image.resize(width_height, resample=_RESAMPLING[self.interpolation])
 
 
-class _PreprocessFile(Record):
-    """`preprocess.json` as JSON types, read strictly; `Preprocess` checks the values and how they fit together."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    format: int
-    image_size: int
-    resize_mode: str
-    crop_pct: float | None = None
-    fill: str | int | list[int] | None = None  # `auto`, a gray level or [red, green, blue]; null: no padding
-    interpolation: str
-    channels: str
-    in_chans: int | None = None  # what `channels` means, written for readers of the file
-    mean: list[float]
-    std: list[float]
-    input: dict[str, Any] | None = None  # the input layout, written for readers of the file
+def _misfit(preprocess: Preprocess) -> str:
+    """The first way `preprocess`'s fields do not fit together, as "FIELD must be ..., got ..."; "" when they fit."""
+    channels = preprocess.in_chans
+    if len(preprocess.mean) != channels or len(preprocess.std) != channels:
+        counts = f"{len(preprocess.mean)} means and {len(preprocess.std)} stds"
+        return f"mean must hold one value per channel ({channels} for channels {preprocess.channels}), got {counts}"
+    crop = preprocess.crop_pct
+    if preprocess.resize_mode == "center_crop" and not (
+        crop and 0 < crop <= 1 and preprocess.image_size / crop < MAX_IMAGE_SIZE + 1
+    ):
+        return (
+            f"crop_pct must be in (0, 1] for center_crop, with image_size / crop_pct (the side it resizes to) at "
+            f"most {MAX_IMAGE_SIZE}, got {crop!r}"
+        )
+    if preprocess.resize_mode == "pad_square" and not _is_fill(preprocess.fill, channels):
+        return f"fill must be `auto` or one value per channel (0-255) for pad_square, got {preprocess.fill!r}"
+    return ""
 
 
 def _is_fill(fill: str | Fill | None, in_chans: int) -> bool:

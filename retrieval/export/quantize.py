@@ -41,6 +41,7 @@ from retrieval.checkpoint import Checkpoint
 from retrieval.data import EvalSplit, ImageLoader, build_data
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, score_split
+from retrieval.export.manifest import Quantization
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 from retrieval.metrics import nearest_neighbor_agreement
@@ -93,7 +94,7 @@ class QuantizeRequest:
 
 def quantize_int8(
     float_path: Path, int8_path: Path, checkpoint: Checkpoint, preprocess: Preprocess, request: QuantizeRequest
-) -> dict[str, Any]:
+) -> Quantization:
     """Write the int8 model of the float ONNX model `float_path` to `int8_path`; return the manifest's record.
 
     Returns:
@@ -118,9 +119,9 @@ def quantize_int8(
     int8_embeddings = embed_dataset(_AsModule(int8_encoder), split.dataset, _BATCH_SIZE, torch.device("cpu"))
     _require_finite(float_embeddings, int8_embeddings, split_name)
     record = _record(float_embeddings, int8_embeddings, split, split_name, len(calibration), request.tolerance)
-    failing = [name for name in _METRICS if record["drop"][name] > request.tolerance]
+    failing = [name for name in _METRICS if record.drop[name] > request.tolerance]
     if failing:
-        drops = ", ".join(f"{name} {record['float'][name]:.4f} -> {record['int8'][name]:.4f}" for name in failing)
+        drops = ", ".join(f"{name} {record.float_metrics[name]:.4f} -> {record.int8[name]:.4f}" for name in failing)
         raise UserError(
             f"int8 quantization loses too much on the {split_name} split ({drops}; tolerance {request.tolerance:g}); "
             "nothing was written: export without --quantize, or raise --tolerance or --calibration-images"
@@ -155,27 +156,29 @@ def _record(
     split_name: str,
     calibration_images: int,
     tolerance: float,
-) -> dict[str, Any]:
+) -> Quantization:
     """The manifest's `quantization` record: method, calibration, both models' metrics and the drop."""
     float_metrics, _ = score_split(float_embeddings, split)
     int8_metrics, _ = score_split(int8_embeddings, split)
     kept = ~np.isnan(float_embeddings).any(axis=1)
     cosine = np.sum(float_embeddings[kept] * int8_embeddings[kept], axis=1)
-    return {
-        "method": "onnxruntime quantize_static",
-        "format": "QDQ",
-        "weights": "int8, per channel",
-        "activations": "int8, per tensor, min/max calibration",
-        "calibration_images": calibration_images,
-        "calibration_split": "train",
-        "tolerance": tolerance,
-        "split": split_name,
-        "float": {name: float_metrics[name] for name in _METRICS},
-        "int8": {name: int8_metrics[name] for name in _METRICS},
-        "drop": {name: float_metrics[name] - int8_metrics[name] for name in _METRICS},
-        "embedding_cosine": {"min": float(cosine.min()), "mean": float(cosine.mean())},
-        "nearest_neighbor_agreement": nearest_neighbor_agreement(float_embeddings[kept], int8_embeddings[kept]),
-    }
+    return Quantization.model_validate(
+        {
+            "method": "onnxruntime quantize_static",
+            "format": "QDQ",
+            "weights": "int8, per channel",
+            "activations": "int8, per tensor, min/max calibration",
+            "calibration_images": calibration_images,
+            "calibration_split": "train",
+            "tolerance": tolerance,
+            "split": split_name,
+            "float": {name: float_metrics[name] for name in _METRICS},
+            "int8": {name: int8_metrics[name] for name in _METRICS},
+            "drop": {name: float_metrics[name] - int8_metrics[name] for name in _METRICS},
+            "embedding_cosine": {"min": float(cosine.min()), "mean": float(cosine.mean())},
+            "nearest_neighbor_agreement": nearest_neighbor_agreement(float_embeddings[kept], int8_embeddings[kept]),
+        }
+    )
 
 
 def _calibration_set(train: Dataset, eval_dataset: Dataset, count: int) -> Subset[Any]:

@@ -7,13 +7,14 @@ index was tuned to is the recall measured here, and an exact index measures 1.0 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retrieval.errors import UserError
 from retrieval.index.build.describe import bytes_per_vector
 from retrieval.index.build.sample import SEED
+from retrieval.index.manifest import Measured
 from retrieval.index.streaming import unit_rows
 from retrieval.index.tuning import TUNING_QUERIES, exact_search, measure
 
@@ -27,7 +28,7 @@ Search = Callable[[np.ndarray, int], tuple[np.ndarray, np.ndarray]]
 
 def evaluate_index(
     stored: tuple[np.ndarray, np.ndarray], search: Search, index: faiss.Index, queries: np.ndarray | None, k: int
-) -> dict[str, Any]:
+) -> Measured:
     """Recall@k of `search` against exact search over the `stored` `(ids, vectors)`, latency, QPS, bytes a vector.
 
     Args:
@@ -60,7 +61,7 @@ def evaluate_index(
         query_vectors, _ = unit_rows(queries, "queries", vectors.shape[1])
         true_scores, positions = exact_search(vectors, query_vectors, k)
         measured = measure(search, query_vectors, ids[positions], k, true_scores)
-    return {**measured.as_dict(), **bytes_per_vector(index)}
+    return Measured.model_validate({**measured.as_dict(), **bytes_per_vector(index)})
 
 
 def _without_own(scores: np.ndarray, found: np.ndarray, own: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

@@ -27,7 +27,7 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import numpy as np
 import pyarrow as pa
@@ -35,6 +35,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval.errors import UserError
+from retrieval.index.manifest import ShardInput, SourceRecord
 from retrieval.index.streaming import VectorStream
 from retrieval.inference.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
 from retrieval.inference.parts_layout import iter_embedding_parts, read_success
@@ -84,7 +85,7 @@ class _File:
         if not self.path.is_dir():
             return [self]
         parts = []
-        for name in read_success(self.path)["parts"]:
+        for name in read_success(self.path).parts:
             record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
             parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
         return parts
@@ -105,7 +106,7 @@ class _File:
         """The types of `metadata()`'s columns, from headers only: a parquet footer (a parts directory's first
         part: embed types every part as the whole source), a `.npy` header, the `.npz` members' headers."""
         if self.path.is_dir():
-            fields = list(pq.read_schema(self.path / read_success(self.path)["parts"][0]))
+            fields = list(pq.read_schema(self.path / read_success(self.path).parts[0]))
         elif self.path.suffix == ".parquet":
             fields = list(pq.read_schema(self.path))
         else:
@@ -204,12 +205,12 @@ class EmbeddingFiles:
         first_row = int(starts[owners == number][0])
         return EmbeddingFiles(mine, sum(unit.rows for unit in mine), self.dim, self.checkpoint_sha256), first_row
 
-    def identity(self) -> list[dict[str, Any]]:
+    def identity(self) -> list[ShardInput]:
         """The ordered inputs as a shard records them: each one's path (as given, for messages), rows and fingerprint.
 
         Shards of one split were built from equal lists (`merge_shards` compares rows and fingerprints).
         """
-        return [{"path": str(file.path), "rows": file.rows, "fingerprint": file.fingerprint()} for file in self.files]
+        return [ShardInput(path=str(file.path), rows=file.rows, fingerprint=file.fingerprint()) for file in self.files]
 
     def metadata(self) -> pa.Table | None:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
@@ -219,14 +220,16 @@ class EmbeddingFiles:
         table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
         return table if table.column_names else None
 
-    def sources(self) -> list[dict[str, Any]]:
+    def sources(self) -> list[SourceRecord]:
         """What the manifest records about the inputs: path and rows of each file or parts directory; a file's size."""
         return [
-            {
-                "path": str(file.path),
-                "rows": file.rows,
-                **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
-            }
+            SourceRecord.model_validate(
+                {
+                    "path": str(file.path),
+                    "rows": file.rows,
+                    **({} if file.path.is_dir() else {"bytes": file.path.stat().st_size}),
+                }
+            )
             for file in self.files
         ]
 
@@ -248,8 +251,8 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
     for path in map(Path, paths):
         if path.is_dir():
             record = read_success(path)
-            files.append(_File(path, int(record["rows"]), int(record["dim"])))
-            recorded = record.get("checkpoint_sha256")
+            files.append(_File(path, record.rows, record.dim))
+            recorded = record.checkpoint_sha256
         else:
             files.append(_open_file(path))
             recorded = read_checkpoint_sha256(path)

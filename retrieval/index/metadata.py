@@ -95,7 +95,10 @@ class Metadata:
         return rows
 
     def rows_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """The rows of `ids` as dicts (`id` first), in the order given."""
+        """The rows of `ids` as dicts (`id` first), in the order given.
+
+        Dicts, not a record: the columns are the user's own (any names, the types their files gave them).
+        """
         return self.table.take(pa.array(self.rows_of(ids))).to_pylist()
 
     def appended(self, other: Metadata) -> Metadata:

@@ -29,7 +29,7 @@ from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.manifest import IndexManifest
+from retrieval.index.manifest import IndexManifest, Measured
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import LISTS_FILE, link_or_copy, lists_file, read_with_lists_beside
 from retrieval.index.refine_file import REFINE_FILE, from_index_file, without_refine
@@ -188,8 +188,7 @@ class SearchIndex:
     def _of(cls, built: BuiltIndex) -> SearchIndex:
         """The `SearchIndex` of a build; read-only when its re-ranking vectors are mapped from a file."""
         read_only = built.refine_file is not None
-        manifest = IndexManifest.of(built.manifest)
-        return cls(built.index, built.metadata, manifest, read_only=read_only, refine_file=built.refine_file)
+        return cls(built.index, built.metadata, built.manifest, read_only=read_only, refine_file=built.refine_file)
 
     # -- searching -----------------------------------------------------------------------------
     def search(self, vectors: np.ndarray, k: int = 10, filter: Filter | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -270,7 +269,10 @@ class SearchIndex:
         return np.stack([self.reconstruct(int(i)) for i in wanted])
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id."""
+        """Metadata rows of `ids` as dicts (`id`, path, label, extras), in order; `UserError` on an unknown id.
+
+        Dicts, not a record: the columns are the user's own (`Metadata.rows_for`).
+        """
         return self._metadata.rows_for(ids)
 
     @property
@@ -361,7 +363,7 @@ class SearchIndex:
         return dropped
 
     # -- measuring -----------------------------------------------------------------------------
-    def evaluate(self, queries: np.ndarray | None = None, k: int = 10) -> dict[str, Any]:
+    def evaluate(self, queries: np.ndarray | None = None, k: int = 10) -> Measured:
         """Recall@k against exact search over the stored vectors, latency, QPS and bytes per vector.
 
         Args:
@@ -380,7 +382,7 @@ class SearchIndex:
             (ivfpq for re-ranking), so the exact reference is the same as at build time.
         """
         measured = evaluate_index(self._stored(), self.search, self._index, queries, k)
-        return {**measured, "ntotal": self.ntotal, "kind": self.kind}
+        return measured.model_copy(update={"ntotal": self.ntotal, "kind": self.kind})
 
     # -- disk ----------------------------------------------------------------------------------
     def save(self, directory: str | Path) -> None:
@@ -393,7 +395,7 @@ class SearchIndex:
         if self._refine_file is not None:
             writers[REFINE_FILE] = partial(link_or_copy, self._refine_file)
         writers.update({INDEX_FILE: self._write_faiss, METADATA_FILE: self._metadata.write})
-        self.manifest = IndexManifest.of(write_index_directory(directory, writers, self.manifest.as_dict()))
+        self.manifest = write_index_directory(directory, writers, self.manifest)
         if self._refine_file is not None:  # the mapped file is now (also) this one: a build's working copy may go
             self._refine_file = Path(directory).absolute() / REFINE_FILE
 
@@ -545,5 +547,8 @@ def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np
 
 
 def _options(options: IndexBuildOptions | None, settings: dict[str, Any]) -> IndexBuildOptions:
-    """`options` (default: the defaults) with the fields named in `settings` replaced."""
+    """`options` (default: the defaults) with the fields named in `settings` replaced.
+
+    `settings` are keyword arguments passed through to `dataclasses.replace`, which checks their names.
+    """
     return dataclasses.replace(options or IndexBuildOptions(), **settings)

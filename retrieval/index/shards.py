@@ -25,7 +25,7 @@ import datetime
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
 import faiss
 import numpy as np
@@ -37,7 +37,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import IndexKind, plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles, check_column_types
-from retrieval.index.manifest import FileEntry, IndexManifest
+from retrieval.index.manifest import FileEntry, IndexManifest, MergedShard, ShardRecord, SourceRecord
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
 from retrieval.index.search_index import SearchIndex
@@ -67,7 +67,7 @@ class TrainedSample(Record):
 
     rows: Annotated[int, at_least(1)]
     of: Annotated[int, at_least(1)]
-    sources: list[dict[str, Any]]
+    sources: list[SourceRecord]
 
 
 class TrainedParameters(Record):
@@ -127,20 +127,20 @@ def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, prog
     sample = gather_rows(UnitChunks(files.stream, _CHUNK_ROWS).read("sampling", progress), wanted, files.dim)
     index = faiss.index_factory(files.dim, plan.factory, faiss.METRIC_INNER_PRODUCT)
     index.train(sample)
-    manifest = {
-        "format": TRAINED_FORMAT,
-        "version": FORMAT_VERSION,
-        "toolkit_version": __version__,
-        "faiss_version": faiss.__version__,
-        "created": _now(),
-        "kind": plan.kind.value,
-        "factory": plan.factory,
-        "parameters": plan.parameters,
-        "dimension": files.dim,
-        "trained_on": {"rows": len(wanted), "of": files.rows, "sources": files.sources()},
-    }
+    manifest = TrainedManifest(
+        format=TRAINED_FORMAT,
+        version=FORMAT_VERSION,
+        toolkit_version=__version__,
+        faiss_version=faiss.__version__,
+        created=_now(),
+        kind="ivf",
+        factory=plan.factory,
+        parameters=TrainedParameters.model_validate(plan.parameters),
+        dimension=files.dim,
+        trained_on=TrainedSample(rows=len(wanted), of=files.rows, sources=files.sources()),
+    )
     written = write_index_directory(out, {INDEX_FILE: lambda path: faiss.write_index(index, str(path))}, manifest)
-    return TrainedIndex(index, TrainedManifest.model_validate(written))
+    return TrainedIndex(index, written)
 
 
 def read_trained(directory: Path) -> TrainedIndex:
@@ -203,7 +203,7 @@ def merge_shards(shards: list[Path], work: Path) -> SearchIndex:
     return SearchIndex(merged, metadata, _merged_manifest(shards, manifests, int(merged.ntotal)), read_only=True)
 
 
-def _check_compatible(shards: list[Path], manifests: list[IndexManifest]) -> list[dict[str, Any]]:
+def _check_compatible(shards: list[Path], manifests: list[IndexManifest]) -> list[ShardRecord]:
     """Refuse, in one line, shards that were not built from one trained index with the same kind and dimension.
 
     Returns:
@@ -255,18 +255,12 @@ def _check_stored(shard: Path, manifest: IndexManifest, vectors: int, rows: int)
         )
 
 
-def _shard_record(shard: Path, manifest: IndexManifest) -> dict[str, Any]:
-    """The manifest's `shard` (number, count, inputs), checked for the fields the merge reads."""
+def _shard_record(shard: Path, manifest: IndexManifest) -> ShardRecord:
+    """The manifest's `shard` (number, count, inputs; its types checked when the manifest was read)."""
     if manifest.merged_from is not None:
         raise UserError(f"{shard} is a merged index, not a shard; merge the shards it was merged from")
     record = manifest.shard
-    inputs = record.get("inputs") if isinstance(record, dict) else None
-    if not (
-        isinstance(record, dict)
-        and all(isinstance(record.get(field), int) for field in ("number", "count"))
-        and isinstance(inputs, list)
-        and all(isinstance(item, dict) and {"path", "rows", "fingerprint"} <= item.keys() for item in inputs)
-    ):
+    if record is None:
         raise UserError(
             f"{shard} does not record the inputs it was built from (an older or edited shard); "
             "build it again with `index build --trained TRAINED --shard K/M`"
@@ -274,14 +268,14 @@ def _shard_record(shard: Path, manifest: IndexManifest) -> dict[str, Any]:
     return record
 
 
-def _check_same_inputs(shard: Path, record: dict[str, Any], first: Path, first_record: dict[str, Any]) -> None:
+def _check_same_inputs(shard: Path, record: ShardRecord, first: Path, first_record: ShardRecord) -> None:
     """Refuse, naming the first difference, a shard built from another list of inputs or split into another count."""
-    theirs, ours = first_record["inputs"], record["inputs"]
+    theirs, ours = first_record.inputs, record.inputs
     for number, (want, got) in enumerate(zip(theirs, ours, strict=False)):
-        if (want["rows"], want["fingerprint"]) != (got["rows"], got["fingerprint"]):
+        if (want.rows, want.fingerprint) != (got.rows, got.fingerprint):
             raise UserError(
-                f"{shard} was built from other inputs than {first}: its input {number + 1} is {got['path']} "
-                f"({got['rows']:,} rows), {first}'s is {want['path']} ({want['rows']:,} rows); "
+                f"{shard} was built from other inputs than {first}: its input {number + 1} is {got.path} "
+                f"({got.rows:,} rows), {first}'s is {want.path} ({want.rows:,} rows); "
                 "build every shard from the same --embeddings list, in the same order"
             )
     if len(theirs) != len(ours):
@@ -289,17 +283,17 @@ def _check_same_inputs(shard: Path, record: dict[str, Any], first: Path, first_r
             f"{shard} was built from {len(ours)} inputs, {first} from {len(theirs)}; "
             "build every shard from the same --embeddings list, in the same order"
         )
-    if record["count"] != first_record["count"]:
+    if record.count != first_record.count:
         raise UserError(
-            f"{shard} is shard {record['number']}/{record['count']}, {first} is shard "
-            f"{first_record['number']}/{first_record['count']}; merge the M shards of one split"
+            f"{shard} is shard {record.number}/{record.count}, {first} is shard "
+            f"{first_record.number}/{first_record.count}; merge the M shards of one split"
         )
 
 
-def _check_complete(records: list[dict[str, Any]]) -> None:
+def _check_complete(records: list[ShardRecord]) -> None:
     """Refuse a merge that misses shards of the split: its rows would be missing from the index without a word."""
-    count = int(records[0]["count"])
-    missing = sorted(set(range(count)) - {int(record["number"]) for record in records})
+    count = records[0].count
+    missing = sorted(set(range(count)) - {record.number for record in records})
     if missing:
         shown = ", ".join(f"{number}/{count}" for number in missing[:8]) + (", ..." if len(missing) > 8 else "")
         raise UserError(f"shard {shown} of the split is missing; merge all {count} shards")
@@ -326,7 +320,7 @@ def _merged_manifest(shards: list[Path], manifests: list[IndexManifest], stored:
     first = manifests[0]
     kept = ("kind", "requested_kind", "factory", "parameters", "dimension", "metric", "normalized", "trained")
     start = first.first_id or 0
-    return IndexManifest.of(
+    return IndexManifest.model_validate(
         {
             "format": FORMAT,
             "version": FORMAT_VERSION,
@@ -345,11 +339,13 @@ def _merged_manifest(shards: list[Path], manifests: list[IndexManifest], stored:
             "target_recall": None,
             "target_recall_source": None,
             "measured": {},
-            "model": first.model,
+            "model": first.model.record(),
             "match_threshold": None,
-            "sources": [source for manifest in manifests for source in manifest.sources or []],
+            "sources": [
+                source.model_dump(exclude_unset=True) for manifest in manifests for source in manifest.sources or []
+            ],
             "merged_from": [
-                {"path": str(shard), "first_id": manifest.first_id or 0, "count": manifest.count}
+                MergedShard(path=str(shard), first_id=manifest.first_id or 0, count=manifest.count).model_dump()
                 for shard, manifest in zip(shards, manifests, strict=True)
             ],
         }

@@ -31,13 +31,16 @@ import stat
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypeVar
 
 from retrieval.errors import UserError
 from retrieval.runtime.files import file_sha256
 
 if TYPE_CHECKING:
     from retrieval.index.manifest import FileEntry, IndexManifest
+    from retrieval.validation import Record
+
+    _Manifest = TypeVar("_Manifest", bound=Record)
 
 __all__ = [
     "FORMAT",
@@ -71,11 +74,12 @@ _REQUIRED_KEYS = (
 
 
 def write_index_directory(
-    directory: str | Path, writers: Mapping[str, Callable[[Path], None]], manifest: dict[str, Any]
-) -> dict[str, Any]:
+    directory: str | Path, writers: Mapping[str, Callable[[Path], None]], manifest: _Manifest
+) -> _Manifest:
     """Write `directory` atomically: each `writers[name](path)` fills one file, then the manifest.
 
-    The manifest gets a `files` entry (size and sha256 of each written file). An existing
+    The manifest (an index's or a trained index's, each with a `files` table) gets its `files`
+    entry: the size and sha256 of each written file. An existing
     directory at `directory` is replaced as a whole, keeping its mode and its files' modes; if
     anything fails, or the process dies, it is left as it was.
 
@@ -97,8 +101,9 @@ def write_index_directory(
         for name, write in writers.items():
             write(staging / name)
             files[name] = _describe(staging / name)
-        manifest = {**manifest, "files": files}
-        (staging / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        written = {**manifest.model_dump(by_alias=True, exclude_unset=True), "files": files}
+        manifest = type(manifest).model_validate(written)
+        (staging / MANIFEST_FILE).write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
         _keep_modes(target, staging, [*files, MANIFEST_FILE])
         for path in (*(staging / name for name in files), staging / MANIFEST_FILE, staging):
             _fsync(path)
@@ -147,7 +152,7 @@ def read_manifest(directory: str | Path) -> IndexManifest:
         raise UserError(f"{manifest_path} lacks {', '.join(missing)}; rebuild the index")
     from retrieval.index.manifest import IndexManifest  # pydantic: not for the command line's parsers
 
-    checked = IndexManifest.check(manifest, manifest_path)
+    checked = IndexManifest.read(manifest, manifest_path)
     version = checked.version
     if version < 1 or version > FORMAT_VERSION:
         raise UserError(
@@ -222,7 +227,8 @@ def _keep_modes(target: Path, staging: Path, names: list[str]) -> None:
         os.chmod(staging, stat.S_IMODE(target.stat().st_mode))
 
 
-def _describe(path: Path) -> dict[str, Any]:
+def _describe(path: Path) -> dict[str, int | str]:
+    """The `FileEntry` of `path`, as JSON."""
     return {"size": path.stat().st_size, "sha256": file_sha256(path)}
 
 

@@ -11,17 +11,66 @@ matches for false ones, and only the caller knows which costs more.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Protocol, TypeVar
+
+from pydantic import ConfigDict
 
 from retrieval.errors import UserError
 from retrieval.match_threshold import MatchThreshold
+from retrieval.validation import Record
 
-__all__ = ["STORED", "keep_matches", "no_match_text", "parse_min_score", "resolve_min_score"]
+__all__ = ["STORED", "QueryAnswer", "QueryMatch", "Scored", "keep_matches", "min_score_for", "no_match_text"]
 
 STORED = "stored"  # the `--min-score` / `min_score` value that means the manifest's match_threshold
 
 
-def parse_min_score(value: Any) -> float | str | None:
+class Scored(Protocol):
+    """A search result: anything with the `score` (cosine) a minimum is compared with."""
+
+    @property
+    def score(self) -> float: ...
+
+
+_Result = TypeVar("_Result", bound=Scored)
+
+
+def min_score_for(value: Any, stored: MatchThreshold | None) -> float | None:
+    """The minimum a `--min-score` or a request's `min_score` asks for, as a number (None: no minimum).
+
+    The one reading of a minimum: `parse_min_score`, then `resolve_min_score` against the index's
+    `stored` threshold.
+
+    Raises:
+        UserError: a value that is not a cosine or `stored`, or `stored` for an index without a threshold.
+    """
+    return _resolve(_parse(value), stored)
+
+
+class QueryMatch(Record):
+    """One result of `index query`: its rank and score, then the item's metadata row (`id`, `path`, `label`, ...).
+
+    The row's columns are the user's own, of the types their files gave them: kept as extra keys.
+    """
+
+    model_config = ConfigDict(extra="allow")
+
+    rank: int
+    score: float
+
+    def column(self, name: str) -> Any:
+        """The metadata column `name` of the item (None when its row has none)."""
+        return (self.model_extra or {}).get(name)
+
+
+class QueryAnswer(Record):
+    """The answer to one query image of `index query`: its results best first, none below `min_score`."""
+
+    query: str
+    min_score: float | None
+    results: list[QueryMatch]
+
+
+def _parse(value: Any) -> float | str | None:
     """A minimum score as given (a number in [-1, 1], its text, `stored`, or None/"" for none).
 
     Raises:
@@ -42,7 +91,7 @@ def parse_min_score(value: Any) -> float | str | None:
     return number
 
 
-def resolve_min_score(value: float | str | None, stored: MatchThreshold | None) -> float | None:
+def _resolve(value: float | str | None, stored: MatchThreshold | None) -> float | None:
     """The number a parsed minimum stands for: itself, the index's `stored` threshold for `stored`, or None.
 
     Raises:
@@ -58,11 +107,11 @@ def resolve_min_score(value: float | str | None, stored: MatchThreshold | None) 
     return stored.score
 
 
-def keep_matches(results: list[dict[str, Any]], min_score: float | None) -> list[dict[str, Any]]:
-    """The results (dicts with a `score`) scoring at least `min_score`; all of them when it is None."""
+def keep_matches(results: list[_Result], min_score: float | None) -> list[_Result]:
+    """The results scoring at least `min_score`; all of them when it is None."""
     if min_score is None:
         return results
-    return [result for result in results if result["score"] >= min_score]
+    return [result for result in results if result.score >= min_score]
 
 
 def no_match_text(min_score: float) -> str:

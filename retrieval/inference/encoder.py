@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 from PIL import Image
+from pydantic import JsonValue
 
 from retrieval.checkpoint import Checkpoint, state_checksum
 from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
@@ -64,7 +65,7 @@ class ImageEncoder:
         checkpoint_path: Path | None = None,
         checkpoint_sha256: str = "",
         match_threshold: MatchThreshold | None = None,
-        backbone_config: dict[str, Any] | None = None,
+        backbone_config: dict[str, JsonValue] | None = None,
     ) -> None:
         self.model = model.eval()
         place_model(model, device, precision.channels_last)  # moves the module in place
@@ -114,7 +115,7 @@ class ImageEncoder:
         device: str,
         path: Path | None,
         sha256: str,
-        backbone_config: dict[str, Any] | None = None,
+        backbone_config: dict[str, JsonValue] | None = None,
     ) -> ImageEncoder:
         """The encoder of `checkpoint` with the image size, eval transform and precision of run `config`."""
         where = resolve_device(device)
@@ -189,7 +190,7 @@ class ImageEncoder:
 
 
 def checkpoint_encoder_for_index(
-    model_info: Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
+    model_info: ModelInfo | Mapping[str, Any], checkpoint: str | Path | None = None, device: str = "auto"
 ) -> ImageEncoder:
     """The encoder an index was built with: its recorded checkpoint, or `checkpoint` if it is the same file.
 

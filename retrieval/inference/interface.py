@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Protocol
 
 import numpy as np
 from PIL import Image
-from pydantic import ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
 from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
@@ -70,6 +70,8 @@ class ModelInfo(Record):
     A checkpoint's encoder records its path, sha256, model config, image size and transform (and
     `backbone_config` for a backbone without training); an export's, its directory and model.onnx's
     sha256; an index of embedding files, only the checkpoint's sha256. Keys of other versions are kept.
+    The model config, transform and backbone config are copies of the checkpoint's own records, kept
+    as JSON here and validated by their owners (`retrieval.config`) where a model is rebuilt from them.
     """
 
     model_config = ConfigDict(extra="allow", populate_by_name=True)
@@ -79,21 +81,23 @@ class ModelInfo(Record):
     model_dir: str | None = None  # the export directory
     onnx_sha256: str | None = None  # its model.onnx
     source_checkpoint_sha256: str | None = None  # the checkpoint an export was made from
-    model_settings: dict[str, Any] | None = Field(
+    model_settings: dict[str, JsonValue] | None = Field(
         default=None, validation_alias="model_config", serialization_alias="model_config"
     )  # `ModelConfig`, as dicts
     embedding_dim: int | None = None
     image_size: int | None = None
-    transform: dict[str, Any] | None = None  # the evaluation transform
-    backbone_config: dict[str, Any] | None = None  # the run config of a backbone without training
+    transform: dict[str, JsonValue] | None = None  # the evaluation transform
+    backbone_config: dict[str, JsonValue] | None = None  # the run config of a backbone without training
 
     @classmethod
-    def read(cls, record: Mapping[str, Any]) -> ModelInfo:
-        """The `model` entry of a manifest, checked.
+    def read(cls, record: ModelInfo | Mapping[str, Any]) -> ModelInfo:
+        """The `model` entry of a manifest, checked (one already read is returned as it is).
 
         Raises:
             UserError: a key holds a value of the wrong type (a damaged manifest), naming it.
         """
+        if isinstance(record, ModelInfo):
+            return record
         try:
             return cls.model_validate(dict(record))
         except ValidationError as exc:
@@ -106,12 +110,12 @@ class ModelInfo(Record):
         """The sha256 of the model file (an export's model.onnx or a checkpoint), if any."""
         return self.onnx_sha256 or self.checkpoint_sha256 or None
 
-    def record(self) -> dict[str, Any]:
+    def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the keys it was given (the manifest's layout)."""
         return self.model_dump(by_alias=True, exclude_unset=True)
 
 
-def model_identity(model_info: Mapping[str, Any]) -> str | None:
+def model_identity(model_info: ModelInfo | Mapping[str, Any]) -> str | None:
     """The sha256 of the model file recorded in `Encoder.info()` (an export's model.onnx or a checkpoint), if any.
 
     Example:

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from retrieval.errors import UserError
 from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.parts_layout import EmbedJob, finish_parts, part_finished, start_parts, write_part
+from retrieval.inference.parts_layout import EmbedJob, EmbedSource, finish_parts, part_finished, start_parts, write_part
 from retrieval.inference.sources import ImageSource, report_unreadable
 from retrieval.runtime.distributed import DistributedContext
 
@@ -72,7 +72,7 @@ def embed_in_parts(
         UserError: `directory` holds parts of another job, or no image of the source could be read.
     """
     job = EmbedJob(
-        source=dict(source_info),
+        source=EmbedSource.model_validate(dict(source_info)),
         checkpoint_sha256=encoder.checkpoint_sha256,
         part_rows=part_rows,
         input_rows=len(source.paths),

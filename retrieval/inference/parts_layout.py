@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, TypeVar
 
 import numpy as np
 import pyarrow as pa
+from pydantic import ConfigDict
 
 from retrieval.errors import UserError
 from retrieval.inference.file_formats import read_embeddings, write_embeddings
@@ -55,10 +56,21 @@ JOB_FILE = "_job.json"
 _REWRITE = "rerun the same embed command to rewrite it"
 
 
+class EmbedSource(Record):
+    """What the images of an embed job are, as the command line named them: `--csv`, `--images` or `--set`."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    csv: str | None = None  # the CSV file, resolved
+    images: str | None = None  # the image folder, resolved
+    set: list[str] | None = None  # the `--set` overrides of the checkpoint's data section
+    split: str | None = None  # `--split`
+
+
 class EmbedJob(Record):
     """What the parts of a directory are of (`_job.json`); a rerun resumes the same job only."""
 
-    source: dict[str, Any]  # what the images are: `--csv`, `--images` or `--set`, and `--split`
+    source: EmbedSource  # what the images are: `--csv`, `--images` or `--set`, and `--split`
     checkpoint_sha256: str | None  # the model's file (a backbone without training: its weights' checksum)
     part_rows: Annotated[int, at_least(1)]  # input rows per part
     input_rows: Annotated[int, at_least(0)]  # rows of the source, readable or not
@@ -83,7 +95,7 @@ class EmbedSuccess(Record):
     dim: int
     parts: list[str]  # the parquet files, in input order
     checkpoint_sha256: str | None = None
-    source: dict[str, Any] | None = None
+    source: EmbedSource | None = None
     part_rows: int | None = None
     input_rows: int | None = None
     skipped: int = 0
@@ -110,7 +122,7 @@ def start_parts(directory: Path, job: EmbedJob) -> None:
     recorded_path = directory / JOB_FILE
     if recorded_path.is_file():
         recorded = json.loads(recorded_path.read_text(encoding="utf-8"))
-        wanted = job.model_dump()
+        wanted = job.model_dump(exclude_unset=True)  # the source's keys as the command line gave them
         changed = [key for key in sorted({*recorded, *wanted}) if recorded.get(key) != wanted.get(key)]
         if changed:
             raise UserError(
@@ -122,7 +134,7 @@ def start_parts(directory: Path, job: EmbedJob) -> None:
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        write_text(recorded_path, job.model_dump_json(indent=2) + "\n")
+        write_text(recorded_path, job.model_dump_json(indent=2, exclude_unset=True) + "\n")
     except OSError as exc:
         raise UserError(f"cannot write {directory}: {exc.strerror}; choose another --out DIR/") from exc
 
@@ -201,7 +213,7 @@ def finish_parts(directory: Path, job: EmbedJob) -> EmbedSuccess:
         input_rows=job.input_rows,
         skipped=sum(manifest.skipped for manifest in written),
     )
-    write_text(directory / SUCCESS_FILE, success.model_dump_json(indent=2) + "\n")
+    write_text(directory / SUCCESS_FILE, success.model_dump_json(indent=2, exclude_unset=True) + "\n")
     return success
 
 
@@ -215,7 +227,7 @@ def iter_embedding_parts(directory: str | Path) -> Iterator[dict[str, np.ndarray
             are not the ones its `.json` records.
     """
     directory = Path(directory)
-    for name in read_success(directory)["parts"]:
+    for name in read_success(directory).parts:
         path = directory / name
         manifest = _read_manifest(path)
         if manifest is None or not path.is_file() or file_sha256(path) != manifest.sha256:
@@ -236,7 +248,7 @@ def read_embedding_parts(directory: str | Path) -> dict[str, np.ndarray]:
     return {key: np.concatenate([part[key] for part in parts]) for key in parts[0]}
 
 
-def read_success(directory: str | Path) -> dict[str, Any]:
+def read_success(directory: str | Path) -> EmbedSuccess:
     """The `_SUCCESS` record of a finished parts directory (rows, dim, parts, checkpoint_sha256, ...), checked.
 
     Raises:
@@ -249,7 +261,7 @@ def read_success(directory: str | Path) -> dict[str, Any]:
     path = directory / SUCCESS_FILE
     if not path.is_file():
         raise UserError(f"embedding {directory} is incomplete: rerun the same embed command to resume it")
-    return _read_record(EmbedSuccess, path).model_dump(exclude_unset=True)
+    return _read_record(EmbedSuccess, path)
 
 
 def _read_manifest(part: Path) -> PartRecord | None:

@@ -34,7 +34,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
 from retrieval.errors import BackendFailed, UserError
-from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
+from retrieval.index.threshold import keep_matches, min_score_for
 from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
@@ -45,7 +45,7 @@ from retrieval.serve.limits import ServeLimits
 from retrieval.serve.live import LiveIndex
 from retrieval.serve.parsing import MAX_K, parse_filter_field, read_body, read_json, read_upload
 from retrieval.serve.public import PublicPaths
-from retrieval.serve.responses import Health, Item, SearchQuery, SearchResponse
+from retrieval.serve.responses import Health, IndexInfo, Item, SearchQuery, SearchResponse, SearchResult
 from retrieval.serve.searcher import IndexView, Searcher, load_view
 
 __all__ = ["MAX_K", "ServeLimits", "create_app"]
@@ -151,13 +151,13 @@ def _add_lookup_routes(app: FastAPI, live: Views[IndexView], searcher: Searcher,
         view = live.current()
         return Health(status="ok", vectors=int(view.index.ntotal), model=view.encoder is not None)
 
-    @get("/info")
-    async def info() -> dict[str, Any]:
+    @get("/info", response_model_exclude_unset=True)  # a field the manifest lacks is left out, not null
+    async def info() -> IndexInfo:
         return live.current().info
 
     @get("/items/{item_id}")
     async def item(item_id: int) -> Item:
-        return Item.model_validate(await run_in_threadpool(searcher.item, item_id))
+        return await run_in_threadpool(searcher.item, item_id)
 
     @get("/thumb/{item_id}")
     async def thumb(item_id: int) -> Response:
@@ -211,14 +211,12 @@ def _search_image(
     return _answer(started, SearchQuery(type="image"), k, minimum, searcher.by_image(data, k, where))
 
 
-def _answer(
-    started: float, query: SearchQuery, k: int, minimum: float | None, results: list[dict[str, Any]]
-) -> Response:
+def _answer(started: float, query: SearchQuery, k: int, minimum: float | None, results: list[SearchResult]) -> Response:
     """The `SearchResponse`, serialized here (in the worker thread) rather than by FastAPI on the event loop."""
     results = keep_matches(results, minimum)
     took_ms = round((time.perf_counter() - started) * 1000, 3)
-    fields = {"query": query, "k": k, "min_score": minimum, "results": results, "took_ms": took_ms}
-    content = SearchResponse.model_validate(fields).model_dump(exclude_unset=True)  # an image query has no `id`
+    answer = SearchResponse(query=query, k=k, min_score=minimum, results=results, took_ms=took_ms)
+    content = answer.model_dump(exclude_unset=True)  # an image query has no `id`
     text = json.dumps(content, ensure_ascii=False, allow_nan=False, separators=(",", ":"), default=jsonable_encoder)
     return Response(text.encode("utf-8"), media_type="application/json")
 
@@ -241,9 +239,9 @@ def _get_and_head(app: FastAPI) -> Callable[..., Callable[[_Endpoint], _Endpoint
 
 
 def _min_score(value: Any, view: IndexView) -> float | None:
-    """A request's `min_score` (a number, "stored" for the index's threshold, or absent) as a number or None."""
+    """A request's `min_score` (`min_score_for`), its mistakes a 400."""
     try:
-        return resolve_min_score(parse_min_score(value), view.threshold)
+        return min_score_for(value, view.threshold)
     except UserError as exc:
         raise RequestError(400, str(exc)) from exc
 

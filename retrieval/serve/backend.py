@@ -48,7 +48,7 @@ class SearchBackend(Protocol):
         ...
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` (`id` first), in order; `UserError` on an unknown id."""
+        """Metadata rows of `ids` (`id` first), in order; `UserError` on an unknown id (the user's own columns)."""
         ...
 
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - SearchIndex's name

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from retrieval.encoders import encoder_for_index
-from retrieval.inference.interface import Encoder, model_identity
+from retrieval.inference.interface import Encoder
 from retrieval.serve.backend import FixedView
 from retrieval.serve.public import public_info
 from retrieval.serve.searcher import IndexView
@@ -33,6 +33,8 @@ def database_views(
 
     collection = CollectionIndex.open(parse_database_uri(uri))
     model = collection.record.model
-    encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model_identity(model) else None
-    info = {**public_info(collection.manifest, collection.metadata_schema), "backend": "qdrant"}
+    encoder: Encoder | None = (
+        encoder_for_index(model.record(), checkpoint, device, model_dir) if model.identity else None
+    )
+    info = public_info(collection.manifest, collection.metadata_schema).model_copy(update={"backend": "qdrant"})
     return FixedView(IndexView(collection, encoder, info))

@@ -74,7 +74,7 @@ async def read_upload(request: Request, body: bytes) -> tuple[bytes, int, Any, A
     The filter is left for `parse_filter_field`, which the app runs off the event loop.
     """
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> dict[str, Any]:  # an ASGI `http.request` message, Starlette's `receive` type
         return {"type": "http.request", "body": body, "more_body": False}
 
     form = await Request(request.scope, replay).form(max_files=1, max_fields=4)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from typing import Any
 
 import pyarrow as pa
+
+from retrieval.serve.responses import IndexInfo
+from retrieval.validation import Record
 
 __all__ = ["PublicPaths", "public_info"]
 
@@ -62,23 +64,26 @@ class PublicPaths:
         return relative.replace(os.sep, "/")
 
 
-def public_info(manifest: dict[str, Any], schema: pa.Schema) -> dict[str, Any]:
+def public_info(manifest: Record, schema: pa.Schema) -> IndexInfo:
     """The manifest fields a client needs (shape, kind, measured quality, model identity), nothing private,
     and the metadata `columns` a filter may name, with their types (`int`, `float`, `str`, `bool`, or Arrow's name).
+
+    `manifest` is an index's (`IndexManifest`) or an export's (`ExportedManifest`), read as it was written.
     """
-    info = {key: manifest[key] for key in _PUBLIC_FIELDS if key in manifest}
+    manifest_json = manifest.model_dump(by_alias=True, exclude_unset=True)
+    info = {key: manifest_json[key] for key in _PUBLIC_FIELDS if key in manifest_json}
     info["columns"] = [{"name": field.name, "type": _type_name(field.type)} for field in schema]
-    measured = manifest.get("measured")
+    measured = manifest_json.get("measured")
     if isinstance(measured, dict):
         info["measured"] = measured
-    model = manifest.get("model")
+    model = manifest_json.get("model")
     if isinstance(model, dict) and model:
         public_model = {key: model[key] for key in _PUBLIC_MODEL_FIELDS if key in model}
         config = model.get("model_config")
         if isinstance(config, dict):
             public_model["model_config"] = {k: v for k, v in config.items() if k not in _PRIVATE_MODEL_CONFIG}
         info["model"] = public_model
-    return info
+    return IndexInfo.model_validate(info)
 
 
 def _type_name(arrow_type: pa.DataType) -> str:

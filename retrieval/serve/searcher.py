@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from functools import cached_property, lru_cache
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ from retrieval.serve.errors import RequestError
 from retrieval.serve.limits import ServeLimits
 from retrieval.serve.parsing import INT64_MAX, INT64_MIN, MAX_K, parse_vector
 from retrieval.serve.public import PublicPaths, public_info
+from retrieval.serve.responses import IndexInfo, Item, SearchResult
 from retrieval.serve.uploads import (
     BYTES_PER_PIXEL,
     ImageTooLarge,
@@ -51,12 +52,12 @@ class IndexView:
 
     index: SearchBackend
     encoder: Encoder | None
-    info: dict[str, Any]  # the manifest's public fields (`public_info`)
+    info: IndexInfo  # the manifest's public fields (`public_info`)
 
-    @cached_property
+    @property
     def threshold(self) -> MatchThreshold | None:
-        """The index's stored match threshold (what `min_score: "stored"` means), read once per version."""
-        return MatchThreshold.read(self.info.get("match_threshold"), "the index's match_threshold", "build it again")
+        """The index's stored match threshold (what `min_score: "stored"` means), checked when the index was read."""
+        return self.info.match_threshold
 
 
 def load_view(
@@ -73,12 +74,12 @@ def load_view(
     """
     index = SearchIndex.load(path, mmap=True)  # served read-only: vectors mapped, shared through the page cache
     model_info = index.manifest.model
-    recorded = model_identity(model_info)
+    recorded = model_info.identity
     if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:
         encoder: Encoder | None = previous.encoder
     else:
-        encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
-    return IndexView(index, encoder, public_info(index.manifest.as_dict(), index.metadata_schema))
+        encoder = encoder_for_index(model_info.record(), checkpoint, device, model_dir) if recorded else None
+    return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
 
 
 class Searcher:
@@ -104,11 +105,7 @@ class Searcher:
         self._index_lock = threading.Lock()
         self.thumbnail = lru_cache(maxsize=limits.thumb_cache)(self._thumbnail_of_file)
 
-    def item(self, item_id: int) -> dict[str, Any]:
-        """The public fields of one item."""
-        return self._public(self._row(self.live.current(), item_id))
-
-    def by_image(self, data: bytes, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
+    def by_image(self, data: bytes, k: int, where: Filter | None = None) -> list[SearchResult]:
         """Search with an uploaded image (among the items passing `where`, as for every search)."""
         view = self.live.current()
         if view.encoder is None:
@@ -128,19 +125,19 @@ class Searcher:
             raise RequestError(400, str(exc)) from exc
         return self._search(view, vector, k, where)
 
-    def by_vector(self, values: Any, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
+    def by_vector(self, values: Any, k: int, where: Filter | None = None) -> list[SearchResult]:
         """Search with a JSON list of numbers, checked against the dimension of the index it searches."""
         view = self.live.current()
         return self._search(view, parse_vector(values, view.index.dim)[None], k, where)
 
-    def by_id(self, item_id: int, k: int, where: Filter | None = None) -> list[dict[str, Any]]:
+    def by_id(self, item_id: int, k: int, where: Filter | None = None) -> list[SearchResult]:
         """More like this: the item's nearest neighbours, the item itself left out."""
         view = self.live.current()
         self._row(view, item_id)  # 404 for an unknown id
         with self._index_lock:
             vector = np.asarray(view.index.reconstruct(item_id), dtype=np.float32)
         results = self._search(view, vector[None], min(k + 1, MAX_K + 1), where)
-        return [result for result in results if result["id"] != item_id][:k]
+        return [result for result in results if result.id != item_id][:k]
 
     def thumb(self, item_id: int) -> tuple[bytes, str]:
         """The thumbnail of an item's image: `(JPEG bytes, media type)`, cached by file."""
@@ -165,7 +162,10 @@ class Searcher:
                 image.close()
 
     def _row(self, view: IndexView, item_id: int) -> dict[str, Any]:
-        """The metadata row of `item_id` (private fields included); 404 for an id that is not stored."""
+        """The metadata row of `item_id` (private fields included); 404 for an id that is not stored.
+
+        A row holds the user's own columns, of the types their files gave them: free-form by design.
+        """
         if not INT64_MIN <= item_id <= INT64_MAX:
             raise RequestError(404, f"unknown id {item_id}: ids are 64-bit integers")
         try:
@@ -177,9 +177,7 @@ class Searcher:
             raise RequestError(404, f"unknown id {item_id}") from exc
         return row
 
-    def _search(
-        self, view: IndexView, vectors: np.ndarray, k: int, where: Filter | None = None
-    ) -> list[dict[str, Any]]:
+    def _search(self, view: IndexView, vectors: np.ndarray, k: int, where: Filter | None = None) -> list[SearchResult]:
         # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
         faiss.omp_set_num_threads(self.search_threads)
         with self._index_lock:
@@ -194,10 +192,18 @@ class Searcher:
                 raise RequestError(400, str(exc)) from exc
             found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored
             rows = view.index.metadata_for(ids[0][found])
-        return [{**self._public(row), "score": float(score)} for score, row in zip(scores[0][found], rows, strict=True)]
+        return [
+            SearchResult.model_validate({**self._public(row), "score": float(score)})
+            for score, row in zip(scores[0][found], rows, strict=True)
+        ]
+
+    def item(self, item_id: int) -> Item:
+        """The public fields of one item."""
+        return Item.model_validate(self._public(self._row(self.live.current(), item_id)))
 
     def _public(self, row: dict[str, Any]) -> dict[str, Any]:
-        """An item as the API shows it: its path relative to the image root (or None), never absolute."""
+        """An item's fields as the API shows them (`Item`, or `SearchResult` once a search adds the score): its path
+        relative to the image root (or None), never absolute."""
         item_id = int(row["id"])
         path = self.paths.show(row.get("path"))
         return {

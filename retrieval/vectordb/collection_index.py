@@ -18,7 +18,7 @@ from retrieval.index.filter_language import Filter
 from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb.qdrant_filters import to_qdrant_filter
 from retrieval.vectordb.qdrant_store import QdrantStore
-from retrieval.vectordb.record import CollectionRecord
+from retrieval.vectordb.record import CollectionRecord, ExportedManifest
 from retrieval.vectordb.uri import DatabaseLocation
 
 __all__ = ["CollectionIndex"]
@@ -86,7 +86,7 @@ class CollectionIndex:
         return self._schema
 
     @property
-    def manifest(self) -> dict[str, Any]:
+    def manifest(self) -> ExportedManifest:
         """The exported index's manifest (without its file list and removed ids)."""
         return self.record.manifest
 
@@ -116,12 +116,14 @@ class CollectionIndex:
             raise UserError(f"query vectors must be finite (Q, {self.dim}) arrays, got shape {queries.shape}")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
-        next_id = int(self.manifest["next_id"])
-        query_filter = to_qdrant_filter(filter, self._schema, next_id) if filter is not None else None
+        query_filter = to_qdrant_filter(filter, self._schema, self.manifest.next_id) if filter is not None else None
         return self._store.search(queries, int(k), query_filter)
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` as dicts (`id` first, then the payload), in order; `UserError` on an unknown id."""
+        """Metadata rows of `ids` as dicts (`id` first, then the payload), in order; `UserError` on an unknown id.
+
+        Dicts, not a record: a payload holds the index's metadata columns, the user's own.
+        """
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
         return [{ID_COLUMN: int(i), **payload} for i, payload in zip(wanted, self._store.payloads(wanted), strict=True)]
 

@@ -103,7 +103,7 @@ class QdrantStore:
         """The export record in the collection's metadata; None for a collection `index export` did not write."""
         with self._errors():
             metadata = self.client.get_collection(self.name).config.metadata
-        return CollectionRecord.from_metadata(metadata)
+        return CollectionRecord.read(metadata)
 
     def write_record(self, record: CollectionRecord) -> None:
         """Replace the export record in the collection's metadata."""
@@ -147,7 +147,10 @@ class QdrantStore:
         return np.sort(np.asarray(found, dtype=np.int64))
 
     def upsert(self, ids: np.ndarray, vectors: np.ndarray, payloads: Sequence[dict[str, Any]]) -> None:
-        """Write points (an existing id is overwritten); returns once they are stored."""
+        """Write points (an existing id is overwritten); returns once they are stored.
+
+        `payloads` are the points' metadata rows, the user's own columns, passed to Qdrant as they are.
+        """
         batch = models.Batch(ids=[int(i) for i in ids], vectors=vectors.tolist(), payloads=list(payloads))
         with self._errors():
             self.client.upsert(self.name, points=batch, wait=True)

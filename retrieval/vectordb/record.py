@@ -11,24 +11,47 @@ against it exactly as the FAISS index checks them) and whether the export finish
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pyarrow as pa
-from pydantic import ConfigDict, Field
+from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic_core import PydanticCustomError
 
 from retrieval.errors import UserError
-from retrieval.validation import Record, ValidationError, accepts, user_error
+from retrieval.index.manifest import IndexManifest
+from retrieval.inference.interface import ModelInfo
+from retrieval.validation import Record, ValidationError, user_error
 
-__all__ = ["METADATA_KEY", "RECORD_VERSION", "CollectionRecord"]
+__all__ = ["METADATA_KEY", "RECORD_VERSION", "CollectionRecord", "ExportedManifest", "export_record"]
 
 METADATA_KEY = "retrieval"
 RECORD_VERSION = 1
 _PRIVATE_MANIFEST_KEYS = ("files", "removed_ids")  # file checksums of the index directory; tombstones can be long
 
 
-def _has_dimension(manifest: dict[str, Any]) -> bool:
-    dimension = manifest.get("dimension")
-    return isinstance(dimension, int) and not isinstance(dimension, bool) and dimension >= 1
+def _with_dimension(manifest: Any) -> Any:
+    """The raw manifest, if it is an object with a positive integer `dimension` (what every reader needs first)."""
+    dimension = manifest.get("dimension") if isinstance(manifest, dict) else None
+    if not (isinstance(dimension, int) and not isinstance(dimension, bool) and dimension >= 1):
+        expected = "an index manifest with a positive integer dimension"
+        raise PydanticCustomError("rule", expected, {"value": manifest})
+    return manifest
+
+
+class ExportedManifest(Record):
+    """The index manifest as an export keeps it: without its file list and removed ids; the fields read here typed.
+
+    The rest of the manifest's fields (kind, factory, measured, ...) are kept as they were written,
+    for `serve --backend`'s `/info`; the index side checked them when it loaded the index.
+    """
+
+    model_config = ConfigDict(extra="allow", strict=True, frozen=True)
+
+    dimension: Annotated[int, Field(ge=1)]
+    next_id: Annotated[int, Field(ge=0)]  # filters on `id` are bounded by it
+    created: str | None = None  # the build's time: with the model, what a rebuild changes
+    model: ModelInfo = Field(default_factory=ModelInfo)
 
 
 class CollectionRecord(Record):
@@ -44,23 +67,14 @@ class CollectionRecord(Record):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    manifest: Annotated[dict[str, Any], accepts(_has_dimension, "an index manifest with a positive integer dimension")]
+    manifest: Annotated[ExportedManifest, BeforeValidator(_with_dimension)]
     index_version: str
     schema_ipc: str = Field(validation_alias="schema", serialization_alias="schema")
     complete: bool
     version: int = RECORD_VERSION
 
     @classmethod
-    def of_index(cls, manifest: dict[str, Any], index_version: str, schema: pa.Schema) -> CollectionRecord:
-        """The record of an export of the index with this manifest and metadata schema, not yet complete."""
-        shown = {key: value for key, value in manifest.items() if key not in _PRIVATE_MANIFEST_KEYS}
-        encoded = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
-        return cls.model_validate(
-            {"manifest": shown, "index_version": index_version, "schema": encoded, "complete": False}
-        )
-
-    @classmethod
-    def from_metadata(cls, metadata: dict[str, Any] | None) -> CollectionRecord | None:
+    def read(cls, metadata: Mapping[str, Any] | None) -> CollectionRecord | None:
         """The record in a collection's metadata; None when `index export` did not write the collection.
 
         Raises:
@@ -82,9 +96,9 @@ class CollectionRecord(Record):
                 cls, exc, f"the collection's {METADATA_KEY!r} metadata", "export the index again"
             ) from None
 
-    def to_metadata(self) -> dict[str, Any]:
-        """The collection metadata holding this record."""
-        return {METADATA_KEY: self.model_dump(by_alias=True)}
+    def to_metadata(self) -> dict[str, JsonValue]:
+        """The collection metadata holding this record: Qdrant's free-form collection `metadata` object."""
+        return {METADATA_KEY: self.model_dump(by_alias=True, exclude_unset=True)}  # the manifest as it was given
 
     def finished(self) -> CollectionRecord:
         """This record with the export marked complete."""
@@ -93,22 +107,37 @@ class CollectionRecord(Record):
     @property
     def dimension(self) -> int:
         """Dimension D of the exported vectors."""
-        return int(self.manifest["dimension"])  # checked on reading
+        return self.manifest.dimension
 
     @property
-    def model(self) -> dict[str, Any]:
+    def model(self) -> ModelInfo:
         """The model that embedded the vectors, as the index manifest records it (empty: raw embeddings)."""
-        return dict(self.manifest.get("model") or {})
+        return self.manifest.model
 
     @property
-    def lineage(self) -> tuple[Any, ...]:
+    def lineage(self) -> tuple[str | None, str | None, int]:
         """What stays the same through `index add`/`remove` and changes on a rebuild: build time, model, dimension.
 
         Ids are never reused within one lineage and an item's vector and metadata never change, so
         an id already in the collection holds exactly what the index holds for it.
         """
-        return (self.manifest.get("created"), self.model.get("checkpoint_sha256"), self.dimension)
+        return (self.manifest.created, self.model.checkpoint_sha256, self.dimension)
 
     def metadata_schema(self) -> pa.Schema:
         """The exported metadata's Arrow schema (the `id` column included)."""
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(self.schema_ipc)))
+
+
+def export_record(manifest: IndexManifest, index_version: str, schema: pa.Schema) -> CollectionRecord:
+    """The record of an export of the index with this manifest and metadata schema, not yet complete."""
+    kept = manifest.model_dump(by_alias=True, exclude_unset=True, exclude=set(_PRIVATE_MANIFEST_KEYS))
+    encoded = base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
+    return CollectionRecord.model_validate(
+        {
+            "manifest": kept,
+            "index_version": index_version,
+            "schema": encoded,
+            "complete": False,
+            "version": RECORD_VERSION,
+        }
+    )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from retrieval.index.metadata import ID_COLUMN
 from retrieval.vectordb import DEFAULT_BATCH_SIZE
 from retrieval.vectordb.qdrant_filters import check_payload_keys, payload_index_kinds
 from retrieval.vectordb.qdrant_store import QdrantStore
-from retrieval.vectordb.record import CollectionRecord
+from retrieval.vectordb.record import CollectionRecord, export_record
 from retrieval.vectordb.uri import DatabaseLocation
 
 __all__ = ["ExportSummary", "export_index", "index_version"]
@@ -77,8 +78,7 @@ def export_index(
     index = SearchIndex.load(index_dir, mmap=True)
     check_payload_keys(index.metadata_schema)  # before the collection is touched
     ids, vectors = index.stored_vectors()
-    manifest = index.manifest.as_dict()
-    record = CollectionRecord.of_index(manifest, index_version(manifest), index.metadata_schema)
+    record = export_record(index.manifest, index_version(index.manifest.as_dict()), index.metadata_schema)
     with QdrantStore.open(location) as store:
         present = _prepared(store, record, recreate)
         stale = np.setdiff1d(present, ids, assume_unique=True)
@@ -93,7 +93,7 @@ def export_index(
     return ExportSummary(location, len(ids), len(missing), len(ids) - len(missing), len(stale))
 
 
-def index_version(manifest: dict[str, object]) -> str:
+def index_version(manifest: Mapping[str, object]) -> str:
     """sha256 of the manifest's canonical JSON: it lists every file's checksum, so any saved change changes it."""
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
 
@@ -112,7 +112,7 @@ def _prepared(store: QdrantStore, record: CollectionRecord, recreate: bool) -> n
             "export to another collection, or pass --recreate to replace it"
         )
     if existing.lineage != record.lineage or store.vector_size() != record.dimension:
-        built = existing.manifest.get("created")
+        built = existing.manifest.created
         raise UserError(
             f"{store.location} holds another index (built {built}, {existing.dimension}-d); "
             "export to another collection, or pass --recreate to replace it"

@@ -37,7 +37,7 @@ def test_every_section_is_written_and_names_its_images(planted, tmp_path):
     assert {row["suggested_label"] for row in labels if row["path"] in flipped} == {
         planted.true_labels[row] for row in planted.flipped
     }
-    assert json.loads((tmp_path / "report" / "summary.json").read_text()) == summary
+    assert json.loads((tmp_path / "report" / "summary.json").read_text()) == summary.model_dump()
     page = (tmp_path / "report" / "index.html").read_text()
     assert page.count("data:image/jpeg;base64,") >= 4 and "Leaks between splits (1 row)" in page
 
@@ -60,7 +60,7 @@ def test_a_catalogue_without_labels_or_splits_says_what_it_leaves_out_once(plant
     summary = write_report(findings, planted.embeddings, tmp_path / "report")
     names = {path.name for path in (tmp_path / "report").iterdir()}
     assert names == {"exact_duplicates.csv", "near_duplicates.csv", "outliers.csv", "summary.json", "index.html"}
-    assert summary["left_out"] == catalogue.missing
+    assert summary.left_out == catalogue.missing
     page = (tmp_path / "report" / "index.html").read_text()
     assert page.count("no split column") == 1
 

@@ -19,6 +19,7 @@ from retrieval.cli._index_common import format_measurement
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.index.locking import writer_lock
+from retrieval.index.manifest import Measured
 from retrieval.index.metadata import Metadata
 from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 from tests.index.index_faults import file_size_limit, lock_released_after
@@ -392,7 +393,7 @@ def test_a_hand_edited_manifest_field_is_one_line_naming_it(built, capsys, tmp_p
     manifest["next_id"] = 27
     (index / "manifest.json").write_text(json.dumps(manifest))
     assert main(["index", "eval", "--index", str(index)]) == 2
-    assert "field 'files' must be" in _error_line(capsys)
+    assert "manifest.json.files must be" in _error_line(capsys)
 
 
 def _csv_of(csv_dataset: Path, paths: list[str]) -> Path:
@@ -427,7 +428,7 @@ def test_a_measurement_of_an_index_smaller_than_k_says_what_it_counts() -> None:
         "resident_bytes_per_vector": 520.0,
         "disk_bytes_per_vector": 520.0,
     }
-    lines = format_measurement(measured).splitlines()
+    lines = format_measurement(Measured.model_validate(measured)).splitlines()
     assert lines[0] == (
         "recall@200 vs exact: 1.0000 (150 queries); each query has only 149 other vectors to find, "
         "so recall counts those 149"
@@ -437,7 +438,7 @@ def test_a_measurement_of_an_index_smaller_than_k_says_what_it_counts() -> None:
         "batch throughput: 5,000 queries/s (2 threads)",
         "bytes/vector: 520.0 in memory, 520.0 on disk",
     ]
-    lines = format_measurement({**measured, "queries": 99}).splitlines()
+    lines = format_measurement(Measured.model_validate({**measured, "queries": 99})).splitlines()
     assert lines[0].startswith("recall@200 vs exact: not measured: too few vectors") and "queries/s" not in lines[1]
 
 

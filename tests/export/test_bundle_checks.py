@@ -28,13 +28,31 @@ _CASES: dict[str, tuple[dict[str, Any], str]] = {
         "takes tensor(float) (batch, 3, 32, 32), but preprocess.json makes float32 (B, 1, 32, 32) images (L, ",
     ),
     "other image size": ({"image_size": 48}, "but preprocess.json makes float32 (B, 3, 48, 48) images"),
-    "huge image size": ({"image_size": 1_000_000}, "image_size 1000000 (must be 1 to 4096)"),
-    "zero std": ({"std": [0, 0, 0]}, "std [0.0, 0.0, 0.0] (finite and > 0"),
-    "nan mean": ({"mean": [float("nan"), 0.5, 0.5]}, "mean [nan, 0.5, 0.5] (finite numbers in [0, 1]"),
+    "huge image size": (
+        {"image_size": 1_000_000},
+        "preprocess.json.image_size must be an integer from 1 to 4096, got 1000000",
+    ),
+    "zero std": (
+        {"std": [0, 0, 0]},
+        "preprocess.json.std must be numbers from 0.001 to 1 (pixels in [0, 1] are divided by them), got (0",
+    ),
+    "nan mean": (
+        {"mean": [float("nan"), 0.5, 0.5]},
+        "preprocess.json.mean must be finite numbers in [0, 1] (of pixels in [0, 1]), got (nan, 0.5, 0.5)",
+    ),
     # Hand edits that once loaded and embedded NaN, overflowed, or were read as another value (issue 36):
-    "subnormal std": ({"std": [1e-45] * 3}, "std [1e-45, 1e-45, 1e-45] (finite and > 0: from 0.001 to 1"),
-    "huge mean": ({"mean": [1e308] * 3}, "mean [1e+308, 1e+308, 1e+308] (finite numbers in [0, 1]"),
-    "tiny crop_pct": ({"resize_mode": "center_crop", "crop_pct": 1e-9}, "crop_pct 1e-09 (center_crop needs"),
+    "subnormal std": (
+        {"std": [1e-45] * 3},
+        "preprocess.json.std must be numbers from 0.001 to 1 (pixels in [0, 1] are divided by them), got (1e-45",
+    ),
+    "huge mean": (
+        {"mean": [1e308] * 3},
+        "preprocess.json.mean must be finite numbers in [0, 1] (of pixels in [0, 1]), got (1e+308",
+    ),
+    "tiny crop_pct": (
+        {"resize_mode": "center_crop", "crop_pct": 1e-9},
+        "preprocess.json.crop_pct must be in (0, 1] for center_crop, with image_size / crop_pct",
+    ),
     "image_size as text": ({"image_size": "32"}, "preprocess.json.image_size must be int, got '32'"),
     "fractional image_size": ({"image_size": 32.7}, "preprocess.json.image_size must be int, got 32.7"),
     "image_size true": ({"image_size": True}, "preprocess.json.image_size must be int, got True"),

@@ -83,23 +83,43 @@ def test_json_round_trip_and_fill_as_pixel_values():
     preprocess = Preprocess.from_description(describe_eval_transform(augment, 48, {**_STATS}, 3))
     data = json.loads(json.dumps(preprocess.to_dict()))
     assert data["fill"] == [124, 116, 104] and data["in_chans"] == 3 and data["interpolation"] == "bilinear"
-    assert Preprocess.from_dict(data) == preprocess
+    assert Preprocess.model_validate(data) == preprocess
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"format": 99}, "format 99"),
-        ({"resize_mode": "stretch"}, "resize_mode 'stretch'"),
-        ({"mean": [0.5]}, "channels 'RGB' with 1 means"),
-        ({"interpolation": "cubic"}, "interpolation 'cubic'"),
-        ({"resize_mode": "pad_square", "fill": [1, 2]}, "fill"),
+        ({"resize_mode": "stretch"}, "preprocess.json.resize_mode must be one of center_crop, resize, pad_square"),
+        ({"mean": [0.5]}, r"preprocess.json.mean must hold one value per channel \(3 for channels RGB\), got 1 means"),
+        ({"interpolation": "cubic"}, "preprocess.json.interpolation must be one of nearest, .*got 'cubic'"),
+        ({"resize_mode": "pad_square", "fill": [1, 2]}, r"preprocess.json.fill must be auto, a gray level 0-255"),
+        ({"resize_mode": "pad_square", "fill": [1, 2, 300]}, r"preprocess.json.fill must be `auto` or one value"),
         ({"image_size": "big"}, "preprocess.json.image_size must be int, got 'big'"),
+        ({"image_size": 32.0}, "preprocess.json.image_size must be int, got 32.0"),
+        ({"in_chans": 1}, r"preprocess.json.in_chans must be 3 \(channels RGB\), got 1"),
+        ({"std": [0.2, 0.2, 0.0]}, "preprocess.json.std must be numbers from 0.001 to 1"),
     ],
 )
-def test_a_broken_preprocess_json_is_one_line(change, message):
+def test_a_broken_preprocess_json_is_one_line(change, message, tmp_path):
     augment = resolve_augment({"eval_mode": "resize"}, "csv")
     data = Preprocess.from_description(describe_eval_transform(augment, 32, {**_STATS}, 3)).to_dict()
+    (tmp_path / "preprocess.json").write_text(json.dumps({**data, **change}))
     with pytest.raises(UserError, match=message) as raised:
-        Preprocess.from_dict({**data, **change})
-    assert "\n" not in str(raised.value)
+        Preprocess.read(tmp_path / "preprocess.json")
+    assert "\n" not in str(raised.value) and "; export the model again" in str(raised.value)
+
+
+def test_a_preprocess_json_of_the_untyped_layout_reads_as_written(tmp_path):
+    """The file as exports before the typed record wrote it: `in_chans` and `input` for readers, a fill as a list."""
+    written = {
+        **{"format": 1, "image_size": 48, "resize_mode": "pad_square", "crop_pct": None, "fill": [124, 116, 104]},
+        **{"interpolation": "bilinear", "channels": "RGB", "in_chans": 3, "mean": [0.485, 0.456, 0.406]},
+        **{
+            "std": [0.229, 0.224, 0.225],
+            "input": {"layout": "NCHW", "dtype": "float32", "scale": "1/255, then (x - mean) / std"},
+        },
+    }
+    (tmp_path / "preprocess.json").write_text(json.dumps(written))
+    preprocess = Preprocess.read(tmp_path / "preprocess.json")
+    assert preprocess.fill == (124, 116, 104) and preprocess.in_chans == 3 and preprocess.to_dict() == written

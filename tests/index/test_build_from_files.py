@@ -51,7 +51,7 @@ def test_a_streamed_build_in_tiny_chunks_equals_the_build_from_the_whole_array(k
     )
     np.testing.assert_array_equal(streamed.ids, whole.ids)
     assert streamed.manifest.search_parameters == whole.manifest.search_parameters
-    assert streamed.manifest.measured["recall_at_k"] == whole.manifest.measured["recall_at_k"]
+    assert streamed.manifest.measured.recall_at_k == whole.manifest.measured.recall_at_k
     for expected, got in zip(whole.search(queries, 10), streamed.search(queries, 10), strict=True):
         np.testing.assert_array_equal(got, expected)
 
@@ -92,7 +92,7 @@ def test_the_cli_builds_from_a_parquet_file_without_a_model(data, tmp_path, caps
     )
     assert "vectors: 4000 from 1 embedding input(s)" in capsys.readouterr().out
     index = SearchIndex.load(out)
-    assert index.manifest.sources[0]["rows"] == 4000 and index.manifest.model == {}
+    assert index.manifest.sources[0].rows == 4000 and index.manifest.model.record() == {}
     assert index.metadata_for([17])[0] == {"id": 17, "path": "/img/17.png", "label": "class17"}
     _, found = index.search(queries, 10)
     assert overlap(found, brute_force(vectors, np.arange(len(vectors)), queries, 10)) >= 0.9
@@ -104,8 +104,10 @@ def test_the_cli_builds_from_a_parts_directory_in_part_order(data, tmp_path, cap
     out = tmp_path / "index"
     assert main(["index", "build", "--embeddings", str(tmp_path / "parts"), "--out", str(out), "--type", "flat"]) == 0
     index = SearchIndex.load(out)
-    assert index.manifest.model == {"checkpoint_sha256": "ab" * 32}
-    assert index.manifest.sources == [{"path": str(tmp_path / "parts"), "rows": len(vectors)}]
+    assert index.manifest.model.record() == {"checkpoint_sha256": "ab" * 32}
+    assert [source.model_dump(exclude_unset=True) for source in index.manifest.sources] == [
+        {"path": str(tmp_path / "parts"), "rows": len(vectors)}
+    ]
     _, found = index.search(queries, 10)
     np.testing.assert_array_equal(found, brute_force(vectors, np.arange(len(vectors)), queries, 10))
     assert index.metadata_for([2500])[0]["path"] == "/img/2500.png"
@@ -260,7 +262,9 @@ def test_build_checkpoint_names_the_model_of_files_without_room_for_it(data, tmp
     checkpoint.write_bytes(b"the model")
     build = ["index", "build", "--type", "flat", "--checkpoint", str(checkpoint), "--embeddings"]
     assert main([*build, str(tmp_path / "plain.npy"), "--out", str(tmp_path / "index")]) == 0
-    assert SearchIndex.load(tmp_path / "index").manifest.model == {"checkpoint_sha256": file_sha256(checkpoint)}
+    assert SearchIndex.load(tmp_path / "index").manifest.model.record() == {
+        "checkpoint_sha256": file_sha256(checkpoint)
+    }
     capsys.readouterr()
     assert main([*build, str(tmp_path / "named.parquet"), "--out", str(tmp_path / "other")]) == 2
     err = capsys.readouterr().err

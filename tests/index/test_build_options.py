@@ -6,13 +6,14 @@ import pytest
 
 from retrieval.errors import UserError
 from retrieval.index import IndexBuildOptions, SearchIndex
+from retrieval.inference.interface import ModelInfo
 
 
 def test_keyword_settings_replace_the_fields_of_the_options_given(data) -> None:
     vectors, _ = data
-    options = IndexBuildOptions(kind="ivf", model_info={"checkpoint_sha256": "ab" * 32}, progress=False)
+    options = IndexBuildOptions(kind="ivf", model_info=ModelInfo(checkpoint_sha256="ab" * 32), progress=False)
     index = SearchIndex.build(vectors[:300], None, options, kind="flat")
-    assert index.kind == "flat" and index.manifest.model == {"checkpoint_sha256": "ab" * 32}
+    assert index.kind == "flat" and index.manifest.model.record() == {"checkpoint_sha256": "ab" * 32}
     assert options.kind == "ivf"  # the options given are left as they were
 
 

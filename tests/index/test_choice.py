@@ -80,6 +80,7 @@ def test_every_kind_is_one_row_of_kinds_from_which_the_cli_manifest_and_removal_
     from retrieval.index import SearchIndex
     from retrieval.index.choice import KINDS
     from retrieval.index.manifest import IndexManifest
+    from retrieval.validation import Worded
 
     assert [kind.value for kind in IndexKind] == ["auto", *(kind.value for kind in KINDS)]
     parser = argparse.ArgumentParser()
@@ -87,7 +88,8 @@ def test_every_kind_is_one_row_of_kinds_from_which_the_cli_manifest_and_removal_
     (build,) = [action for action in parser._actions if isinstance(action, argparse._SubParsersAction)]
     (kind_option,) = [action for action in build.choices["build"]._actions if action.dest == "type"]
     assert list(kind_option.choices) == [kind.value for kind in IndexKind]
-    assert IndexManifest.model_fields["kind"].description == "one of flat, hnsw, ivf, ivfpq"
+    wording = [item.text for item in IndexManifest.model_fields["kind"].metadata if isinstance(item, Worded)]
+    assert wording == ["one of flat, hnsw, ivf, ivfpq"]
     with pytest.raises(ValidationError):
         IndexManifest.model_validate({"kind": "auto"})
     vectors = np.random.default_rng(0).normal(size=(2_000, 16)).astype(np.float32)

@@ -33,7 +33,7 @@ def test_ivf_over_random_vectors_reaches_the_default_target_without_being_asked(
     assert overlap(index.search(queries, 10)[1], truth) >= 0.95
     assert index.manifest.target_recall == DEFAULT_TARGET_RECALL == 0.95
     assert index.manifest.target_recall_source == "default"
-    assert index.manifest.measured["recall_at_k"] >= 0.95  # on the 500 build vectors held out to tune
+    assert index.manifest.measured.recall_at_k >= 0.95  # on the 500 build vectors held out to tune
 
 
 def test_a_given_target_is_recorded_as_given_and_exact_kinds_have_no_target(random_vectors) -> None:

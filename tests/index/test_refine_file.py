@@ -32,7 +32,7 @@ def test_a_spilled_build_gives_the_in_memory_builds_ids_and_scores(built, data) 
     _, queries = data
     assert without_refine(spilled._index) is not None and without_refine(in_memory._index) is None
     assert spilled.manifest.search_parameters == in_memory.manifest.search_parameters
-    assert spilled.manifest.measured["recall_at_k"] == in_memory.manifest.measured["recall_at_k"]
+    assert spilled.manifest.measured.recall_at_k == in_memory.manifest.measured.recall_at_k
     expected_scores, expected_ids = in_memory.search(queries, 10)
     scores, ids = spilled.search(queries, 10)
     np.testing.assert_array_equal(ids, expected_ids)
@@ -68,8 +68,8 @@ def test_saved_and_loaded_it_searches_the_same_and_is_read_only(built, data, tmp
         with pytest.raises(UserError, match="read-only"):
             loaded.remove([3])
     evaluated = loaded.evaluate(queries)
-    assert evaluated["recall_at_k"] == pytest.approx(in_memory.evaluate(queries)["recall_at_k"])
+    assert evaluated.recall_at_k == pytest.approx(in_memory.evaluate(queries).recall_at_k)
     whole = in_memory.evaluate(queries)
-    assert evaluated["disk_bytes_per_vector"] == pytest.approx(whole["disk_bytes_per_vector"], rel=0.05)
+    assert evaluated.disk_bytes_per_vector == pytest.approx(whole.disk_bytes_per_vector, rel=0.05)
     # The spilled index keeps its 4·D bytes of re-ranking vectors in refine.faiss, mapped: not resident.
-    assert evaluated["resident_bytes_per_vector"] < whole["resident_bytes_per_vector"] - 3 * 32
+    assert evaluated.resident_bytes_per_vector < whole.resident_bytes_per_vector - 3 * 32

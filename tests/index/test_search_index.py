@@ -46,7 +46,7 @@ def test_target_recall_is_reached_on_held_out_queries_at_the_cheapest_setting(ki
     for index, target in ((loose, 0.7), (strict, 0.98)):
         recall = overlap(index.search(queries, 10)[1], truth)
         assert recall >= target
-        assert index.manifest.measured["recall_at_k"] == pytest.approx(recall, abs=1e-4)
+        assert index.manifest.measured.recall_at_k == pytest.approx(recall, abs=1e-4)
         assert index.manifest.target_recall == target
     name = "efSearch" if kind == "hnsw" else "nprobe"
     assert loose.manifest.search_parameters[name] <= strict.manifest.search_parameters[name]
@@ -199,12 +199,12 @@ def test_evaluate_reports_recall_latency_and_size(data) -> None:
     flat, ivf = build("flat", data), build("ivf", data, nlist=64)
     for queries_or_none in (queries, None):
         exact = flat.evaluate(queries_or_none)
-        assert exact["recall_at_k"] == 1.0 and exact["kind"] == "flat" and exact["ntotal"] == N
-        assert exact["p50_ms"] <= exact["p99_ms"] and exact["batch_qps"] > 0
-        assert exact["resident_bytes_per_vector"] == exact["disk_bytes_per_vector"] >= 4 * 32  # all in index.faiss
+        assert exact.recall_at_k == 1.0 and exact.kind == "flat" and exact.ntotal == N
+        assert exact.p50_ms <= exact.p99_ms and exact.batch_qps > 0
+        assert exact.resident_bytes_per_vector == exact.disk_bytes_per_vector >= 4 * 32  # all in index.faiss
     ivf._index.nprobe = 1
     truth = brute_force(vectors, np.arange(N), queries, 10)
-    assert ivf.evaluate(queries)["recall_at_k"] == pytest.approx(overlap(ivf.search(queries, 10)[1], truth))
+    assert ivf.evaluate(queries).recall_at_k == pytest.approx(overlap(ivf.search(queries, 10)[1], truth))
 
 
 def test_an_index_smaller_than_k_counts_only_the_neighbours_it_has(data) -> None:
@@ -212,16 +212,16 @@ def test_an_index_smaller_than_k_counts_only_the_neighbours_it_has(data) -> None
     vectors, _ = data
     index = SearchIndex.build(vectors[:10], kind="flat", progress=False)
     measured = index.manifest.measured  # one vector held out at build, searched among the other 9
-    assert (measured["recall_at_k"], measured["neighbors"], measured["queries"]) == (1.0, 9, 1)
+    assert (measured.recall_at_k, measured.neighbors, measured.queries) == (1.0, 9, 1)
     for k, neighbors in ((10, 9), (9, 9), (5, 5)):
         result = index.evaluate(k=k)
-        assert (result["recall_at_k"], result["neighbors"], result["queries"]) == (1.0, neighbors, 10)
+        assert (result.recall_at_k, result.neighbors, result.queries) == (1.0, neighbors, 10)
 
 
 def test_a_single_vector_has_no_recall_to_measure(data) -> None:
     vectors, _ = data
     result = SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10)
-    assert result["recall_at_k"] is None and result["neighbors"] == 0 and result["queries"] == 1
+    assert result.recall_at_k is None and result.neighbors == 0 and result.queries == 1
 
 
 @pytest.mark.slow
@@ -238,8 +238,8 @@ def test_the_index_works_beside_faiss_torch_utils() -> None:
         for kind in ("flat", "hnsw", "ivf"):
             index = SearchIndex.build(vectors, kind=kind, progress=False)
             assert isinstance(index.reconstruct(7), np.ndarray)
-            assert index.evaluate(k=10)["recall_at_k"] > 0.5
-        assert SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10)["recall_at_k"] is None
+            assert index.evaluate(k=10).recall_at_k > 0.5
+        assert SearchIndex.build(vectors[:1], kind="flat", progress=False).evaluate(k=10).recall_at_k is None
         """
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2]), "OMP_NUM_THREADS": "1"}

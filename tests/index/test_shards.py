@@ -245,12 +245,12 @@ def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(s
 
 def test_shards_record_their_number_count_and_every_input(split) -> None:
     record = SearchIndex.load(split["shard1"]).manifest.shard
-    assert (record["number"], record["count"]) == (1, 3)
-    assert [(Path(item["path"]).name, item["rows"]) for item in record["inputs"]] == [
+    assert record is not None and (record.number, record.count) == (1, 3)
+    assert [(Path(item.path).name, item.rows) for item in record.inputs] == [
         ("parts", 3000),
         ("tail.npy", 1000),
     ]
-    assert all(len(item["fingerprint"]) == 64 for item in record["inputs"])
+    assert all(len(item.fingerprint) == 64 for item in record.inputs)
 
 
 @pytest.mark.parametrize("spec", [["--shard", "-1/2"], ["--shard=-1/2"], ["--shard", "3/2"], ["--shard", "a/b"]])

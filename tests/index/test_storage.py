@@ -19,7 +19,7 @@ import pytest
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.metadata import Metadata
-from retrieval.index.storage import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE
+from retrieval.index.storage import FORMAT_VERSION, INDEX_FILE, MANIFEST_FILE, METADATA_FILE, read_verified_manifest
 from tests.index.index_faults import file_size_limit
 
 REPO = Path(__file__).resolve().parents[2]
@@ -319,7 +319,7 @@ def test_a_hand_edited_field_of_the_wrong_type_is_named(saved: Path, edit, field
     manifest = json.loads(path.read_text())
     edit(manifest)
     path.write_text(json.dumps(manifest))
-    with pytest.raises(UserError, match=rf"{MANIFEST_FILE}: field '{field}' must be .*; fix it or rebuild the index"):
+    with pytest.raises(UserError, match=rf"{MANIFEST_FILE}\.{field} must be .*; fix it or rebuild the index"):
         SearchIndex.load(saved)
 
 
@@ -359,3 +359,71 @@ def test_a_manifest_of_the_first_format_loads_searches_and_saves_as_it_was(saved
     index.remove([3])
     index.save(saved)
     assert SearchIndex.load(saved).ntotal == 499
+
+
+# The nested entries as the toolkit before typed records wrote them (a shard of a merge's split, measured).
+_BASE_ENTRIES = {
+    "measured": {
+        "recall_at_k": 0.98,
+        "k": 10,
+        "neighbors": 10,
+        "queries": 50,
+        "p50_ms": 0.1,
+        "p99_ms": 0.3,
+        "batch_qps": 9000.0,
+        "batch_threads": 2,
+        "resident_bytes_per_vector": 136.0,
+        "disk_bytes_per_vector": 136.0,
+        "queries_from": "50 build vectors held out while measuring",
+        "reference": "exact inner-product search over the original vectors",
+    },
+    "model": {
+        "checkpoint": "/runs/a/best.pt",
+        "checkpoint_sha256": "ab" * 32,
+        "model_config": {"backbone": "x"},
+        "embedding_dim": 32,
+        "image_size": 64,
+        "transform": {"eval_mode": "resize"},
+    },
+    "sources": [{"path": "/data/a.npy", "rows": 300, "bytes": 38528}, {"path": "/data/parts", "rows": 200}],
+    "trained": "cd" * 32,
+    "first_id": 0,
+    "shard": {"number": 0, "count": 2, "inputs": [{"path": "/data/a.npy", "rows": 300, "fingerprint": "ef" * 32}]},
+}
+
+
+@pytest.mark.usefixtures("no_faiss_read")
+def test_a_manifest_of_the_untyped_layout_loads_and_saves_unchanged(saved: Path, tmp_path: Path) -> None:
+    path = saved / MANIFEST_FILE
+    manifest = {**json.loads(path.read_text()), **_BASE_ENTRIES}
+    path.write_text(json.dumps(manifest))
+    loaded = read_verified_manifest(saved)
+    assert loaded.shard is not None and loaded.shard.inputs[0].rows == 300 and loaded.measured.recall_at_k == 0.98
+    assert loaded.sources is not None and loaded.sources[1].bytes is None and loaded.model.identity == "ab" * 32
+    assert loaded.as_dict() == manifest  # written back key for key, no nulls added
+
+
+@pytest.mark.usefixtures("no_faiss_read")
+@pytest.mark.parametrize(
+    ("entry", "value", "expected"),
+    [
+        (
+            "shard",
+            {"number": 0, "count": 2, "inputs": [{"path": "a.npy", "rows": 3}]},
+            "inputs.0.fingerprint is missing",
+        ),
+        ("sources", [{"path": "a.npy", "rows": "300"}], 'a list of {"path", "rows"} objects'),
+        ("measured", {"recall_at_k": "high"}, "an object of measurements"),
+        ("merged_from", [{"path": "a", "count": 3}], "merged_from.0.first_id is missing"),
+    ],
+)
+def test_a_nested_entry_of_the_wrong_shape_is_one_line_naming_file_field_and_shape(
+    saved: Path, entry: str, value: object, expected: str
+) -> None:
+    path = saved / MANIFEST_FILE
+    path.write_text(json.dumps({**json.loads(path.read_text()), entry: value}))
+    with pytest.raises(UserError) as caught:
+        read_verified_manifest(saved)
+    message = str(caught.value)
+    assert "\n" not in message and message.startswith(f"{path}.{entry}") and expected in message
+    assert message.endswith("; fix it or rebuild the index")

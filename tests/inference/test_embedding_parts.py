@@ -20,6 +20,7 @@ from retrieval.inference.parts_layout import (
     part_finished,
     part_path,
     read_embedding_parts,
+    read_success,
     start_parts,
     write_part,
 )
@@ -54,7 +55,7 @@ def test_parts_read_back_whole_and_one_by_one_with_one_label_type(parts):
     success = finish_parts(directory, JOB)
     assert success.rows == 4 and success.skipped == 3 + 2
     assert success.parts == ["part-00000.parquet", "part-00001.parquet", "part-00002.parquet"]
-    assert json.loads((directory / SUCCESS_FILE).read_text()) == success.model_dump()
+    assert json.loads((directory / SUCCESS_FILE).read_text()) == success.model_dump(exclude_unset=True)
     assert json.loads(part_path(directory, 2).with_suffix(".json").read_text())["first_row"] == 6
 
     each = list(iter_embedding_parts(directory))
@@ -142,3 +143,23 @@ def test_a_damaged_success_record_is_one_line(parts):
     (directory / SUCCESS_FILE).write_text('{"rows": 4, "dim": 4}')
     with pytest.raises(UserError, match=r"_SUCCESS.parts is missing; rerun the same embed command"):
         read_embedding_parts(directory)
+
+
+def test_a_job_written_before_the_source_was_typed_resumes_and_its_success_reads(parts):
+    """`_job.json` and `_SUCCESS` hold the source as the command line gave it (no null keys), old and new alike."""
+    directory, _ = parts
+    written = json.loads((directory / "_job.json").read_text())
+    assert written["source"] == {"csv": "/data.csv", "split": "all"}
+    start_parts(directory, JOB)  # the same job: resumed, not "another job"
+    finish_parts(directory, JOB)
+    assert json.loads((directory / SUCCESS_FILE).read_text())["source"] == written["source"]
+    assert read_success(directory).source == JOB.source
+
+
+def test_a_success_record_whose_source_has_the_wrong_type_names_it(parts):
+    directory, _ = parts
+    finish_parts(directory, JOB)
+    success = json.loads((directory / SUCCESS_FILE).read_text())
+    (directory / SUCCESS_FILE).write_text(json.dumps({**success, "source": {"csv": 3}}))
+    with pytest.raises(UserError, match=r"_SUCCESS.source must be .*got 3; rerun the same embed command"):
+        read_success(directory)

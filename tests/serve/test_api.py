@@ -241,3 +241,11 @@ def test_an_image_past_the_pixel_limit_is_refused_naming_max_pixels_not_pillows_
     assert message.startswith(f"image too large: {size}; this server takes up to 4,000,000 pixels")
     assert "retrieval serve --max-pixels 4000000" in message and "larger --max-pixels" in message
     assert "178956970" not in message and "decompression bomb" not in message  # Pillow's own limit and words
+
+
+def test_info_is_its_response_model_without_fields_the_manifest_lacks(client):
+    from retrieval.serve.responses import IndexInfo
+
+    info = client.get("/info").json()
+    assert IndexInfo.model_validate(info).dimension == info["dimension"]
+    assert "backend" not in info  # a field a file-served index does not have is left out, not null

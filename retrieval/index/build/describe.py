@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass
-from typing import Any
 
 import faiss
 
 from retrieval import __version__
 from retrieval.index.build.options import IndexBuildOptions
 from retrieval.index.choice import IndexKind, IndexPlan
+from retrieval.index.manifest import IndexManifest, Measured
 from retrieval.index.on_disk import lists_file
 from retrieval.index.refine_file import refine_file_bytes, without_refine
 from retrieval.index.storage import FORMAT, FORMAT_VERSION
@@ -38,10 +38,10 @@ class BuildFacts:
     given_queries: bool
 
 
-def describe(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions, facts: BuildFacts) -> dict[str, Any]:
+def describe(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions, facts: BuildFacts) -> IndexManifest:
     """The manifest of a built index (`retrieval.index.storage` adds the file table when it is saved)."""
     target, target_source = facts.target
-    return {
+    manifest = {
         "format": FORMAT,
         "version": FORMAT_VERSION,
         "toolkit_version": __version__,
@@ -64,12 +64,17 @@ def describe(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions, fa
         "search_parameters": facts.parameters,
         "target_recall": target,
         "target_recall_source": target_source,
-        "measured": _measured(facts, index),
-        "model": dict(options.model_info or {}),
+        "measured": _measured(facts, index).as_dict(),
+        "model": {} if options.model_info is None else options.model_info.record(),
         "match_threshold": None if options.match_threshold is None else options.match_threshold.to_dict(),
-        **({"sources": options.sources} if options.sources is not None else {}),
+        **(
+            {"sources": [source.model_dump(exclude_unset=True) for source in options.sources]}
+            if options.sources is not None
+            else {}
+        ),
         **({"database_augmentation": options.database_augmentation} if options.database_augmentation else {}),
     }
+    return IndexManifest.model_validate(manifest)
 
 
 def bytes_per_vector(index: faiss.Index) -> dict[str, float]:
@@ -102,13 +107,15 @@ def _serialized_bytes(index: faiss.Index) -> int:
     return size
 
 
-def _measured(facts: BuildFacts, index: faiss.Index) -> dict[str, Any]:
+def _measured(facts: BuildFacts, index: faiss.Index) -> Measured:
     if facts.measured is None:
-        return {}
+        return Measured()
     held = f"{facts.held_out} build vectors held out while measuring"
-    return {
-        **facts.measured.as_dict(),
-        **bytes_per_vector(index),
-        "queries_from": "given tuning queries" if facts.given_queries else held,
-        "reference": "exact inner-product search over the original vectors",
-    }
+    return Measured.model_validate(
+        {
+            **facts.measured.as_dict(),
+            **bytes_per_vector(index),
+            "queries_from": "given tuning queries" if facts.given_queries else held,
+            "reference": "exact inner-product search over the original vectors",
+        }
+    )

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.manifest import SourceRecord
 from retrieval.index.streaming import ADD_CHUNK
+from retrieval.inference.interface import ModelInfo
 from retrieval.match_threshold import MatchThreshold
 
 if TYPE_CHECKING:
@@ -45,7 +47,7 @@ class IndexBuildOptions:
         model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
         match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
             `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
-        sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
+        sources: the files the rows came from (path, rows, a file's bytes), recorded as `manifest["sources"]`.
         on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
             written there in shards of at most half of `max_memory` (default 1 GiB) and merged
             into one memory-mapped file (`retrieval.index.on_disk`), for more vectors than fit
@@ -69,9 +71,9 @@ class IndexBuildOptions:
     hnsw_m: int | None = None
     pq_bytes: int | None = None
     database_augmentation: str | None = None
-    model_info: dict[str, Any] | None = None
+    model_info: ModelInfo | None = None
     match_threshold: MatchThreshold | None = None
-    sources: list[dict[str, Any]] | None = None
+    sources: list[SourceRecord] | None = None
     on_disk: Path | None = None
     refine_directory: Path | None = None
     chunk_rows: int = ADD_CHUNK

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import faiss
 import numpy as np
@@ -22,6 +21,7 @@ from retrieval.index.build.sample import draw_sample
 from retrieval.index.build.train import trained_index
 from retrieval.index.build.tune import tune_and_measure
 from retrieval.index.choice import IndexPlan
+from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata, MetadataInput
 from retrieval.index.on_disk import ShardedLists
 from retrieval.index.refine_file import RefineSpill
@@ -37,7 +37,7 @@ class BuiltIndex:
 
     index: faiss.Index
     metadata: Metadata
-    manifest: dict[str, Any]
+    manifest: IndexManifest
     refine_file: Path | None
 
 

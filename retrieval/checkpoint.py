@@ -45,8 +45,8 @@ from torch import Tensor
 
 from retrieval import __version__
 from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.models.backbones import backbone_builder, builder_path
 from retrieval.runtime.files import atomic_write

@@ -8,8 +8,10 @@ training stack. Imports inside functions are allowed: they run only when a comma
 `inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
 serve --model BUNDLE` answers searches in an interpreter where torch and the other training
 packages cannot be imported, as with `pip install "retrieval[serve]"`.
-The top-level subpackages (and modules) of `retrieval` import each other without a cycle: each
-layer imports only the layers under it.
+The top-level subpackages (and modules) of `retrieval`, and every module within them, import each
+other without a cycle, counting imports inside functions and under `TYPE_CHECKING`: each layer
+imports only the layers under it, so none needs a late import to load. And `import retrieval.config`
+loads no torch: a config typo fails in an instant.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ SERVING = [
     "export/onnx_encoder.py",
     "export/preprocess.py",
     "encoders.py",
+    "core",
 ]
 FORBIDDEN = ("torch", "timm", "torchvision", "retrieval.train", "retrieval.data")
 # The `train` extra's packages, by import name: what `pip install "retrieval[serve]"` does not have.
@@ -63,15 +66,40 @@ def _imports(nodes: list[ast.stmt] | list[ast.AST]) -> list[str]:
 
 
 def _layer_graph() -> dict[str, set[str]]:
-    """Top-level subpackage or module of `retrieval` -> the others its files import at module level."""
+    """Top-level subpackage or module of `retrieval` -> the others its files import anywhere (functions too)."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         layer = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
         if layer == "__init__":
             continue
-        imported = {name.split(".")[1] for name in _module_level_imports(path) if name.startswith("retrieval.")}
+        imported = {name.split(".")[1] for name in _all_imports(path) if name.startswith("retrieval.")}
         graph.setdefault(layer, set()).update(imported - {layer})
     return graph
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module of `retrieval` -> the modules its file imports anywhere, with the packages whose `__init__` that runs.
+
+    Importing `retrieval.a.b` runs `retrieval/a/__init__.py` first, so it counts as importing `retrieval.a`
+    too; a module's own packages are left out (they are already loading when it runs).
+    """
+    modules = {_module_name(path) for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        own = {".".join(module.split(".")[:end]) for end in range(1, module.count(".") + 2)}
+        imported: set[str] = set()
+        for name in _all_imports(path):
+            parts = name.split(".")
+            imported.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+        graph[module] = (imported & modules) - own
+    return graph
+
+
+def _module_name(path: Path) -> str:
+    """`retrieval/index/__init__.py` -> `retrieval.index`; `retrieval/index/gallery.py` -> `retrieval.index.gallery`."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -115,10 +143,25 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\nfrom torch.utils.data import Dataset\n\ndef f():\n    import timm\n")
     assert _module_level_imports(module) == ["os", "torch.utils.data"]
+    module.write_text("if TYPE_CHECKING:\n    from retrieval.index import SearchIndex\ndef f():\n    import timm\n")
+    assert sorted(_all_imports(module)) == ["retrieval.index", "timm"]
 
 
 def test_no_import_cycle_between_the_subpackages() -> None:
     assert _cycles(_layer_graph()) == []
+
+
+def test_no_import_cycle_between_the_modules() -> None:
+    assert _cycles(_module_graph()) == []
+
+
+def test_the_config_loads_without_torch() -> None:
+    """`import retrieval.config` and `check_config` (what `train` and `evaluate` run before anything heavy)."""
+    code = "import sys, retrieval.config as c; c.check_config(); print(sorted(m for m in sys.modules if m == 'torch'))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
 
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:

@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _embed(args: argparse.Namespace) -> int:
     from retrieval.checkpoint import Checkpoint
-    from retrieval.column_types import parse_column_types
+    from retrieval.core.column_types import parse_column_types
     from retrieval.inference.encoder import ImageEncoder
     from retrieval.inference.file_formats import write_embeddings
     from retrieval.inference.sources import dataset_source, embed_source, read_source

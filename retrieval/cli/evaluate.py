@@ -299,8 +299,8 @@ def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData)
 
 def _check_requests(args: argparse.Namespace, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
     """Refuse --classification / --calibrate on data or checkpoints they cannot apply to, and a bad --rerank."""
+    from retrieval.core.rerank import parse_rerank
     from retrieval.evaluate.proxy_classifier import closed_set_rows
-    from retrieval.rerank import parse_rerank
 
     if args.rerank:
         parse_rerank(args.rerank)

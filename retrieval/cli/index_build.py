@@ -127,7 +127,7 @@ def _build(args: argparse.Namespace) -> int:
         )
     if args.csv is None and args.images is None:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
-    from retrieval.column_types import parse_column_types
+    from retrieval.core.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.inference.sources import embed_source, read_source  # PyTorch: only a build from images needs it

@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError, short_repr
 from retrieval.index.choice import KINDS
-from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["FileEntry", "IndexManifest", "Sha256"]
 

@@ -20,6 +20,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from retrieval.core.rerank import augmentation_at_build
 from retrieval.errors import UserError
 from retrieval.index.build.add import add_in_chunks
 from retrieval.index.build.options import IndexBuildOptions
@@ -28,6 +29,7 @@ from retrieval.index.choice import KINDS, IndexKind
 from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
+from retrieval.index.gallery import IndexGallery
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.manifest import IndexManifest
 from retrieval.index.metadata import Metadata, MetadataInput
@@ -43,7 +45,6 @@ from retrieval.index.storage import (
 from retrieval.index.stored_rows import ivf_directory, stored_rows
 from retrieval.index.streaming import VectorStream, unit_rows
 from retrieval.index.tuning import TUNED_K, set_search_parameters
-from retrieval.rerank import IndexGallery, augmentation_at_build
 
 __all__ = ["SearchIndex"]
 

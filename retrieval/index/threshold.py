@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["STORED", "keep_matches", "no_match_text", "parse_min_score", "resolve_min_score"]
 

@@ -20,6 +20,7 @@ from PIL import Image
 
 from retrieval.checkpoint import Checkpoint, state_checksum
 from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
@@ -29,7 +30,6 @@ from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
-from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256

@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 from pydantic import ConfigDict, Field, ValidationError
 
-from retrieval.match_threshold import MatchThreshold
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
 
 __all__ = ["EmbeddedFiles", "Encoder", "ModelInfo", "model_identity"]

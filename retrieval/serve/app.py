@@ -33,9 +33,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
 from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
-from retrieval.rerank import rerank_at_query
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy
@@ -89,7 +89,7 @@ def create_app(
             export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
         model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
         rerank: a re-ranking spec applied to every search (`qe:k=2,alpha=3`, `kreciprocal:...`; see
-            `retrieval.rerank`), or None.
+            `retrieval.core.rerank`), or None.
         batching: how concurrent image queries share a forward pass (`BatchPolicy()`: up to 16, 2 ms).
 
     Raises:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from retrieval.core.rerank import DatabaseAugmentation, augment_vectors
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.build import IndexBuildOptions
+from retrieval.index.gallery import IndexGallery
 from retrieval.index.streaming import VectorStream
-from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 
 SPEC = "dba:k=3,alpha=1"
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from retrieval.column_types import typed_table
+from retrieval.core.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.inference.parts_layout import (
     SUCCESS_FILE,

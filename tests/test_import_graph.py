@@ -37,6 +37,7 @@ SERVING = [
     "export/preprocess.py",
     "encoders.py",
     "core",
+    "embedding_files",
 ]
 FORBIDDEN = ("torch", "timm", "torchvision", "retrieval.train", "retrieval.data")
 # The `train` extra's packages, by import name: what `pip install "retrieval[serve]"` does not have.

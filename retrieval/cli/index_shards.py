@@ -11,30 +11,23 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from retrieval.errors import UserError
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.storage import working_directory
 
-if TYPE_CHECKING:
-    from retrieval.index.from_embeddings import EmbeddingFiles
-    from retrieval.index.shards import TrainedIndex
-
 __all__ = [
-    "ShardInputs",
     "add_merge_parser",
     "add_shard_arguments",
     "add_train_parser",
+    "parse_shard",
     "run_merge",
     "run_train",
-    "shard_inputs",
 ]
 
 # argparse's own test for a value that looks like an option but is a negative number, widened to
-# `-1/2`: so that `--shard -1/2` reaches `_shard`'s one-line message instead of "expected one argument".
+# `-1/2`: so that `--shard -1/2` reaches `parse_shard`'s one-line message instead of "expected one argument".
 _NEGATIVE_OR_NUMBER = re.compile(r"^-\d+$|^-\d*\.\d+$|^-[^-\s]*/")
 
 
@@ -111,50 +104,7 @@ def run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-@dataclass(frozen=True)
-class ShardInputs:
-    """What `index build --embeddings` adds: this shard's inputs (or all), its first id, the trained index.
-
-    `record`: what the shard's manifest records as `shard` (its number, the count and every input,
-    in order), for `merge_shards` to refuse shards of other inputs; None without `--trained`.
-    """
-
-    files: EmbeddingFiles
-    first_id: int
-    trained: TrainedIndex | None
-    record: dict[str, Any] | None
-
-
-def shard_inputs(args: argparse.Namespace, files: EmbeddingFiles) -> ShardInputs:
-    """This shard's inputs of `index build --embeddings`, or all of them.
-
-    Raises:
-        UserError: a malformed `--shard`, `--shard` without `--trained`, more shards than rows, another kind
-            than the trained one, or another dimension.
-    """
-    from retrieval.index.shards import read_trained
-
-    shard = None if args.shard is None else _shard(args.shard)
-    if args.trained is None:
-        if shard is not None:
-            raise UserError("--shard K/M needs --trained TRAINED (index train), so that every shard has one quantizer")
-        return ShardInputs(files, 0, None, None)
-    trained = read_trained(args.trained)
-    if args.type not in ("auto", trained.manifest.kind):
-        raise UserError(f"{args.trained} is a trained {trained.manifest.kind} index; drop --type {args.type}")
-    if trained.manifest.dimension != files.dim:
-        raise UserError(
-            f"{args.trained} was trained on {trained.manifest.dimension}-d vectors, the embeddings are {files.dim}-d"
-        )
-    number, count = shard or (0, 1)
-    if count > files.rows:  # a shard holds at least one row; a larger M would also overflow the split's arithmetic
-        raise UserError(f"--shard {args.shard}: {count} shards of {files.rows} rows; use at most one shard a row")
-    record = {"number": number, "count": count, "inputs": files.identity()}
-    mine, first_id = files.shard(number, count) if shard else (files, 0)
-    return ShardInputs(mine, first_id, trained, record)
-
-
-def _shard(text: str) -> tuple[int, int]:
+def parse_shard(text: str) -> tuple[int, int]:
     """A `--shard` value `K/M`: shard K of M, 0 <= K < M.
 
     Raises:

@@ -105,7 +105,7 @@ def test_serve_index_and_inference_import_no_training_code():
         "retrieval.inference",
         "retrieval.inference.encoder",
         "retrieval.inference.sources",
-        "retrieval.inference.file_formats",
+        "retrieval.embedding_files.file_formats",
         "retrieval.cli.index",
         "retrieval.cli.embed",
         "retrieval.cli.serve",

@@ -1,9 +1,10 @@
 """The layering CONTRIBUTING promises, read from the source and seen in a process without torch.
 
-`serve/`, `index/` and `vectordb/`, the torch-free side of `export/` (the bundle, its encoder and
-its preprocessing) and the dispatcher `retrieval.encoders`, import nothing from `retrieval.train` or
-`retrieval.data` and neither torch nor timm when they load, so a search service starts without the
-training stack. Imports inside functions are allowed: they run only when a command needs them.
+`serve/`, `index/`, `vectordb/`, `core/` and `embedding_files/`, the torch-free side of `export/` (the
+bundle, its encoder and its preprocessing) and the dispatcher `export/index_encoder.py`, import nothing
+from `retrieval.train` or `retrieval.data` and neither torch nor timm when they load, so a search
+service starts without the training stack. Imports inside functions are allowed there: they run only
+when a command needs them.
 `export/onnx_export.py` and `export/quantize.py` write exports and need torch by design.
 `inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
 serve --model BUNDLE` answers searches in an interpreter where torch and the other training
@@ -35,7 +36,7 @@ SERVING = [
     "export/bundle.py",
     "export/onnx_encoder.py",
     "export/preprocess.py",
-    "encoders.py",
+    "export/index_encoder.py",
     "core",
     "embedding_files",
 ]
@@ -174,7 +175,7 @@ def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
 
 
 def test_inference_never_imports_export() -> None:
-    """Export builds on inference (its encoder and embedding path); `retrieval.encoders` dispatches over both."""
+    """Export builds on inference (its encoder and embedding path); `export/index_encoder.py` dispatches over both."""
     found = [
         f"{path.relative_to(PACKAGE.parent)}: {name}"
         for path in _files("inference")

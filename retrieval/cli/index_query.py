@@ -72,7 +72,7 @@ def _min_score(text: str) -> float | str | None:
 def run(args: argparse.Namespace) -> int:
     """`index query`: embed the query images, search (filtered, re-ranked), print a table or JSON."""
     from retrieval.core.rerank import rerank_at_query
-    from retrieval.encoders import encoder_for_index
+    from retrieval.export.index_encoder import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
     from retrieval.index.gallery import IndexGallery

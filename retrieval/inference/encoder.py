@@ -3,7 +3,7 @@
 An index is only meaningful with the exact model and preprocessing that embedded its gallery, so
 the encoder records the checkpoint's sha256, its model config and a description of the transform
 (`info()`), and `checkpoint_encoder_for_index` refuses a checkpoint other than the one an index was built
-with (`retrieval.encoders.encoder_for_index` chooses between it and an ONNX export's encoder).
+with (`retrieval.export.index_encoder.encoder_for_index` chooses between it and an ONNX export's encoder).
 An encoder of a timm backbone without training (`ImageEncoder.from_backbone`) has no file: it
 records the config it was built from and the checksum of its weights, and is rebuilt from them.
 """

@@ -21,8 +21,8 @@ import numpy as np
 
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.core.rerank import Reranker
-from retrieval.encoders import encoder_for_index
 from retrieval.errors import BackendFailed, UserError
+from retrieval.export.index_encoder import encoder_for_index
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
 from retrieval.index.gallery import IndexGallery

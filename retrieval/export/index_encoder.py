@@ -3,8 +3,9 @@
 An index manifest's `model` section is the `info()` of the encoder that built it. An export's
 (`onnx_sha256`) loads `retrieval.export.onnx_encoder.OnnxEncoder` (onnxruntime, numpy, Pillow);
 only a checkpoint's or a timm backbone's imports `retrieval.inference.encoder`, and with it torch.
-So `serve --model DIR` and `index query` of an export run with the `serve` extra alone. This module
-sits above both encoders and imports only down: neither of them imports the other.
+So `serve --model DIR` and `index query` of an export run with the `serve` extra alone. It lives in
+`export/`, the layer above `inference/` (which never imports `export/`), and imports the checkpoint's
+encoder only inside the function that needs it.
 """
 
 from __future__ import annotations

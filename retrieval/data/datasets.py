@@ -15,10 +15,10 @@ from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
 from retrieval.data.exclusion import excluded_paths, without_excluded
+from retrieval.data.holdout import holdout_classes, holdout_images
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
 from retrieval.data.transforms import build_eval_transform, build_train_transform
-from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
 __all__ = ["EvalSplit", "RetrievalData", "build_data", "read_splits"]

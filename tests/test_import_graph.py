@@ -208,7 +208,7 @@ for args in servings:
     answers.append({"image": [by_image.status_code, by_image.json()]})
     answers[-1]["vector"] = [by_vector.status_code, by_vector.json()]
 training = ("retrieval.train", "retrieval.data", "retrieval.models", "retrieval.checkpoint")
-training += ("retrieval.inference.encoder",)
+training += ("retrieval.inference.image_encoder",)
 print(json.dumps({"answers": answers, "loaded": sorted(name for name in sys.modules if name.startswith(training))}))
 """
 

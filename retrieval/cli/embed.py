@@ -87,7 +87,7 @@ def _embed(args: argparse.Namespace) -> int:
     from retrieval.checkpoint import Checkpoint
     from retrieval.core.column_types import parse_column_types
     from retrieval.embedding_files.file_formats import write_embeddings
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.sources import dataset_source, embed_source, read_source
 
     directory = _parts_directory(args.out)
@@ -147,7 +147,7 @@ def _check_one_file(out: Path, part_rows: int | None) -> None:
 
 def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:
     """Embed `source` into parts in `directory`, over every process torchrun started (or in this one alone)."""
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.parts_job import embed_in_parts
     from retrieval.runtime.device import resolve_device
     from retrieval.runtime.distributed import process_group

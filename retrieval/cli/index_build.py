@@ -216,7 +216,7 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
     if args.model is not None:
         return OnnxEncoder.from_export(args.model, device=args.device)
     from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
 
     if args.backbone is None:
         return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)

@@ -24,7 +24,7 @@ from tqdm import tqdm
 
 from retrieval.embedding_files.parts_layout import EmbedJob, finish_parts, part_finished, start_parts, write_part
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable
 from retrieval.runtime.distributed import DistributedContext
 

@@ -20,7 +20,7 @@ from retrieval.cli.main import main
 from retrieval.embedding_files.file_formats import read_embeddings
 from retrieval.embedding_files.parts_layout import SUCCESS_FILE, part_path, read_embedding_parts
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.parts_job import KILL_AFTER_PARTS
 
 PARTS = 6

@@ -12,7 +12,7 @@ import numpy as np
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.cli._index_common import add_checkpoint_check
 from retrieval.errors import UserError
-from retrieval.index.threshold import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
+from retrieval.index.min_score import STORED, keep_matches, no_match_text, parse_min_score, resolve_min_score
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -2,7 +2,7 @@
 
 One record from end to end: `retrieval evaluate --save-threshold` makes it, the checkpoint and an
 export's manifest carry it, `index build` copies it into the index manifest, and `index query` and
-the search service read it for `min_score: stored` (`retrieval.index.threshold`). On disk it is the
+the search service read it for `min_score: stored` (`retrieval.index.min_score`). On disk it is the
 JSON object `MatchThreshold.to_dict` gives. A top-level module: the checkpoint, inference, export
 and index packages all hold one, and none of them may import another for it.
 """

@@ -3,7 +3,7 @@
 Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
 optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filter_language`,
 and an optional `min_score`, a number or "stored", below which results are dropped:
-`retrieval.index.threshold`),
+`retrieval.index.min_score`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);
 every GET route answers HEAD too. `/openapi.json` and `/docs` only when asked for (`openapi=True`):
 a public service need not describe itself to every visitor.
@@ -35,7 +35,7 @@ from starlette.exceptions import HTTPException
 
 from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
-from retrieval.index.threshold import keep_matches, parse_min_score, resolve_min_score
+from retrieval.index.min_score import keep_matches, parse_min_score, resolve_min_score
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy

@@ -44,7 +44,7 @@ class IndexBuildOptions:
             only); the manifest records it and `SearchIndex.add` augments new vectors the same way.
         model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
         match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
-            `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
+            `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.min_score`).
         sources: the files the rows came from (name, rows, sha256), recorded as `manifest["sources"]`.
         on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
             written there in shards of at most half of `max_memory` (default 1 GiB) and merged

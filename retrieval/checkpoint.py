@@ -15,7 +15,7 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     num_classes  training classes (one proxy each)
     match_threshold  optional: the score threshold of "is there a match at all" and how it was chosen
                  (`retrieval evaluate --verification --save-threshold FMR`; the fields of
-                 `retrieval.index.min_score.MatchThreshold`); older toolkits ignore it
+                 `retrieval.core.match_threshold.MatchThreshold`); older toolkits ignore it
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
                  and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`);
                  for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the

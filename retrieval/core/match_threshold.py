@@ -22,7 +22,7 @@ class MatchThreshold(Record):
     """A model's stored match threshold: a pair matches at `score` or above, and how the score was chosen.
 
     Only `score` is required: the provenance fields are what `evaluate --save-threshold` records
-    (`retrieval.evaluate.match_thresholds.threshold_record`). Keys a later toolkit adds are kept,
+    (`retrieval.evaluate.verification.threshold_record`). Keys a later toolkit adds are kept,
     not refused, so that its checkpoints and indexes still load here (older toolkits ignore the record).
     """
 

@@ -140,9 +140,9 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     """
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, score_split
-    from retrieval.evaluate.match_thresholds import check_threshold_request
     from retrieval.evaluate.rerank_choice import choose_rerank
     from retrieval.evaluate.uncertainty import QueryValues, save_query_values, uncertainty_summary
+    from retrieval.evaluate.verification import check_threshold_request
     from retrieval.inference.forward import Precision
     from retrieval.metrics import GROUP_NAMES, frequency_groups
     from retrieval.runtime.device import place_model, resolve_device
@@ -256,7 +256,7 @@ def _verification(
     extras: dict[str, Any],
 ) -> list[str]:
     """Verification into `extras`, the threshold of `--save-threshold` into the checkpoint; the lines to print."""
-    from retrieval.evaluate.match_thresholds import (
+    from retrieval.evaluate.verification import (
         evaluate_verification,
         fmr_text,
         threshold_record,

@@ -264,7 +264,11 @@ class SearchIndex:
         return vector
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """`(N, D)` stored vectors of `ids`, in order (`reconstruct` of each); `UserError` on an unknown id."""
+        """`(N, D)` stored vectors of `ids`, in order (`reconstruct` of each; `all_vectors()`: every one at once).
+
+        Raises:
+            UserError: an unknown id.
+        """
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not len(wanted):
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -284,8 +288,8 @@ class SearchIndex:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids
 
-    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending.
+    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(ids (N,), vectors (N, D))` of every searchable vector, ids ascending (`vectors(ids)`: those of some ids).
 
         The vectors are the ones added, bit for bit, for every kind: ivfpq keeps them for re-ranking.
         """

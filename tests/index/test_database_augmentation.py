@@ -19,7 +19,7 @@ def test_a_build_with_dba_stores_augmented_vectors_and_records_the_spec(data) ->
     vectors, _ = data
     index = SearchIndex.build(vectors, None, IndexBuildOptions(kind="flat", database_augmentation=SPEC, progress=False))
     assert index.manifest.database_augmentation == SPEC
-    ids, stored = index.stored_vectors()
+    ids, stored = index.all_vectors()
     np.testing.assert_allclose(stored, augment_vectors(vectors, 3, 1.0)[ids], atol=1e-5)
     assert (
         "database_augmentation" not in SearchIndex.build(vectors[:50], kind="flat", progress=False).manifest.as_dict()

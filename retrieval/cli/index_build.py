@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
 from retrieval.cli._progress import showing_progress
-from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
-from retrieval.cli.index_shards import add_shard_arguments
+from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, built_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
 from retrieval.index.locking import writer_lock

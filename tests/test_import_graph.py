@@ -157,13 +157,32 @@ def test_no_import_cycle_between_the_modules() -> None:
     assert _cycles(_module_graph()) == []
 
 
-def test_the_config_loads_without_torch() -> None:
-    """`import retrieval.config` and `check_config` (what `train` and `evaluate` run before anything heavy)."""
-    code = "import sys, retrieval.config as c; c.check_config(); print(sorted(m for m in sys.modules if m == 'torch'))"
+_CONFIG_WITHOUT_TORCH = """
+import sys
+import retrieval.config as config
+from retrieval.errors import UserError
+config.check_config()
+try:
+    config.check_config(None, ["data.name=cub"])
+except UserError as error:
+    print(error)
+print(config.resolve_augment({}, "cub200").preset)
+print(sorted(name for name in sys.modules if name == "torch" or name.startswith("retrieval.data")))
+"""
+
+
+def test_the_config_checks_dataset_names_and_presets_without_torch_or_the_dataset_readers() -> None:
+    """`import retrieval.config`, `check_config` (what `train` and `evaluate` run first) and `augment.preset: auto`."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", _CONFIG_WITHOUT_TORCH], env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip().splitlines() == [
+        "unknown data.name 'cub'; valid names: digits, csv, folder, cub200, cars196, sop, inshop",
+        "natural",
+        "[]",
+    ]
 
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
     num_classes  training classes (one proxy each)
     match_threshold  optional: the score threshold of "is there a match at all" and how it was chosen
                  (`retrieval evaluate --verification --save-threshold FMR`; the fields of
-                 `retrieval.index.threshold.MatchThreshold`); older toolkits ignore it
+                 `retrieval.core.match_threshold.MatchThreshold`); older toolkits ignore it
     manifest     format, version, toolkit version, embedding_dim, model_config, checksum of the weights,
                  and `payload_checksum`: sha256 over every other part of the file (`payload_checksum()`);
                  for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the
@@ -45,8 +45,8 @@ from torch import Tensor
 
 from retrieval import __version__
 from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.models.backbones import backbone_builder, builder_path
 from retrieval.runtime.files import atomic_write

@@ -23,7 +23,8 @@ from typing import Annotated, Any, ClassVar, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
-from retrieval.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
+from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
+from retrieval.choices.datasets import dataset_traits
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
 from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
@@ -157,7 +158,7 @@ class DataConfig(_Section):
 class AugmentConfig(_Section):
     """Training augmentation and evaluation resizing, built by `retrieval.data.transforms` (timm + torchvision).
 
-    `preset` sets every knob at once (the table in `retrieval/augment_presets.py`); a knob given in
+    `preset` sets every knob at once (the table in `retrieval/choices/augment_presets.py`); a knob given in
     the config file or with `--set augment.KEY=VALUE` overrides the preset's value. A knob left out
     comes from the preset; `null` is a value (no random crop, no auto-augment). `--set
     augment.preset=NAME` starts from that preset: only the augment keys also given with --set apply.
@@ -341,10 +342,12 @@ def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) 
     """Check what of `load_config(path, overrides)` needs no PyTorch, so that a typo fails in an instant.
 
     That is the file (found, YAML, a mapping of known sections), the form of every `--set`, and every
-    field of sections model, data and train. What `load_config` checks beyond it needs the registries,
-    which import PyTorch: the dataset and loss names, the augment preset, the loss's parameters and the
-    rules across fields. The `--set` values are checked on the file given or the demo; each field's
-    check reads only its own value, so they hold for any base (a checkpoint's saved config included).
+    field of sections model, data and train, `data.name` included (against the torch-free
+    `retrieval.choices.datasets`). What `load_config` checks beyond it may need PyTorch: the loss's
+    name and parameters (the loss classes' constructors, `retrieval.losses.registry`, are their one
+    source), the augment section (timm parses an auto-augment policy) and the rules across fields.
+    The `--set` values are checked on the file given or the demo; each field's check reads only its
+    own value, so they hold for any base (a checkpoint's saved config included).
 
     Raises:
         UserError: the first mistake found, worded as `load_config` words it.
@@ -413,7 +416,7 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
     if not isinstance(values, dict):
         raise UserError("config section 'augment' must be a mapping of keys to values (e.g. preset: glyph)")
     requested = str(values.get("preset", AUTO_PRESET))
-    preset = _dataset_spec(data_name).augment_preset if requested == AUTO_PRESET else requested
+    preset = dataset_traits(data_name).augment_preset if requested == AUTO_PRESET else requested
     if preset not in PRESETS:
         raise UserError(f"unknown augment.preset {requested!r}; valid presets: {AUTO_PRESET}, {', '.join(PRESETS)}")
     knobs = {key: value for key, value in values.items() if key != "preset"}
@@ -438,6 +441,7 @@ def _build_plain_sections(raw: dict[str, Any], texts: Mapping[str, str]) -> tupl
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
+    dataset_traits(data.name)  # an unknown name fails here, without the dataset readers
     return model, data, TrainConfig.build(raw.get("train") or {}, texts)
 
 
@@ -449,7 +453,7 @@ def _default(section: type[_Section], name: str) -> Any:
 def _check_across_fields(config: Config) -> None:
     """The rules that tie fields together; each field's own choices and range are checked on the field."""
     data = config.data
-    if _dataset_spec(data.name).reads_root and not data.root:
+    if dataset_traits(data.name).reads_root and not data.root:
         raise UserError(
             f"data.name {data.name} reads a dataset folder but data.root is not set; "
             "use --set data.root=/path/to/the/extracted/dataset"
@@ -465,17 +469,6 @@ def _check_across_fields(config: Config) -> None:
             "data.val_classes and data.val_fraction are both set; hold out whole classes (zero-shot data) "
             "or images of every class (closed-set data), not both"
         )
-
-
-def _dataset_spec(name: str) -> Any:
-    """The registered dataset `name` (`retrieval.data.registry.DatasetSpec`); an unknown name is a UserError.
-
-    Imported here, not at the top: the registry imports the dataset readers, which a config does not need.
-    The registry imports nothing from this module.
-    """
-    from retrieval.data.registry import dataset_spec
-
-    return dataset_spec(name)
 
 
 def _check_auto_augment(policy: str) -> None:

@@ -9,8 +9,8 @@ import torch
 
 from retrieval.checkpoint import CHECKPOINT_VERSION, PAYLOAD_CHECKSUM, Checkpoint, payload_checksum
 from retrieval.config import ModelConfig
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 
 MODEL_CONFIG = ModelConfig(backbone="resnet10t", embedding_dim=8)
 FIXTURES = Path(__file__).with_name("fixtures")

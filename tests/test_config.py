@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from retrieval.augment_presets import PRESETS, PresetName
+from retrieval.choices.augment_presets import PRESETS, PresetName
 from retrieval.config import (
     BAD_IMAGE_POLICIES,
     DEMO_CONFIG,

@@ -1,15 +1,18 @@
 """The layering CONTRIBUTING promises, read from the source and seen in a process without torch.
 
-`serve/`, `index/` and `vectordb/`, the torch-free side of `export/` (the bundle, its encoder and
-its preprocessing) and the dispatcher `retrieval.encoders`, import nothing from `retrieval.train` or
-`retrieval.data` and neither torch nor timm when they load, so a search service starts without the
-training stack. Imports inside functions are allowed: they run only when a command needs them.
+`serve/`, `index/`, `vectordb/`, `core/` and `embedding_files/`, the torch-free side of `export/` (the
+bundle, its encoder and its preprocessing) and the dispatcher `export/index_encoder.py`, import nothing
+from `retrieval.train` or `retrieval.data` and neither torch nor timm when they load, so a search
+service starts without the training stack. Imports inside functions are allowed there: they run only
+when a command needs them.
 `export/onnx_export.py` and `export/quantize.py` write exports and need torch by design.
 `inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
 serve --model BUNDLE` answers searches in an interpreter where torch and the other training
 packages cannot be imported, as with `pip install "retrieval[serve]"`.
-The top-level subpackages (and modules) of `retrieval` import each other without a cycle: each
-layer imports only the layers under it.
+The top-level subpackages (and modules) of `retrieval`, and every module within them, import each
+other without a cycle, counting imports inside functions and under `TYPE_CHECKING`: each layer
+imports only the layers under it, so none needs a late import to load. And `import retrieval.config`
+loads no torch: a config typo fails in an instant.
 """
 
 from __future__ import annotations
@@ -33,7 +36,9 @@ SERVING = [
     "export/bundle.py",
     "export/onnx_encoder.py",
     "export/preprocess.py",
-    "encoders.py",
+    "export/index_encoder.py",
+    "core",
+    "embedding_files",
 ]
 FORBIDDEN = ("torch", "timm", "torchvision", "retrieval.train", "retrieval.data")
 # The `train` extra's packages, by import name: what `pip install "retrieval[serve]"` does not have.
@@ -63,15 +68,40 @@ def _imports(nodes: list[ast.stmt] | list[ast.AST]) -> list[str]:
 
 
 def _layer_graph() -> dict[str, set[str]]:
-    """Top-level subpackage or module of `retrieval` -> the others its files import at module level."""
+    """Top-level subpackage or module of `retrieval` -> the others its files import anywhere (functions too)."""
     graph: dict[str, set[str]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         layer = path.relative_to(PACKAGE).parts[0].removesuffix(".py")
         if layer == "__init__":
             continue
-        imported = {name.split(".")[1] for name in _module_level_imports(path) if name.startswith("retrieval.")}
+        imported = {name.split(".")[1] for name in _all_imports(path) if name.startswith("retrieval.")}
         graph.setdefault(layer, set()).update(imported - {layer})
     return graph
+
+
+def _module_graph() -> dict[str, set[str]]:
+    """Module of `retrieval` -> the modules its file imports anywhere, with the packages whose `__init__` that runs.
+
+    Importing `retrieval.a.b` runs `retrieval/a/__init__.py` first, so it counts as importing `retrieval.a`
+    too; a module's own packages are left out (they are already loading when it runs).
+    """
+    modules = {_module_name(path) for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = _module_name(path)
+        own = {".".join(module.split(".")[:end]) for end in range(1, module.count(".") + 2)}
+        imported: set[str] = set()
+        for name in _all_imports(path):
+            parts = name.split(".")
+            imported.update(".".join(parts[:end]) for end in range(2, len(parts) + 1))
+        graph[module] = (imported & modules) - own
+    return graph
+
+
+def _module_name(path: Path) -> str:
+    """`retrieval/index/__init__.py` -> `retrieval.index`; `retrieval/index/gallery.py` -> `retrieval.index.gallery`."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -115,10 +145,44 @@ def test_the_check_sees_a_forbidden_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("import os\nfrom torch.utils.data import Dataset\n\ndef f():\n    import timm\n")
     assert _module_level_imports(module) == ["os", "torch.utils.data"]
+    module.write_text("if TYPE_CHECKING:\n    from retrieval.index import SearchIndex\ndef f():\n    import timm\n")
+    assert sorted(_all_imports(module)) == ["retrieval.index", "timm"]
 
 
 def test_no_import_cycle_between_the_subpackages() -> None:
     assert _cycles(_layer_graph()) == []
+
+
+def test_no_import_cycle_between_the_modules() -> None:
+    assert _cycles(_module_graph()) == []
+
+
+_CONFIG_WITHOUT_TORCH = """
+import sys
+import retrieval.config as config
+from retrieval.errors import UserError
+config.check_config()
+try:
+    config.check_config(None, ["data.name=cub"])
+except UserError as error:
+    print(error)
+print(config.resolve_augment({}, "cub200").preset)
+print(sorted(name for name in sys.modules if name == "torch" or name.startswith("retrieval.data")))
+"""
+
+
+def test_the_config_checks_dataset_names_and_presets_without_torch_or_the_dataset_readers() -> None:
+    """`import retrieval.config`, `check_config` (what `train` and `evaluate` run first) and `augment.preset: auto`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _CONFIG_WITHOUT_TORCH], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines() == [
+        "unknown data.name 'cub'; valid names: digits, csv, folder, cub200, cars196, sop, inshop",
+        "natural",
+        "[]",
+    ]
 
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
@@ -130,7 +194,7 @@ def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
 
 
 def test_inference_never_imports_export() -> None:
-    """Export builds on inference (its encoder and embedding path); `retrieval.encoders` dispatches over both."""
+    """Export builds on inference (its encoder and embedding path); `export/index_encoder.py` dispatches over both."""
     found = [
         f"{path.relative_to(PACKAGE.parent)}: {name}"
         for path in _files("inference")
@@ -163,7 +227,7 @@ for args in servings:
     answers.append({"image": [by_image.status_code, by_image.json()]})
     answers[-1]["vector"] = [by_vector.status_code, by_vector.json()]
 training = ("retrieval.train", "retrieval.data", "retrieval.models", "retrieval.checkpoint")
-training += ("retrieval.inference.encoder",)
+training += ("retrieval.inference.image_encoder",)
 print(json.dumps({"answers": answers, "loaded": sorted(name for name in sys.modules if name.startswith(training))}))
 """
 

@@ -145,7 +145,7 @@ def _network_features(checkpoint: Path, paths: list[Path], trained: bool) -> np.
     import torch
 
     from retrieval.checkpoint import Checkpoint
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.models import Embedder
     from retrieval.runtime.device import resolve_device
 

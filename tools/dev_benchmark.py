@@ -53,14 +53,14 @@ import timm
 import torch
 
 from retrieval.config import DataConfig
+from retrieval.core.rerank import RERANK_METHODS
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.datasets import EvalSplit, read_splits
 from retrieval.evaluate.evaluator import KS
 from retrieval.evaluate.rerank_choice import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.metrics import per_query_scores
-from retrieval.rerank import RERANK_METHODS
 from retrieval.runtime.files import write_text
 
 __all__ = [

@@ -18,7 +18,7 @@ from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_dupl
 from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
 from retrieval.audit.leaks import Leaks, find_leaks
 from retrieval.audit.scoring import Scores, score_issues
-from retrieval.match_threshold import MatchThreshold
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record
 
 __all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "AuditSummary", "Findings", "audit_embeddings", "threshold_of"]

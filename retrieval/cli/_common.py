@@ -40,7 +40,7 @@ def add_embedding_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_column_types_argument(parser: argparse.ArgumentParser) -> None:
-    """`--column-types NAME=TYPE,...` of the commands that read image metadata (`retrieval.column_types`)."""
+    """`--column-types NAME=TYPE,...` of the commands that read image metadata (`retrieval.core.column_types`)."""
     parser.add_argument(
         "--column-types",
         metavar="NAME=TYPE,...",

@@ -86,7 +86,7 @@ def _encoder(args: argparse.Namespace) -> Encoder:
         from retrieval.export.onnx_encoder import OnnxEncoder
 
         return OnnxEncoder.from_export(args.model, device=args.device)
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
 
     return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
 

@@ -9,7 +9,7 @@ dataset configured with `--set data.*` on top of the checkpoint's own data secti
 `index build`. The model, its evaluation preprocessing and its precision are the checkpoint's own, as
 `retrieval evaluate` runs them (`ImageEncoder`).
 `--out` ends in `.npz`, `.npy` or `.parquet`; each holds the embeddings, ids (absolute image
-paths) and labels, as described in `retrieval.inference.file_formats`. `--out DIR/` (a trailing
+paths) and labels, as described in `retrieval.embedding_files.file_formats`. `--out DIR/` (a trailing
 slash, or an existing folder) writes parquet parts of `--part-rows` images and `_SUCCESS`, in one
 process or split over torchrun's processes, and a rerun resumes a killed job
 (`retrieval.inference.parts_job`). Unreadable images are left out and listed on stderr, as
@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
 from retrieval.cli._progress import showing_progress
+from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES
 from retrieval.errors import UserError
-from retrieval.inference.file_formats import EMBEDDING_SUFFIXES
 from retrieval.inference.splits import SPLITS
 
 if TYPE_CHECKING:
@@ -85,9 +85,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _embed(args: argparse.Namespace) -> int:
     from retrieval.checkpoint import Checkpoint
-    from retrieval.column_types import parse_column_types
-    from retrieval.inference.encoder import ImageEncoder
-    from retrieval.inference.file_formats import write_embeddings
+    from retrieval.core.column_types import parse_column_types
+    from retrieval.embedding_files.file_formats import write_embeddings
+    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.sources import dataset_source, embed_source, read_source
 
     directory = _parts_directory(args.out)
@@ -147,7 +147,7 @@ def _check_one_file(out: Path, part_rows: int | None) -> None:
 
 def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:
     """Embed `source` into parts in `directory`, over every process torchrun started (or in this one alone)."""
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.parts_job import embed_in_parts
     from retrieval.runtime.device import resolve_device
     from retrieval.runtime.distributed import process_group

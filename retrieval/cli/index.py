@@ -1,7 +1,7 @@
 """`retrieval index build|query|add|remove|compact|eval|export|train|merge`: a FAISS index of a gallery.
 
 One module a subcommand (`index_build`, `index_query`, `index_add`, `index_remove`, `index_compact`,
-`index_eval`, `index_export`; `index_shards` for `train` and `merge`); this one registers them.
+`index_eval`, `index_export`, `index_train`, `index_merge`); this one registers them.
 
 The index records the checkpoint that embedded it (path and sha256), so `query` and `add` embed
 new images with the same model and transform without being told; a `--checkpoint` given to them
@@ -18,7 +18,6 @@ permission, disk full) is one line and leaves the previous index as it was.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from retrieval.cli import (
     index_add,
@@ -26,9 +25,10 @@ from retrieval.cli import (
     index_compact,
     index_eval,
     index_export,
+    index_merge,
     index_query,
     index_remove,
-    index_shards,
+    index_train,
 )
 
 __all__ = ["add_parser", "run"]
@@ -41,10 +41,8 @@ _SUBCOMMANDS = {
     "compact": index_compact,
     "eval": index_eval,
     "export": index_export,
-}
-_SHARD_COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "train": index_shards.run_train,
-    "merge": index_shards.run_merge,
+    "train": index_train,
+    "merge": index_merge,
 }
 
 
@@ -53,11 +51,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="index_command", required=True, metavar="ACTION")
     for module in _SUBCOMMANDS.values():
         module.add_parser(actions)
-    index_shards.add_train_parser(actions)
-    index_shards.add_merge_parser(actions)
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.index_command in _SHARD_COMMANDS:
-        return _SHARD_COMMANDS[args.index_command](args)
     return _SUBCOMMANDS[args.index_command].run(args)

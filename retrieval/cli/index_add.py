@@ -27,8 +27,8 @@ def run(args: argparse.Namespace) -> int:
 
     `SearchIndex.add` augments the new vectors as the index's build did (database-side augmentation).
     """
-    from retrieval.column_types import parse_column_types
-    from retrieval.encoders import encoder_for_index
+    from retrieval.core.column_types import parse_column_types
+    from retrieval.export.index_encoder import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.storage import read_manifest
     from retrieval.inference.sources import embed_source, read_source

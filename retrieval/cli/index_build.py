@@ -11,8 +11,7 @@ from typing import TYPE_CHECKING
 from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
 from retrieval.cli._progress import showing_progress
-from retrieval.cli.index_from_files import add_embeddings_arguments, built_from_embeddings
-from retrieval.cli.index_shards import add_shard_arguments
+from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, built_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
 from retrieval.index.locking import writer_lock
@@ -127,7 +126,7 @@ def _build(args: argparse.Namespace) -> int:
         )
     if args.csv is None and args.images is None:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
-    from retrieval.column_types import parse_column_types
+    from retrieval.core.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.inference.interface import ModelInfo
@@ -224,7 +223,7 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
     if args.model is not None:
         return OnnxEncoder.from_export(args.model, device=args.device)
     from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
 
     if args.backbone is None:
         return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)

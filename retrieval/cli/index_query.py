@@ -12,7 +12,7 @@ import numpy as np
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.cli._index_common import add_checkpoint_check
 from retrieval.errors import UserError
-from retrieval.index.threshold import STORED, QueryAnswer, QueryMatch, keep_matches, min_score_for, no_match_text
+from retrieval.index.min_score import STORED, QueryAnswer, QueryMatch, keep_matches, min_score_for, no_match_text
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -62,10 +62,11 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """`index query`: embed the query images, search (filtered, re-ranked), print a table or JSON."""
-    from retrieval.encoders import encoder_for_index
+    from retrieval.core.rerank import rerank_at_query
+    from retrieval.export.index_encoder import encoder_for_index
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
-    from retrieval.rerank import IndexGallery, rerank_at_query
+    from retrieval.index.gallery import IndexGallery
 
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")

@@ -10,14 +10,15 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset
 
+from retrieval.choices.datasets import dataset_traits
 from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
 from retrieval.data.exclusion import excluded_paths, without_excluded
+from retrieval.data.holdout import holdout_classes, holdout_images
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
 from retrieval.data.transforms import build_eval_transform, build_train_transform
-from retrieval.data.validation import holdout_classes, holdout_images
 from retrieval.errors import UserError
 
 __all__ = ["EvalSplit", "RetrievalData", "build_data", "read_splits"]
@@ -93,7 +94,7 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
         files = ", ".join(name for name, other in DATASETS.items() if other.read_files is not None)
         raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use {files}")
     check_images = cfg.on_bad_image == "fail"  # with skip, a missing image is skipped when read
-    if not spec.reads_root:
+    if not dataset_traits(cfg.name).reads_root:
         if not cfg.path:
             raise UserError(
                 f"data.name is {cfg.name} but data.path is not set; use --set data.path=path/to/dataset.csv"

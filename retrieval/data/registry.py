@@ -1,8 +1,9 @@
-"""The dataset registry: `data.name` -> how that dataset is read. The one place a new dataset is added.
+"""The dataset registry: `data.name` -> how that dataset is read.
 
-Everything else that depends on the name (the config's checks, `augment.preset: auto`, `read_splits`,
-`build_data`) reads this table. This module imports the readers only, never `retrieval.config`, so the
-config can look names up lazily without an import cycle.
+`read_splits` and `build_data` read this table. What the config checks of a name (that it exists,
+whether it reads `data.root`, what `augment.preset: auto` means for it) is in the torch-free table
+`retrieval.choices.datasets.DATASET_TRAITS`, under the same names, so that the config never imports
+the readers; a new dataset is one entry in each.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from pathlib import Path
 import numpy as np
 from torch import Tensor
 
-from retrieval.augment_presets import PresetName
+from retrieval.choices.datasets import dataset_traits
 from retrieval.data.csv_dataset import CsvSplit, read_csv_splits
 from retrieval.data.digits import load_digits_split
 from retrieval.data.folder import read_folder
 from retrieval.data.official import read_cars196, read_cub200, read_inshop, read_sop
-from retrieval.errors import UserError
 
 __all__ = ["DATASETS", "DatasetSpec", "SplitReader", "TensorLoader", "dataset_spec"]
 
@@ -36,14 +36,12 @@ class DatasetSpec:
     Attributes:
         read_files: (file or folder, check that listed images exist) -> splits of image files.
         load_tensors: (split, image size) -> the split's images and labels, held in memory.
-        reads_root: `read_files` takes `data.root` (a folder); otherwise `data.path` (a file).
-        augment_preset: the preset that `augment.preset: auto` stands for with this dataset.
+
+    Whether `read_files` takes `data.root` (a folder) or `data.path` (a file) is the name's `DatasetTraits`.
     """
 
     read_files: SplitReader | None = None
     load_tensors: TensorLoader | None = None
-    reads_root: bool = False
-    augment_preset: PresetName = "light"
 
     def __post_init__(self) -> None:
         if (self.read_files is None) == (self.load_tensors is None):
@@ -56,25 +54,20 @@ DATASETS: dict[str, DatasetSpec] = {
     # data.path: path,label,split[,is_query,is_gallery] (retrieval/data/csv_dataset.py).
     "csv": DatasetSpec(read_files=read_csv_splits),
     # data.root: one folder of images per class, or train/ val/ test/ folders of them.
-    "folder": DatasetSpec(read_files=read_folder, reads_root=True),
+    "folder": DatasetSpec(read_files=read_folder),
     # The official benchmark layouts (retrieval/data/official.py), natural photos.
-    "cub200": DatasetSpec(read_files=read_cub200, reads_root=True, augment_preset="natural"),
-    "cars196": DatasetSpec(read_files=read_cars196, reads_root=True, augment_preset="natural"),
-    "sop": DatasetSpec(read_files=read_sop, reads_root=True, augment_preset="natural"),
-    "inshop": DatasetSpec(read_files=read_inshop, reads_root=True, augment_preset="natural"),
+    "cub200": DatasetSpec(read_files=read_cub200),
+    "cars196": DatasetSpec(read_files=read_cars196),
+    "sop": DatasetSpec(read_files=read_sop),
+    "inshop": DatasetSpec(read_files=read_inshop),
 }
 
 
 def dataset_spec(name: str) -> DatasetSpec:
     """The registered dataset `name`.
 
-    Example:
-        >>> dataset_spec("cub200").augment_preset, dataset_spec("csv").augment_preset, dataset_spec("folder").reads_root
-        ('natural', 'light', True)
-
     Raises:
         UserError: `name` is not registered; the message lists the valid names.
     """
-    if name not in DATASETS:
-        raise UserError(f"unknown data.name {name!r}; valid names: {', '.join(DATASETS)}")
+    dataset_traits(name)  # the one wording of an unknown name
     return DATASETS[name]

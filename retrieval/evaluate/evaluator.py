@@ -14,11 +14,11 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from retrieval.core.rerank import Reranker
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
 from retrieval.inference.forward import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
-from retrieval.rerank import Reranker
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
 
 __all__ = [

@@ -1,7 +1,7 @@
 """`evaluate --rerank`: a re-ranking method with its parameters chosen on the validation split.
 
 A spec with parameters (`qe:k=2,alpha=3`) is used as given. A bare method name (`qe`) tries the
-method's parameter grid (`retrieval.rerank`) on the validation split and keeps the best
+method's parameter grid (`retrieval.core.rerank`) on the validation split and keeps the best
 MAP@R (ties: Recall@1, then the first in grid order); without a validation split it uses the
 method's published defaults and says so. The test split is scored once, with the choice.
 """
@@ -12,9 +12,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from retrieval.core.rerank import RERANK_METHODS, Reranker, parse_rerank
 from retrieval.data import EvalSplit
 from retrieval.evaluate.evaluator import score_split
-from retrieval.rerank import RERANK_METHODS, Reranker, parse_rerank
 
 __all__ = ["RerankChoice", "choose_rerank"]
 

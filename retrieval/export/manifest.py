@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, JsonValue
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
 from retrieval.index.manifest import Sha256
-from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = ["EXPORT_FORMAT", "ExportManifest", "Parity", "Quantization", "TensorSpec"]

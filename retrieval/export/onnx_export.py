@@ -46,8 +46,8 @@ from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest, Parity
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import QuantizeRequest, quantize_int8
-from retrieval.inference.encoder import ImageEncoder
 from retrieval.inference.forward import FLOAT32, embed_batch
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.runtime.files import atomic_write, file_sha256, write_text
 
 __all__ = ["DEFAULT_OPSET", "PARITY_TOLERANCE", "export_checkpoint", "export_onnx"]

@@ -15,7 +15,7 @@ Example (a runnable doctest; real use passes a model's gallery embeddings):
     2000
 
 The names below load on first use (PEP 562): importing a FAISS-free part such as
-`retrieval.index.locking` or `retrieval.index.threshold` (the command line's parsers do) does not
+`retrieval.index.locking` or `retrieval.index.min_score` (the command line's parsers do) does not
 import FAISS, numpy and pyarrow.
 """
 

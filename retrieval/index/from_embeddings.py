@@ -8,7 +8,7 @@ Accepted paths, in any mix, read in the order given:
   `embedding`) or a plain `(N, D)` float array (ids only, no metadata);
 - `.npz` (`embed`'s arrays): read whole, one file at a time (a zip member cannot be mapped);
 - a directory of parts (`retrieval embed --out DIR/`): read part by part with
-  `retrieval.inference.parts_layout.iter_embedding_parts`, which refuses a directory without
+  `retrieval.embedding_files.parts_layout.iter_embedding_parts`, which refuses a directory without
   `_SUCCESS` (an unfinished embed job) and a part whose sha256 does not match its `.json`.
 
 Rows are numbered 0..N-1 across all files in that order: these numbers become the index ids.
@@ -34,11 +34,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
+from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_success
 from retrieval.errors import UserError
 from retrieval.index.manifest import ShardInput, SourceRecord
 from retrieval.index.streaming import VectorStream
-from retrieval.inference.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
-from retrieval.inference.parts_layout import iter_embedding_parts, read_success
 from retrieval.runtime.files import file_sha256, sampled_sha256
 
 __all__ = ["EmbeddingFiles", "check_column_types", "open_embedding_files"]

@@ -18,9 +18,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, ConfigDict, Field, JsonValue, field_validator
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.index.choice import KINDS
 from retrieval.inference.interface import ModelInfo
-from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record, ValidationError, Worded, user_error
 
 __all__ = [

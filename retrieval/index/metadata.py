@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrieval.column_types import ARROW_TYPES, ColumnType, typed_cells
+from retrieval.core.column_types import ARROW_TYPES, ColumnType, typed_cells
 from retrieval.errors import UserError
 
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]

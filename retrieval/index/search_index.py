@@ -20,6 +20,7 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from retrieval.core.rerank import augmentation_at_build
 from retrieval.errors import UserError
 from retrieval.index.build.add import add_in_chunks
 from retrieval.index.build.options import IndexBuildOptions
@@ -28,6 +29,7 @@ from retrieval.index.choice import KINDS, IndexKind
 from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import LabelSpace, search_passing
+from retrieval.index.gallery import IndexGallery
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.manifest import IndexManifest, Measured
 from retrieval.index.metadata import Metadata, MetadataInput
@@ -43,7 +45,6 @@ from retrieval.index.storage import (
 from retrieval.index.stored_rows import ivf_directory, stored_rows
 from retrieval.index.streaming import VectorStream, unit_rows
 from retrieval.index.tuning import TUNED_K, set_search_parameters
-from retrieval.rerank import IndexGallery, augmentation_at_build
 
 __all__ = ["SearchIndex"]
 
@@ -262,7 +263,11 @@ class SearchIndex:
         return vector
 
     def vectors(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
-        """`(N, D)` stored vectors of `ids`, in order (`reconstruct` of each); `UserError` on an unknown id."""
+        """`(N, D)` stored vectors of `ids`, in order (`reconstruct` of each; `all_vectors()`: every one at once).
+
+        Raises:
+            UserError: an unknown id.
+        """
         wanted = np.asarray(ids, dtype=np.int64).reshape(-1)
         if not len(wanted):
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -285,8 +290,8 @@ class SearchIndex:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids
 
-    def stored_vectors(self) -> tuple[np.ndarray, np.ndarray]:
-        """`(ids (N,), vectors (N, D))` of the searchable vectors, ids ascending.
+    def all_vectors(self) -> tuple[np.ndarray, np.ndarray]:
+        """`(ids (N,), vectors (N, D))` of every searchable vector, ids ascending (`vectors(ids)`: those of some ids).
 
         The vectors are the ones added, bit for bit, for every kind: ivfpq keeps them for re-ranking.
         """

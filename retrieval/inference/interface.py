@@ -1,6 +1,6 @@
 """What embed, index and serve need of a model: the `Encoder` protocol, and how an index names the model it used.
 
-Two encoders satisfy it: `retrieval.inference.encoder.ImageEncoder` (a PyTorch checkpoint) and
+Two encoders satisfy it: `retrieval.inference.image_encoder.ImageEncoder` (a PyTorch checkpoint) and
 `retrieval.export.onnx_encoder.OnnxEncoder` (an ONNX export run by onnxruntime, without torch).
 An index manifest records `encoder.info()` (a `ModelInfo`); `model_identity` reads the sha256 of
 the model file from it (`checkpoint_sha256` or `onnx_sha256`), so an index is only ever searched
@@ -17,7 +17,7 @@ import numpy as np
 from PIL import Image
 from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
-from retrieval.match_threshold import MatchThreshold
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
 
 __all__ = ["EmbeddedFiles", "Encoder", "ModelInfo", "model_identity"]

@@ -1,7 +1,7 @@
 """`retrieval embed --out DIR/` in one process or many (torchrun): each process embeds and writes its share of parts.
 
 Rank r of W takes the parts p with `p % W == r` (round-robin, so processes finish together), in
-the layout of `retrieval.inference.parts_layout`. A finished part (its `.json` exists and
+the layout of `retrieval.embedding_files.parts_layout`. A finished part (its `.json` exists and
 matches its parquet's sha256) is skipped, so rerunning the same command after a crash resumes the
 job, with the same or another number of processes. When every process is done (a barrier), rank 0
 writes `_SUCCESS`. Processes on several machines need DIR on a shared file system.
@@ -22,9 +22,9 @@ from typing import Any, TypeVar, cast
 import torch
 from tqdm import tqdm
 
+from retrieval.embedding_files.parts_layout import EmbedJob, EmbedSource, finish_parts, part_finished, start_parts, write_part
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.parts_layout import EmbedJob, EmbedSource, finish_parts, part_finished, start_parts, write_part
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable
 from retrieval.runtime.distributed import DistributedContext
 

@@ -2,7 +2,7 @@
 
 A CSV is read by `retrieval.data.csv_dataset.read_csv_rows`, the reader training uses, so a value
 it does not know (a split, an is_gallery flag) is the same one-line error in every command. Its
-cells become typed metadata here, once for the whole source (`retrieval.column_types`: numbers
+cells become typed metadata here, once for the whole source (`retrieval.core.column_types`: numbers
 are numbers, empty cells null, `--column-types` declares a column's type).
 `embed_source` embeds the images with an `Encoder` (a checkpoint's or an export's), reporting unreadable
 files on stderr.
@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from retrieval.column_types import ColumnType, typed_table
 from retrieval.config import DataConfig
+from retrieval.core.column_types import ColumnType, typed_table
 from retrieval.data import CsvSplit, list_images, read_splits
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
 from retrieval.errors import UserError

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.losses.margins import CosineMargin
+from retrieval.losses.margin_presets import CosineMargin
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.scales import AdaptiveScale
 from retrieval.losses.weightings import optional_gate

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from retrieval.losses.margins import AngularMargin
+from retrieval.losses.margin_presets import AngularMargin
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 from retrieval.losses.scales import FixedScale
 

@@ -33,7 +33,7 @@ the run holds a relevant item among its first m positions with probability
 depend only on its own ranking, never on which other queries share its search, so per-group
 results average to the totals. pytorch-metric-learning's `AccuracyCalculator` takes FAISS's order
 instead: the two agree whenever no two gallery items tie at a rank that matters.
-A re-ranked search (`retrieval.rerank`) orders by its own criterion, not by the scores it
+A re-ranked search (`retrieval.core.rerank`) orders by its own criterion, not by the scores it
 returns, so its order is taken as given.
 """
 
@@ -45,9 +45,9 @@ from typing import NamedTuple
 import faiss
 import numpy as np
 
+from retrieval.core.rerank import Reranker
 from retrieval.errors import UserError
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
-from retrieval.rerank import Reranker
 
 __all__ = [
     "PerQuery",
@@ -178,7 +178,7 @@ def per_query_scores(
 
     Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
     query searches (max(ks)), the depth of `hit_rates`. With `rerank`
-    (`retrieval.rerank`) the gallery is stored and searched through it; a query in the
+    (`retrieval.core.rerank`) the gallery is stored and searched through it; a query in the
     gallery never sees its own row, in the expansion steps either.
 
     Returns:
@@ -476,7 +476,7 @@ class _Gallery:
 
 
 class _RowSearch:
-    """A `retrieval.rerank.Gallery` over gallery rows, where query i never finds `own_rows[i]`."""
+    """A `retrieval.core.rerank.Gallery` over gallery rows, where query i never finds `own_rows[i]`."""
 
     def __init__(self, index: faiss.IndexFlatIP, vectors: np.ndarray, own_rows: np.ndarray | None) -> None:
         self.index, self._vectors, self.own_rows = index, vectors, own_rows

@@ -1,6 +1,6 @@
 """The pretraining loop: two views of each image, the method's loss, AdamW on a cosine schedule, weights every epoch.
 
-It drives the trainer's own pieces: `TrainStep` (autocast, bf16/fp16, DDP under torchrun,
+It drives the trainer's own pieces: `OptimizerStep` (autocast, bf16/fp16, DDP under torchrun,
 clipping), `LrSchedule`, the shuffled loader split over processes (`build_train_loader`), the
 per-epoch seeding that makes a resume continue exactly, `Heartbeat` and `LossTracker`. There is no
 evaluation: nothing is labelled, so nothing is selected, and the result is the last epoch.
@@ -38,7 +38,7 @@ from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader, epoch_samplers
 from retrieval.train.schedule import LrSchedule
-from retrieval.train.step import LossTracker, TrainStep
+from retrieval.train.step import LossTracker, OptimizerStep
 from retrieval.train.trainer import epoch_seed, load_resume_part
 
 __all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainResult", "Pretrainer", "load_pretrain_checkpoint"]
@@ -118,7 +118,7 @@ class Pretrainer:
         self.optimizer = torch.optim.AdamW(groups, lr=pretrain.lr)
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.schedule = LrSchedule("cosine", len(self.loader), pretrain.epochs, pretrain.warmup_epochs)
-        self.step = TrainStep(
+        self.step = OptimizerStep(
             model,
             criterion.to(device),
             self.optimizer,
@@ -278,6 +278,6 @@ def _stack_views(
 
 
 def _unwrapped(model: torch.nn.Module) -> SelfSupervisedModel:
-    """The `SelfSupervisedModel` (SyncBatchNorm conversion keeps the class; DDP lives inside `TrainStep`)."""
+    """The `SelfSupervisedModel` (SyncBatchNorm conversion keeps the class; DDP lives inside `OptimizerStep`)."""
     assert isinstance(model, SelfSupervisedModel)
     return model

@@ -3,7 +3,7 @@
 Routes: `POST /search` (an uploaded image, a vector, or an id for "more like this"; each with an
 optional `filter` on metadata, a JSON object or a where-expression, see `retrieval.index.filter_language`,
 and an optional `min_score`, a number or "stored", below which results are dropped:
-`retrieval.index.threshold`),
+`retrieval.index.min_score`),
 `GET /items/{id}`, `GET /thumb/{id}`, `GET /healthz`, `GET /info`, and `GET /` (the search page);
 every GET route answers HEAD too. `/openapi.json` and `/docs` only when asked for (`openapi=True`):
 a public service need not describe itself to every visitor.
@@ -33,9 +33,10 @@ from fastapi.staticfiles import StaticFiles
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 
+from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
-from retrieval.index.threshold import keep_matches, min_score_for
-from retrieval.rerank import rerank_at_query
+from retrieval.index.min_score import keep_matches, min_score_for
+from retrieval.core.rerank import rerank_at_query
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy
@@ -89,7 +90,7 @@ def create_app(
             export` (a URI, see `retrieval.vectordb.uri`); search and filters run in the database.
         model_dir: the index's export directory if it moved (an index built with `--model`; same model.onnx).
         rerank: a re-ranking spec applied to every search (`qe:k=2,alpha=3`, `kreciprocal:...`; see
-            `retrieval.rerank`), or None.
+            `retrieval.core.rerank`), or None.
         batching: how concurrent image queries share a forward pass (`BatchPolicy()`: up to 16, 2 ms).
 
     Raises:

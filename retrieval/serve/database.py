@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.encoders import encoder_for_index
-from retrieval.inference.interface import Encoder
+from retrieval.export.index_encoder import encoder_for_index
+from retrieval.inference.interface import Encoder, model_identity
 from retrieval.serve.backend import FixedView
 from retrieval.serve.public import public_info
 from retrieval.serve.searcher import IndexView

@@ -19,13 +19,14 @@ from typing import Any
 import faiss
 import numpy as np
 
-from retrieval.encoders import encoder_for_index
+from retrieval.core.match_threshold import MatchThreshold
+from retrieval.core.rerank import Reranker
 from retrieval.errors import BackendFailed, UserError
+from retrieval.export.index_encoder import encoder_for_index
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
+from retrieval.index.gallery import IndexGallery
 from retrieval.inference.interface import Encoder, model_identity
-from retrieval.match_threshold import MatchThreshold
-from retrieval.rerank import IndexGallery, Reranker
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
 from retrieval.serve.budget import DecodeBudget
@@ -95,7 +96,7 @@ class Searcher:
         batching: BatchPolicy | None = None,
     ) -> None:
         self.live = live
-        self.reranker = reranker  # `serve --rerank`: every search re-ranked (`retrieval.rerank`)
+        self.reranker = reranker  # `serve --rerank`: every search re-ranked (`retrieval.core.rerank`)
         self.paths = paths
         self.limits = limits
         self.search_threads = search_threads

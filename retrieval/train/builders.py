@@ -1,4 +1,4 @@
-"""Typed parts of a training run: a `Config` (or your own model, loss and data) in, `TrainingParts` out.
+"""Typed parts of a training run: a `Config` (or your own model, loss and data) in, `TrainingRun` out.
 
 `build_training(config)` is what `retrieval train` runs: it builds the `Embedder`, the data and
 the loss from the config, then `assemble_training` wires them. `assemble_training` takes any
@@ -36,10 +36,10 @@ from retrieval.runtime.environment import torch_seeded
 from retrieval.train.accumulation import optimizer_steps
 from retrieval.train.sampling import build_train_loader, fitting_p, sampler_kind
 from retrieval.train.schedule import LrSchedule
-from retrieval.train.step import GatheredLoss, TrainStep
+from retrieval.train.step import GatheredLoss, OptimizerStep
 
 __all__ = [
-    "TrainingParts",
+    "TrainingRun",
     "assemble_training",
     "build_embedder",
     "build_evaluators",
@@ -51,8 +51,11 @@ _log = logging.getLogger(__name__)
 
 
 @dataclass
-class TrainingParts:
-    """Everything the training loop runs, built and placed: the `Trainer` only drives it.
+class TrainingRun:
+    """Everything one training run uses, built from its `TrainConfig` and placed: the `Trainer` only drives it.
+
+    Named apart from the `train` section of the config (`TrainConfig`), one optimizer step
+    (`OptimizerStep`) and what the run leaves in `result.json` (`RunResult`).
 
     The model maps images `(B, C, H, W)` to embeddings `(B, D)`; nothing else is required of it.
     A `backbone` submodule, if it has one, is what `train.freeze_backbone_epochs` freezes.
@@ -64,7 +67,7 @@ class TrainingParts:
     loader: DataLoader  # training batches (see `retrieval.train.sampling`)
     optimizer: torch.optim.Optimizer  # AdamW over the model's and the loss's parameters
     schedule: LrSchedule  # the lr factor of every step
-    step: TrainStep  # one optimizer step: forward, loss, backward (DDP), clipping, loss scaling, AdamW
+    step: OptimizerStep  # one optimizer step: forward, loss, backward (DDP), clipping, loss scaling, AdamW
     evaluators: dict[str, SplitEvaluator]  # "test", and "val" when the data has a validation split
     device: torch.device
     class_groups: np.ndarray  # (K,) head / mid / tail group of every training class
@@ -73,7 +76,7 @@ class TrainingParts:
     loading: DataConfig = field(default_factory=DataConfig)  # as the loader reads it: data.p fitted to the data
 
 
-def build_training(config: Config, resuming: bool = False) -> TrainingParts:
+def build_training(config: Config, resuming: bool = False) -> TrainingRun:
     """The parts of the run `config` describes (model, data and loss from the registries), ready to train.
 
     Args:
@@ -113,11 +116,11 @@ def assemble_training(
     train: TrainConfig,
     loading: DataConfig,
     context: DistributedContext | None = None,
-) -> TrainingParts:
-    """Wire a model, a loss and data into `TrainingParts`: device, loader, optimizer, schedule, step, evaluators.
+) -> TrainingRun:
+    """Wire a model, a loss and data into `TrainingRun`: device, loader, optimizer, schedule, step, evaluators.
 
     Args:
-        model: any embedder, images `(B, C, H, W)` -> `(B, D)` (see `TrainingParts`).
+        model: any embedder, images `(B, C, H, W)` -> `(B, D)` (see `TrainingRun`).
         loss: a `MetricLoss` with one proxy per class of `data` if it has proxies.
         data: training images and labels `0..num_classes-1`, a test split, an optional validation split.
         train: device, autocast, optimizer, schedule and step knobs (`lr`, `epochs`, `grad_clip`, ...).
@@ -163,7 +166,7 @@ def assemble_training(
     )
     # Pair losses compare the images of a batch: under several processes they see every rank's share.
     criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
-    step = TrainStep(
+    step = OptimizerStep(
         model, criterion, optimizer, context, autocast, train.grad_clip, train.compile, train.accumulate_steps
     )
     if train.accumulate_steps > 1 and loss.needs_pk_batches and context.is_main:
@@ -174,7 +177,7 @@ def assemble_training(
             train.accumulate_steps,
         )
     evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
-    return TrainingParts(
+    return TrainingRun(
         model,
         loss,
         data,

@@ -22,7 +22,7 @@ from torch.nn.parallel import DistributedDataParallel
 from retrieval.losses import MetricLoss
 from retrieval.runtime.distributed import DistributedContext, all_gather_keep_local
 
-__all__ = ["GatheredLoss", "LossTracker", "TrainStep"]
+__all__ = ["GatheredLoss", "LossTracker", "OptimizerStep"]
 
 
 class GatheredLoss(nn.Module):
@@ -63,7 +63,7 @@ class _ModelAndLoss(nn.Module):
         return self.criterion(embeddings, labels)  # losses compute in float32 themselves
 
 
-class TrainStep:
+class OptimizerStep:
     """Runs optimizer steps on `(images, labels)` batches already on the device.
 
     Under several processes the model and the loss are wrapped together in one

@@ -12,7 +12,7 @@ which was selected (`selected_weights`). Without a validation split the result i
 average: asking for EMA is asking for the averaged weights.
 
 The `Trainer` only runs the loop: the parts it drives (model, loss, loader, optimizer, schedule,
-step, evaluators) come built in `TrainingParts` (`retrieval.train.builders`), its settings are the
+step, evaluators) come built in `TrainingRun` (`retrieval.train.builders`), its settings are the
 config's `TrainConfig` (the one source of its defaults and checks, for a config file and for Python
 alike). `Trainer.from_config(config, run_dir)` does both from a `Config`.
 """
@@ -38,7 +38,7 @@ from retrieval.report.plots import plot_curves, plot_run
 from retrieval.runtime.environment import describe_environment, seed_everything
 from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
 from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps, plan_micro_batches
-from retrieval.train.builders import TrainingParts, build_training
+from retrieval.train.builders import TrainingRun, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
 from retrieval.train.result import RunResult
@@ -122,7 +122,7 @@ class Trainer:
 
     def __init__(
         self,
-        parts: TrainingParts,
+        parts: TrainingRun,
         train: TrainConfig,
         run_dir: Path,
         model_config: ModelConfig | None = None,

@@ -77,7 +77,7 @@ def export_index(
         raise UserError(f"batch size must be >= 1, got {batch_size}")
     index = SearchIndex.load(index_dir, mmap=True)
     check_payload_keys(index.metadata_schema)  # before the collection is touched
-    ids, vectors = index.stored_vectors()
+    ids, vectors = index.all_vectors()
     record = export_record(index.manifest, index_version(index.manifest.as_dict()), index.metadata_schema)
     with QdrantStore.open(location) as store:
         present = _prepared(store, record, recreate)

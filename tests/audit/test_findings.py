@@ -9,7 +9,7 @@ from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshol
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import find_leaks, rows_with_copies
-from retrieval.match_threshold import MatchThreshold
+from retrieval.core.match_threshold import MatchThreshold
 
 
 def test_planted_faults_are_found(planted):

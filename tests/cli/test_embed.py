@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.file_formats import read_embeddings
+from retrieval.embedding_files.file_formats import read_embeddings
+from retrieval.inference.image_encoder import ImageEncoder
 from tests.data.official_layouts import write_class_folders, write_inshop
 
 SUFFIXES = (".npz", ".npy", ".parquet")

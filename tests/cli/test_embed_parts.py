@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from retrieval.cli.main import main
+from retrieval.embedding_files.file_formats import read_embeddings
+from retrieval.embedding_files.parts_layout import SUCCESS_FILE, part_path, read_embedding_parts
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
-from retrieval.inference.file_formats import read_embeddings
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.parts_job import KILL_AFTER_PARTS
-from retrieval.inference.parts_layout import SUCCESS_FILE, part_path, read_embedding_parts
 
 PARTS = 6
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}

@@ -17,11 +17,12 @@ from PIL import Image
 
 from retrieval.cli._index_common import format_measurement
 from retrieval.cli.main import main
+from retrieval.core.rerank import DatabaseAugmentation, augment_vectors
 from retrieval.index import SearchIndex
+from retrieval.index.gallery import IndexGallery
 from retrieval.index.locking import writer_lock
 from retrieval.index.manifest import Measured
 from retrieval.index.metadata import Metadata
-from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 from tests.index.index_faults import file_size_limit, lock_released_after
 
 NO_WORKERS = ["--num-workers", "0"]

@@ -55,7 +55,9 @@ def test_where_keeps_only_passing_items_in_score_order(indexed, capsys, tmp_path
 )
 def test_a_bad_where_is_one_line_before_embedding(where, message, indexed, capsys, monkeypatch) -> None:
     csv_path, index = indexed
-    monkeypatch.setattr("retrieval.encoders.encoder_for_index", lambda *args, **kwargs: pytest.fail("embedded"))
+    monkeypatch.setattr(
+        "retrieval.export.index_encoder.encoder_for_index", lambda *args, **kwargs: pytest.fail("embedded")
+    )
     image = csv_path.parent / "images" / "train_0_0.png"
     assert main(["index", "query", "--index", str(index), "--image", str(image), "--where", where]) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,7 +7,7 @@ import pytest
 import torch
 from PIL import Image
 
-from retrieval.augment_presets import PRESETS
+from retrieval.choices.augment_presets import PRESETS
 from retrieval.config import AugmentConfig, resolve_augment
 from retrieval.data.transforms import (
     border_colour,

@@ -11,7 +11,7 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.data import EvalSplit, RetrievalData
-from retrieval.evaluate.match_thresholds import evaluate_verification, verification_lines
+from retrieval.evaluate.verification import evaluate_verification, verification_lines
 from retrieval.index import SearchIndex
 from retrieval.metrics.verification import pairs_of, roc_auc
 

@@ -13,7 +13,7 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.data import load_digits_split
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 
 
 def _digit_files(folder: Path, split: str) -> list[Path]:

@@ -12,7 +12,7 @@ from PIL import ImageOps
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.onnx_export import export_checkpoint
 from retrieval.images import load_image
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 
 
 def _top10(embeddings: np.ndarray) -> list[set[int]]:

@@ -53,7 +53,7 @@ def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_che
     """The size serve checks before decoding is the size the torch transform, and `Preprocess`, make."""
     from torchvision.transforms import v2
 
-    from retrieval.inference.encoder import ImageEncoder
+    from retrieval.inference.image_encoder import ImageEncoder
 
     augment = resolve_augment({"eval_mode": eval_mode, "crop_pct": 0.875}, "csv")
     preprocess = Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3))

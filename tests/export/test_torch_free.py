@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 
 pytestmark = pytest.mark.slow
 

@@ -14,12 +14,12 @@ import pyarrow as pa
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.encoders import encoder_for_index
+from retrieval.embedding_files.file_formats import write_embeddings
 from retrieval.errors import UserError
+from retrieval.export.index_encoder import encoder_for_index
 from retrieval.index import SearchIndex
 from retrieval.index.from_embeddings import check_column_types, open_embedding_files
 from retrieval.index.streaming import VectorStream, exact_neighbors_streamed
-from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
 from tests.index.index_oracle import brute_force, overlap
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from retrieval.core.rerank import DatabaseAugmentation, augment_vectors
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.build import IndexBuildOptions
+from retrieval.index.gallery import IndexGallery
 from retrieval.index.streaming import VectorStream
-from retrieval.rerank import DatabaseAugmentation, IndexGallery, augment_vectors
 
 SPEC = "dba:k=3,alpha=1"
 
@@ -18,7 +19,7 @@ def test_a_build_with_dba_stores_augmented_vectors_and_records_the_spec(data) ->
     vectors, _ = data
     index = SearchIndex.build(vectors, None, IndexBuildOptions(kind="flat", database_augmentation=SPEC, progress=False))
     assert index.manifest.database_augmentation == SPEC
-    ids, stored = index.stored_vectors()
+    ids, stored = index.all_vectors()
     np.testing.assert_allclose(stored, augment_vectors(vectors, 3, 1.0)[ids], atol=1e-5)
     assert (
         "database_augmentation" not in SearchIndex.build(vectors[:50], kind="flat", progress=False).manifest.as_dict()

@@ -43,7 +43,7 @@ def test_the_refine_file_holds_the_added_vectors_in_insertion_order_and_maps_bac
     _, spilled, work = built
     vectors, _ = data
     flat = faiss.read_index(str(work / REFINE_FILE))  # an ordinary FAISS flat index file
-    ids, stored = spilled.stored_vectors()
+    ids, stored = spilled.all_vectors()
     np.testing.assert_array_equal(ids, np.arange(len(vectors)))
     np.testing.assert_array_equal(stored, vectors)
     assert flat.ntotal == len(vectors)

@@ -15,9 +15,12 @@ import numpy as np
 import pytest
 
 from retrieval.cli.main import main
+from retrieval.embedding_files.file_formats import write_embeddings
+from retrieval.errors import UserError
 from retrieval.index import SearchIndex
+from retrieval.index.build import IndexBuildOptions
+from retrieval.index.from_files import built_from_files
 from retrieval.index.shards import read_trained
-from retrieval.inference.file_formats import write_embeddings
 from retrieval.runtime.files import file_sha256
 
 PART_ROWS = 700
@@ -292,3 +295,17 @@ def test_a_shard_whose_manifest_was_edited_is_refused_before_merging(split, tmp_
     error = capsys.readouterr().err
     assert message in error and len(error.strip().splitlines()) == 1 and "Traceback" not in error
     assert not (tmp_path / "merged").exists()
+
+
+def test_a_shard_built_from_python_is_the_command_s_shard(split, tmp_path) -> None:
+    """`built_from_files`, the library under `index build --embeddings --trained --shard`, from Python."""
+    inputs = [split["root"] / "parts", split["root"] / "tail.npy"]
+    options = IndexBuildOptions(progress=False)
+    with built_from_files(inputs, tmp_path / "out", options, trained=split["trained"], shard=(2, 3)) as built:
+        made = SearchIndex.load(split["shard2"])
+        assert built.shard and built.first_id == int(made.ids[0]) and built.files == 2
+        np.testing.assert_array_equal(built.index.ids, made.ids)
+        assert built.index.manifest.shard == made.manifest.shard
+    with pytest.raises(UserError, match="--shard K/M needs --trained TRAINED"):
+        with built_from_files(inputs, tmp_path / "out", options, shard=(0, 2)):
+            pass

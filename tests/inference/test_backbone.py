@@ -14,10 +14,10 @@ from PIL import Image
 
 from retrieval.checkpoint import Checkpoint
 from retrieval.config import Config, ModelConfig, config_to_dict, load_config
-from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
+from retrieval.export.index_encoder import encoder_for_index
 from retrieval.inference.backbone import backbone_checkpoint, backbone_config
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.models import Embedder
 
 

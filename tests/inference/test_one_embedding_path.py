@@ -16,8 +16,8 @@ from retrieval.cli.main import main
 from retrieval.config import TrainConfig
 from retrieval.evaluate import evaluator
 from retrieval.index import SearchIndex
-from retrieval.inference.encoder import ImageEncoder
 from retrieval.inference.forward import FLOAT32, Precision
+from retrieval.inference.image_encoder import ImageEncoder
 
 BATCH = 16  # evaluation and index build embed in batches of the same size: the same arithmetic on the CPU
 
@@ -103,14 +103,14 @@ def test_serve_index_and_inference_import_no_training_code():
         "retrieval.serve",
         "retrieval.index",
         "retrieval.inference",
-        "retrieval.inference.encoder",
+        "retrieval.inference.image_encoder",
         "retrieval.inference.sources",
-        "retrieval.inference.file_formats",
+        "retrieval.embedding_files.file_formats",
         "retrieval.cli.index",
         "retrieval.cli.embed",
         "retrieval.cli.serve",
     )
-    assert "retrieval.inference.encoder" in loaded and "retrieval.serve.app" in loaded
+    assert "retrieval.inference.image_encoder" in loaded and "retrieval.serve.app" in loaded
     assert [name for name in loaded if name.startswith(("retrieval.train", "retrieval.evaluate"))] == []
 
 

@@ -18,7 +18,7 @@ import uvicorn
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.serve import ServeLimits, create_app
 
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.serve import create_app
 from retrieval.serve.uploads import ImageTooLarge, open_image
 

@@ -17,9 +17,9 @@ import pytest
 from PIL import Image, PngImagePlugin
 
 from retrieval.cli.main import main
+from retrieval.embedding_files.file_formats import write_embeddings
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.inference.file_formats import write_embeddings
 from retrieval.serve import create_app
 from retrieval.serve.uploads import ImageTooLarge, open_image, preprocess_bytes
 

@@ -12,8 +12,8 @@ from PIL import Image
 
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.index import SearchIndex
-from retrieval.match_threshold import MatchThreshold
 from retrieval.serve import create_app
 
 CHROMIUM = Path("/usr/bin/chromium")  # Debian's package, driven by Playwright as in test_page.py

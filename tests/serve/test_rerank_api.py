@@ -6,9 +6,10 @@ import httpx
 import numpy as np
 import pytest
 
+from retrieval.core.rerank import parse_rerank
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
-from retrieval.rerank import IndexGallery, parse_rerank
+from retrieval.index.gallery import IndexGallery
 from retrieval.serve import create_app
 
 

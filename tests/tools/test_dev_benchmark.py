@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.rerank import parse_rerank
+from retrieval.core.rerank import parse_rerank
 from tests.tools.tool_modules import TOOLS, load_tool
 
 bench = load_tool("dev_benchmark")

@@ -7,10 +7,11 @@ import pyarrow as pa
 import pytest
 
 from retrieval.cli.main import main
+from retrieval.core.rerank import KReciprocal
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors, exact_neighbors
 from retrieval.index.filter_language import parse_where
-from retrieval.rerank import IndexGallery, KReciprocal
+from retrieval.index.gallery import IndexGallery
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.collection_index import CollectionIndex
 from retrieval.vectordb.qdrant_store import QdrantStore

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from retrieval.column_types import typed_table
+from retrieval.core.column_types import typed_table
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.index.filter_language import Filter, parse_filter, parse_where

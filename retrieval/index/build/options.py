@@ -11,15 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.manifest import SourceRecord
 from retrieval.index.streaming import ADD_CHUNK
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.inference.interface import ModelInfo
-from retrieval.match_threshold import MatchThreshold
 
 if TYPE_CHECKING:
-    from retrieval.rerank import DatabaseAugmentation
+    from retrieval.core.rerank import DatabaseAugmentation
 
 __all__ = ["IndexBuildOptions"]
 
@@ -41,12 +42,12 @@ class IndexBuildOptions:
         nlist: inverted lists (ivf, ivfpq); default about 4·sqrt(N).
         hnsw_m: HNSW links per node; default 32.
         pq_bytes: ivfpq re-ranking code bytes; default 32 (48 bytes a vector with ids and the fast-scan code).
-        database_augmentation: a `dba[:k=K,alpha=A]` spec (`retrieval.rerank`): the stored vectors are
+        database_augmentation: a `dba[:k=K,alpha=A]` spec (`retrieval.core.rerank`): the stored vectors are
             each averaged with their nearest ones (exact kNN over all of them, so an in-memory build
             only); the manifest records it and `SearchIndex.add` augments new vectors the same way.
         model_info: recorded under `manifest["model"]` (model_config, checkpoint_sha256, transform).
         match_threshold: the model's stored match threshold (`Checkpoint.match_threshold`), recorded as
-            `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.threshold`).
+            `manifest["match_threshold"]` for `--min-score stored` (`retrieval.index.min_score`).
         sources: the files the rows came from (path, rows, a file's bytes), recorded as `manifest["sources"]`.
         on_disk: an empty working directory: build an IVF-Flat index whose inverted lists are
             written there in shards of at most half of `max_memory` (default 1 GiB) and merged
@@ -91,7 +92,7 @@ class IndexBuildOptions:
 
     def augmentation(self) -> DatabaseAugmentation | None:
         """The database-side augmentation `database_augmentation` names, or None."""
-        from retrieval.rerank import augmentation_at_build
+        from retrieval.core.rerank import augmentation_at_build
 
         return None if self.database_augmentation is None else augmentation_at_build(self.database_augmentation)
 

@@ -2,9 +2,10 @@
 
 An index manifest's `model` section is the `info()` of the encoder that built it. An export's
 (`onnx_sha256`) loads `retrieval.export.onnx_encoder.OnnxEncoder` (onnxruntime, numpy, Pillow);
-only a checkpoint's or a timm backbone's imports `retrieval.inference.encoder`, and with it torch.
-So `serve --model DIR` and `index query` of an export run with the `serve` extra alone. This module
-sits above both encoders and imports only down: neither of them imports the other.
+only a checkpoint's or a timm backbone's imports `retrieval.inference.image_encoder`, and with it torch.
+So `serve --model DIR` and `index query` of an export run with the `serve` extra alone. It lives in
+`export/`, the layer above `inference/` (which never imports `export/`), and imports the checkpoint's
+encoder only inside the function that needs it.
 """
 
 from __future__ import annotations
@@ -43,6 +44,6 @@ def encoder_for_index(
         raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
     if built_with_export or model_dir is not None:
         return onnx_encoder_for_index(model_info, model_dir, device)
-    from retrieval.inference.encoder import checkpoint_encoder_for_index  # torch, only for a checkpoint's index
+    from retrieval.inference.image_encoder import checkpoint_encoder_for_index  # torch, only for a checkpoint's index
 
     return checkpoint_encoder_for_index(model_info, checkpoint, device)

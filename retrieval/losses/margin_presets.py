@@ -1,4 +1,7 @@
-"""Target margins for proxy-softmax losses: additive cosine (CosFace) and additive angle (ArcFace)."""
+"""The margin presets of proxy-softmax losses as modules: additive cosine (CosFace) and additive angle (ArcFace).
+
+Each holds and checks its margin; the math is `retrieval.losses.functional.margins`.
+"""
 
 from __future__ import annotations
 

@@ -15,8 +15,8 @@ from typing import Any, Protocol, TypeVar
 
 from pydantic import ConfigDict
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record
 
 __all__ = ["STORED", "QueryAnswer", "QueryMatch", "Scored", "keep_matches", "min_score_for", "no_match_text"]

@@ -6,7 +6,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from retrieval.column_types import infer_column_type, parse_column_types, typed_table
+from retrieval.core.column_types import infer_column_type, parse_column_types, typed_table
 from retrieval.errors import UserError
 from retrieval.index.metadata import Metadata
 

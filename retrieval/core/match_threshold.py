@@ -2,7 +2,7 @@
 
 One record from end to end: `retrieval evaluate --save-threshold` makes it, the checkpoint and an
 export's manifest carry it, `index build` copies it into the index manifest, and `index query` and
-the search service read it for `min_score: stored` (`retrieval.index.threshold`). On disk it is the
+the search service read it for `min_score: stored` (`retrieval.index.min_score`). On disk it is the
 JSON object `MatchThreshold.to_dict` gives. A top-level module: the checkpoint, inference, export
 and index packages all hold one, and none of them may import another for it.
 """
@@ -22,7 +22,7 @@ class MatchThreshold(Record):
     """A model's stored match threshold: a pair matches at `score` or above, and how the score was chosen.
 
     Only `score` is required: the provenance fields are what `evaluate --save-threshold` records
-    (`retrieval.evaluate.match_thresholds.threshold_record`). Keys a later toolkit adds are kept,
+    (`retrieval.evaluate.verification.threshold_record`). Keys a later toolkit adds are kept,
     not refused, so that its checkpoints and indexes still load here (older toolkits ignore the record).
     """
 

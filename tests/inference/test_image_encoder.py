@@ -13,9 +13,9 @@ from retrieval.checkpoint import Checkpoint
 from retrieval.config import config_from_dict
 from retrieval.data import load_image
 from retrieval.data.transforms import build_eval_transform
-from retrieval.encoders import encoder_for_index
 from retrieval.errors import UserError
-from retrieval.inference.encoder import ImageEncoder
+from retrieval.export.index_encoder import encoder_for_index
+from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.models import Embedder
 from tests.data.exif_images import write_oriented_jpegs
 

@@ -10,9 +10,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from retrieval.column_types import typed_table
-from retrieval.errors import UserError
-from retrieval.inference.parts_layout import (
+from retrieval.core.column_types import typed_table
+from retrieval.embedding_files.parts_layout import (
     SUCCESS_FILE,
     EmbedJob,
     finish_parts,
@@ -24,6 +23,7 @@ from retrieval.inference.parts_layout import (
     start_parts,
     write_part,
 )
+from retrieval.errors import UserError
 
 JOB = EmbedJob(source={"csv": "/data.csv", "split": "all"}, checkpoint_sha256="abc", part_rows=3, input_rows=7, dim=4)
 
@@ -116,7 +116,7 @@ def test_no_readable_image_at_all_writes_no_success(tmp_path):
 
 @pytest.mark.slow
 def test_the_readers_import_no_torch():
-    code = "import sys, retrieval.inference.parts_layout; print('torch' in sys.modules)"
+    code = "import sys, retrieval.embedding_files.parts_layout; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout == "False\n"
 
 

@@ -3,7 +3,7 @@
 An index is only meaningful with the exact model and preprocessing that embedded its gallery, so
 the encoder records the checkpoint's sha256, its model config and a description of the transform
 (`info()`), and `checkpoint_encoder_for_index` refuses a checkpoint other than the one an index was built
-with (`retrieval.encoders.encoder_for_index` chooses between it and an ONNX export's encoder).
+with (`retrieval.export.index_encoder.encoder_for_index` chooses between it and an ONNX export's encoder).
 An encoder of a timm backbone without training (`ImageEncoder.from_backbone`) has no file: it
 records the config it was built from and the checksum of its weights, and is rebuilt from them.
 """
@@ -21,6 +21,7 @@ from pydantic import JsonValue
 
 from retrieval.checkpoint import Checkpoint, state_checksum
 from retrieval.config import AugmentConfig, Config, ModelConfig, config_from_dict, config_to_dict
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.image_loader import BadImageLog, ImageLoader
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
@@ -30,7 +31,6 @@ from retrieval.inference.backbone import backbone_checkpoint
 from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
-from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
 from retrieval.runtime.device import place_model, resolve_device
 from retrieval.runtime.files import file_sha256

@@ -1,14 +1,11 @@
-"""Re-ranking (`retrieval.rerank`) against naive loops over each method's definition."""
+"""Re-ranking (`retrieval.core.rerank`) against naive loops over each method's definition."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from retrieval.errors import UserError
-from retrieval.index import clustered_unit_vectors
-from retrieval.metrics import per_query_scores
-from retrieval.rerank import (
+from retrieval.core.rerank import (
     IDENTICAL_SCORE,
     RERANK_METHODS,
     DatabaseAugmentation,
@@ -16,6 +13,9 @@ from retrieval.rerank import (
     QueryExpansion,
     parse_rerank,
 )
+from retrieval.errors import UserError
+from retrieval.index import clustered_unit_vectors
+from retrieval.metrics import per_query_scores
 
 
 class _Exact:
@@ -133,9 +133,10 @@ def test_specs_round_trip_and_refuse_unknown_names():
 
 
 def test_a_search_index_reranks_like_the_exact_gallery_and_keeps_its_filter(data):
+    from retrieval.core.rerank import rerank_at_query
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import parse_where
-    from retrieval.rerank import IndexGallery, rerank_at_query
+    from retrieval.index.gallery import IndexGallery
 
     gallery, queries, labels = data
     index = SearchIndex.build(gallery, {"label": labels[:600].tolist()}, kind="flat", progress=False)

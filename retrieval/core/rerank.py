@@ -36,15 +36,12 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import ClassVar, Protocol
 
 import faiss
 import numpy as np
 
 from retrieval.errors import UserError
-
-if TYPE_CHECKING:  # evaluation imports this module and must not load the index package
-    from retrieval.index.filter_language import Filter
 
 __all__ = [
     "IDENTICAL_SCORE",
@@ -53,7 +50,6 @@ __all__ = [
     "Gallery",
     "KReciprocal",
     "QueryExpansion",
-    "IndexGallery",
     "Reranker",
     "augment_vectors",
     "augmentation_at_build",
@@ -224,25 +220,6 @@ class KReciprocal(_Spec):
         final = (1.0 - self.lam) * jaccard[:, 1:] + self.lam * distances[:, 0, 1:]
         final[~valid] = np.inf
         return np.argsort(final, axis=1, kind="stable")
-
-
-class IndexGallery:
-    """A `Gallery` over a `SearchIndex` or `CollectionIndex` (their `search(..., filter=)` and `vectors`), filtered."""
-
-    def __init__(self, index: Any, filter: Filter | None = None) -> None:  # noqa: A002 - SearchIndex's name
-        self.index, self.filter = index, filter
-
-    def search(self, vectors: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        return self.index.search(vectors, k, filter=self.filter)
-
-    def vectors(self, ids: np.ndarray) -> np.ndarray:
-        """Each distinct id fetched once, in one `vectors` call (one request per chunk for a database backend)."""
-        found = np.zeros((*ids.shape, self.index.dim), dtype=np.float32)
-        valid = ids >= 0
-        distinct, where = np.unique(ids[valid], return_inverse=True)
-        if len(distinct):
-            found[valid] = self.index.vectors(distinct)[where]
-        return found
 
 
 def augmentation_at_build(spec: str) -> DatabaseAugmentation:

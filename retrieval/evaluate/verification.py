@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.errors import UserError
-from retrieval.match_threshold import MatchThreshold
 from retrieval.metrics.verification import FMR_TARGETS, Pairs, pairs_of, rates_at, roc_auc, threshold_at_fmr
 
 __all__ = [

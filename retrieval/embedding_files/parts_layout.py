@@ -30,8 +30,8 @@ import numpy as np
 import pyarrow as pa
 from pydantic import ConfigDict
 
+from retrieval.embedding_files.file_formats import read_embeddings, write_embeddings
 from retrieval.errors import UserError
-from retrieval.inference.file_formats import read_embeddings, write_embeddings
 from retrieval.runtime.files import file_sha256, write_text
 from retrieval.validation import Record, ValidationError, at_least, user_error
 

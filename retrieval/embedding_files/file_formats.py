@@ -7,7 +7,7 @@ Every format holds the same three things, row `i` of each describing image `i`:
 - `labels`: `(N,)` class ids;
 
 plus any other metadata column of the source (e.g. `split`, `is_query`, `is_gallery`). Labels and
-extra columns keep the types the source was read with (`retrieval.column_types`: int64, float64
+extra columns keep the types the source was read with (`retrieval.core.column_types`: int64, float64
 or string, decided over the whole source; plain string cells given here are typed by the same
 rule). Parquet keeps nulls (empty cells); `.npz`/`.npy` arrays cannot, so there a null string is
 `""` and a null number NaN (an int64 column with nulls is stored as float64), and
@@ -68,7 +68,7 @@ def write_embeddings(
     """Write `(N, D)` embeddings with their ids, labels and extra columns to `path` (format by suffix).
 
     Typed Arrow columns are written with their types (files written in parts pass the whole
-    source's, so every part has the same); text cells are typed by `retrieval.column_types`.
+    source's, so every part has the same); text cells are typed by `retrieval.core.column_types`.
     `checkpoint_sha256` (the model that made them) is recorded where the format has room (not `.npy`),
     so that an index built from the file can embed query images with that checkpoint.
 
@@ -137,10 +137,10 @@ _SINGULAR = {plural: singular for singular, plural in _PLURAL.items()}
 
 
 def _arrow(values: Column, name: str) -> pa.Array:
-    """A column as one Arrow array: typed arrays as they are, text cells typed by `retrieval.column_types`."""
+    """A column as one Arrow array: typed arrays as they are, text cells typed by `retrieval.core.column_types`."""
     import pyarrow as pa
 
-    from retrieval.column_types import typed_table
+    from retrieval.core.column_types import typed_table
 
     if isinstance(values, pa.ChunkedArray):
         return values.combine_chunks()

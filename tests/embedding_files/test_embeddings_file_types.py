@@ -8,9 +8,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from retrieval.column_types import typed_table
+from retrieval.core.column_types import typed_table
+from retrieval.embedding_files.file_formats import read_embeddings, write_embeddings
 from retrieval.index.from_embeddings import open_embedding_files
-from retrieval.inference.file_formats import read_embeddings, write_embeddings
 
 ROWS = typed_table(
     {

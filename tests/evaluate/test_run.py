@@ -1,0 +1,45 @@
+"""`run_evaluation`: the evaluation of `retrieval evaluate` from Python, a typed request in, a typed report out."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from retrieval.cli.main import main
+from retrieval.errors import UserError
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
+
+_DATA = ("data.val_fraction=0", "data.num_workers=0", "train.threads=1")
+
+
+def _overrides(csv_dataset: Path) -> tuple[str, ...]:
+    return (f"data.path={csv_dataset}", *_DATA)
+
+
+def test_the_report_is_what_the_command_prints_and_writes(tiny_checkpoint, csv_dataset, tmp_path, capsys):
+    report = run_evaluation(EvaluationRequest(checkpoint=tiny_checkpoint, overrides=_overrides(csv_dataset)))
+    assert 0 <= report.metrics["recall@1"] <= 1 and report.record()["uncertainty"] == report.uncertainty.as_dict()
+    assert report.text().splitlines()[-1].startswith("MAP@R: ") and report.leak_warning is None
+    settings = [argument for setting in _overrides(csv_dataset) for argument in ("--set", setting)]
+    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), *settings]) == 0
+    assert capsys.readouterr().out.strip() == report.text()
+
+
+def test_a_request_out_of_range_is_a_value_error_naming_the_range(tiny_checkpoint):
+    with pytest.raises(ValueError, match="exactly one of checkpoint and backbone"):
+        EvaluationRequest()
+    with pytest.raises(ValueError, match="exactly one of checkpoint and backbone"):
+        EvaluationRequest(checkpoint=tiny_checkpoint, backbone="resnet18")
+    with pytest.raises(ValueError, match=r"calibration_share must lie in \(0, 1\]"):
+        EvaluationRequest(checkpoint=tiny_checkpoint, calibration_share=0)
+    with pytest.raises(ValueError, match=r"false match rate in \(0, 1\)"):
+        EvaluationRequest(checkpoint=tiny_checkpoint, save_threshold=1.0)
+    with pytest.raises(ValueError, match="grid_queries must be one of"):
+        EvaluationRequest(checkpoint=tiny_checkpoint, grid_queries="best")
+
+
+def test_a_request_that_cannot_apply_is_a_user_error(tiny_checkpoint, csv_dataset):
+    request = EvaluationRequest(checkpoint=tiny_checkpoint, overrides=_overrides(csv_dataset), leak_threshold=0.9)
+    with pytest.raises(UserError, match="add --exclude-leaks"):
+        run_evaluation(request)

@@ -37,8 +37,8 @@ _Result = TypeVar("_Result", bound=Scored)
 def min_score_for(value: Any, stored: MatchThreshold | None) -> float | None:
     """The minimum a `--min-score` or a request's `min_score` asks for, as a number (None: no minimum).
 
-    The one reading of a minimum: `parse_min_score`, then `resolve_min_score` against the index's
-    `stored` threshold.
+    The one reading of a minimum, for `index query` and the server alike: the value parsed, then
+    `stored` resolved against the index's threshold.
 
     Raises:
         UserError: a value that is not a cosine or `stored`, or `stored` for an index without a threshold.

@@ -22,7 +22,14 @@ from typing import Any, TypeVar, cast
 import torch
 from tqdm import tqdm
 
-from retrieval.embedding_files.parts_layout import EmbedJob, EmbedSource, finish_parts, part_finished, start_parts, write_part
+from retrieval.embedding_files.parts_layout import (
+    EmbedJob,
+    EmbedSource,
+    finish_parts,
+    part_finished,
+    start_parts,
+    write_part,
+)
 from retrieval.errors import UserError
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable

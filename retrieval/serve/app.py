@@ -36,7 +36,6 @@ from starlette.exceptions import HTTPException
 from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
 from retrieval.index.min_score import keep_matches, min_score_for
-from retrieval.core.rerank import rerank_at_query
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy

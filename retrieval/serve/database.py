@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from retrieval.export.index_encoder import encoder_for_index
-from retrieval.inference.interface import Encoder, model_identity
+from retrieval.inference.interface import Encoder
 from retrieval.serve.backend import FixedView
 from retrieval.serve.public import public_info
 from retrieval.serve.searcher import IndexView

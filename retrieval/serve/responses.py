@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from pydantic import ConfigDict, Field, JsonValue
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.index.manifest import Measured
-from retrieval.match_threshold import MatchThreshold
 from retrieval.validation import Record
 
 __all__ = ["Column", "Health", "IndexInfo", "Item", "PublicModel", "SearchQuery", "SearchResponse", "SearchResult"]

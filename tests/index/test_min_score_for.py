@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.index.threshold import QueryMatch, keep_matches, min_score_for
-from retrieval.match_threshold import MatchThreshold
+from retrieval.index.min_score import QueryMatch, keep_matches, min_score_for
 
 
 @pytest.mark.parametrize(

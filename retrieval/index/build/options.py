@@ -16,7 +16,6 @@ from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
 from retrieval.index.manifest import SourceRecord
 from retrieval.index.streaming import ADD_CHUNK
-from retrieval.core.match_threshold import MatchThreshold
 from retrieval.inference.interface import ModelInfo
 
 if TYPE_CHECKING:

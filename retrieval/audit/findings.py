@@ -24,8 +24,8 @@ from retrieval.match_threshold import MatchThreshold
 
 __all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "Findings", "audit_embeddings", "threshold_of"]
 
-# Cosine above which two images count as copies when the model stores no match threshold: re-encoded, resized and
-# slightly cropped copies score above it with the toolkit's embeddings (docs/audit.md), distinct images rarely do.
+# Cosine above which two images form a near-duplicate group when the model stores no match threshold: it suits
+# item-level classes; on category data most pairs of a class pass it (docs/audit.md), so leaks use the copy check.
 DEFAULT_THRESHOLD = 0.95
 
 _log = logging.getLogger(__name__)

@@ -73,7 +73,9 @@ def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys)
 def test_an_index_is_audited_from_its_stored_vectors_and_columns(csv_dataset, tiny_checkpoint, tmp_path, capsys):
     dataset = _with_copy(csv_dataset)
     index = tmp_path / "index"
-    assert main(["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(dataset), "--out", str(index)]) == 0
+    assert (
+        main(["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(dataset), "--out", str(index)]) == 0
+    )
     out = tmp_path / "report"
     capsys.readouterr()
     assert main(["audit", "--index", str(index), "--out", str(out)]) == 0

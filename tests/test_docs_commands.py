@@ -342,6 +342,9 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval audit --model runs/shop/onnx --csv data/shop.csv --out runs/shop/audit-onnx": Run(
         r"(?m)^report: runs/shop/audit-onnx/index\.html$"
     ),
+    "retrieval audit --index runs/shop/index --out runs/shop/audit-index": Run(
+        r"(?m)^report: runs/shop/audit-index/index\.html$"
+    ),
     (
         "retrieval train --config configs/csv_anchor.yaml --set data.path=/data/shop/dataset.csv"
         " --set data.exclude=runs/shop/audit/label_issues.csv --output-dir runs/shop-clean"
@@ -356,7 +359,11 @@ COMMANDS: dict[str, Run | Skip] = {
     ),
     (
         "python tools/bench_audit.py score --csv /data/audit_fmnist/dataset.csv"
-        " --checkpoint runs/audit/checkpoints/best.pt"
+        " --checkpoint runs/audit/checkpoints/best.pt --part validation"
+    ): Skip(_FASHION_AUDIT),
+    (
+        "python tools/bench_audit.py score --csv /data/audit_fmnist/dataset.csv"
+        " --checkpoint runs/audit/checkpoints/best.pt --part scored"
     ): Skip(_FASHION_AUDIT),
     "python tools/bench_audit.py scale --sizes 10000,30000,100000,300000,1000000": Skip(
         "audits up to 1M synthetic embeddings for many minutes; tests/audit/test_knn_graph.py runs the IVF graph small"

@@ -1,4 +1,4 @@
-"""The images an audit is about: a CSV's paths with their labels and splits when it has them.
+"""The images an audit is about: a CSV's (or an index's) paths with their labels and splits when it has them.
 
 Read by the one CSV reader (`read_csv_rows`, only `path` required), so a bad split or flag is
 the same one-line error as in every command. Labels are kept as the CSV spells them; a CSV
@@ -10,13 +10,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, read_csv_rows
 from retrieval.errors import UserError
 
-__all__ = ["Catalogue", "read_catalogue"]
+if TYPE_CHECKING:
+    from retrieval.index import SearchIndex
+
+__all__ = ["Catalogue", "index_catalogue", "read_catalogue"]
 
 
 @dataclass(frozen=True)
@@ -65,14 +69,44 @@ def read_catalogue(csv_path: str | Path) -> Catalogue:
     if not rows:
         raise UserError(f"{csv_path} has a header but no rows; list one image per row (path[,label,split])")
     paths = [(csv_path.parent / row["path"]).resolve() for row in rows]
+    labels = [row["label"] for row in rows] if "label" in columns else None
+    splits = [row["split"] for row in rows] if "split" in columns else None
+    return _catalogue(paths, labels, splits)
+
+
+def index_catalogue(index: SearchIndex, directory: Path) -> tuple[Catalogue, np.ndarray]:
+    """The images of a `retrieval index build` directory and their stored vectors, without embedding again.
+
+    The index's metadata holds the CSV's columns (`path` absolute, `label`, `split`, ...), so the
+    audit reads the same catalogue the CSV gives.
+
+    Raises:
+        UserError: the index is empty, has no `path` column, or a split outside train / val / test.
+    """
+    ids, vectors = index.all_vectors()
+    names = set(index.metadata_schema.names)
+    if len(ids) < 2 or "path" not in names:
+        raise UserError(
+            f"{directory} holds {len(ids)} vector(s) and columns {', '.join(sorted(names))}; an audit needs an index "
+            "of at least 2 images with a path column (retrieval index build --csv ...)"
+        )
+    rows = index.metadata_for(ids)
+    paths = [Path(str(row["path"])) for row in rows]
+    labels = [str(row["label"] or "") for row in rows] if "label" in names else None
+    splits = [str(row["split"] or "") for row in rows] if "split" in names else None
+    if splits is not None and (wrong := set(splits) - {"train", "val", "test"}):
+        raise UserError(f"{directory}'s split column holds {sorted(wrong)[0]!r}; splits must be train, val or test")
+    return _catalogue(paths, labels, splits), vectors
+
+
+def _catalogue(paths: list[Path], labels: list[str] | None, splits: list[str] | None) -> Catalogue:
+    """A catalogue with `missing` saying once which sections its columns leave out."""
     missing = []
-    labels: list[str] | None = [row["label"] for row in rows] if "label" in columns else None
     if labels is None:
         missing.append("no label column: no label issues or confused classes (duplicates, leaks and outliers only)")
     elif any("|" in label for label in labels) or not all(labels):
         missing.append("multi-label or empty labels: no label issues or confused classes (single labels only)")
         labels = None
-    splits = [row["split"] for row in rows] if "split" in columns else None
     if splits is None:
-        missing.append("no split column: no leak section (leaks are near-duplicates across train/val/test)")
+        missing.append("no split column: no leak section (leaks are copies across train/val/test)")
     return Catalogue(paths, labels, splits, missing)

@@ -14,17 +14,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
-from retrieval.audit.leaks import Leaks, find_leaks
+from retrieval.audit.leaks import MAX_RATIO, Leaks, find_leaks
 from retrieval.audit.scoring import Scores, score_issues
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record
 
 __all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "AuditSummary", "Findings", "audit_embeddings", "threshold_of"]
 
-# Cosine above which two images count as copies when the model stores no match threshold: re-encoded, resized and
-# slightly cropped copies score above it with the toolkit's embeddings (docs/audit.md), distinct images rarely do.
+# Cosine above which two images form a near-duplicate group when the model stores no match threshold: it suits
+# item-level classes; on category data most pairs of a class pass it (docs/audit.md), so leaks use the copy check.
 DEFAULT_THRESHOLD = 0.95
 
 _log = logging.getLogger(__name__)
@@ -38,12 +39,15 @@ class AuditSettings:
     threshold: float = DEFAULT_THRESHOLD
     threshold_source: str = "default"  # "default", "--threshold", or the model's "match threshold at FMR ..."
     hash_files: bool = True  # look for identical files by sha256 (reads every file once more)
+    leak_ratio: float = MAX_RATIO  # a cross-split pair is a copy at most this distance ratio (`leaks.find_leaks`)
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold must be a cosine in [-1, 1], got {self.threshold}")
+        if not 0.0 <= self.leak_ratio < 1.0:
+            raise ValueError(f"leak_ratio must be in [0, 1), got {self.leak_ratio}")
 
 
 class AuditSummary(Record):
@@ -56,6 +60,7 @@ class AuditSummary(Record):
     threshold_source: str
     exact_duplicate_groups: int | None  # None: files were not hashed
     near_duplicate_groups: int
+    leak_ratio: float  # a leak's distance to its partner over the next earlier-split image's, at most
     leaked_rows: int | None  # None: no split column
     test_nearest_neighbour_leak_share: float | None  # NaN: no test rows
     label_issues: int | None  # None: no labels
@@ -89,6 +94,7 @@ class Findings:
                 "threshold_source": self.settings.threshold_source,
                 "exact_duplicate_groups": None if self.exact is None else self.exact.count,
                 "near_duplicate_groups": self.near.count,
+                "leak_ratio": self.settings.leak_ratio,
                 "leaked_rows": None if self.leaks is None else int(self.leaks.leaked.sum()),
                 "test_nearest_neighbour_leak_share": None if self.leaks is None else self.leaks.nearest_leak_share,
                 "label_issues": None if scores.is_label_issue is None else int(scores.is_label_issue.sum()),
@@ -129,10 +135,13 @@ def audit_embeddings(
     graph = build_knn_graph(embeddings, k, progress)
     exact = exact_duplicate_groups(catalogue.paths, progress) if settings.hash_files else None
     near = near_duplicate_groups(graph, settings.threshold)
-    leaks = None if catalogue.splits is None else find_leaks(graph, catalogue.splits, settings.threshold)
+    leaks = None
+    if catalogue.splits is not None:
+        copies = copy_graph(copy_descriptors(catalogue.paths, progress), len(catalogue), k)
+        leaks = find_leaks(copies, graph.neighbours[:, 0], catalogue.splits, settings.leak_ratio)
     _log.info("scoring label issues and outliers with cleanlab")
     if catalogue.labels is None:
-        return Findings(catalogue, settings, graph, exact, near, leaks, score_issues(graph, None), [])
+        return Findings(catalogue, settings, graph, exact, near, leaks, score_issues(graph, embeddings, None), [])
     codes, class_names = catalogue.label_codes()
-    scores = score_issues(graph, codes, len(class_names))
+    scores = score_issues(graph, embeddings, codes, len(class_names))
     return Findings(catalogue, settings, graph, exact, near, leaks, scores, class_names)

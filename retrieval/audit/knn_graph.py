@@ -17,7 +17,7 @@ import numpy as np
 from scipy.sparse import csr_matrix
 from tqdm import tqdm
 
-__all__ = ["EXACT_LIMIT", "KnnGraph", "build_knn_graph", "graph_recall"]
+__all__ = ["EXACT_LIMIT", "KnnGraph", "build_knn_graph", "graph_recall", "index_for"]
 
 EXACT_LIMIT = 100_000  # vectors searched exactly; above, an IVF index (N^2 D flops would take hours on a CPU)
 _BLOCK = 8192  # query rows per FAISS call: a progress step, and a bounded (block, N) score buffer for exact search
@@ -57,7 +57,7 @@ def build_knn_graph(embeddings: np.ndarray, k: int = 10, progress: bool = True) 
     if not 1 <= k < n:
         raise ValueError(f"k must be in [1, N - 1] = [1, {n - 1}], got {k}")
     vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
-    index, exact = _index_for(vectors)
+    index, exact = index_for(vectors)
     neighbours = np.empty((n, k), dtype=np.int64)
     scores = np.empty((n, k), dtype=np.float32)
     for start in tqdm(range(0, n, _BLOCK), desc="kNN graph", unit="block", disable=None if progress else True):
@@ -86,7 +86,7 @@ def graph_recall(graph: KnnGraph, embeddings: np.ndarray, sample: int = 1000, se
     return hits / (len(rows) * graph.k)
 
 
-def _index_for(vectors: np.ndarray) -> tuple[faiss.Index, bool]:
+def index_for(vectors: np.ndarray) -> tuple[faiss.Index, bool]:
     """A flat index up to `EXACT_LIMIT` rows, else a trained IVF index; both hold every row."""
     n, dim = vectors.shape
     if n <= EXACT_LIMIT:

@@ -1,9 +1,16 @@
-"""Leaks: near-duplicates across train / val / test, which inflate every test figure the toolkit prints.
+"""Leaks: copies of an image across train / val / test, which inflate every test figure the toolkit prints.
 
-A pair of rows in different splits scoring at least the threshold is a leak of the later split's
-row (test after val after train): that row is the one to drop from evaluation or re-split. The
-headline is the share of test queries whose nearest neighbour is such a copy. `rows_with_copies`
-answers the same question for `retrieval evaluate` from two embedding sets, without a graph.
+Found on the copy check's graph (`copies.copy_graph`), not the embedding's: for each val or test
+row, its most similar image of an earlier split (test after val after train) is its partner, and
+the pair is a copy when the partner is much nearer than the other earlier-split images, by Lowe's
+ratio: the distance to the partner over the distance to the next earlier-split image, at most
+`MAX_RATIO` (copies of one image within the later split do not hide each other).
+A fixed similarity cannot tell a copy from a look-alike of the same class (a plain trouser has
+many), a ratio can: the planted copies score a median 0.1, distinct images rarely below 0.6. The
+leak is reported on the later split's row, the one to drop from evaluation or re-split. The
+headline is the share of test rows whose nearest neighbour in the embedding is their copy (the
+rows whose Recall@1 the leak hands over). `rows_with_copies` answers the embedding-threshold
+question for `retrieval evaluate` from two embedding sets, without a graph.
 """
 
 from __future__ import annotations
@@ -15,50 +22,61 @@ import numpy as np
 
 from retrieval.audit.knn_graph import KnnGraph
 
-__all__ = ["SPLIT_ORDER", "Leaks", "find_leaks", "rows_with_copies"]
+__all__ = ["MAX_RATIO", "SPLIT_ORDER", "Leaks", "find_leaks", "rows_with_copies"]
 
 SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # a leak is reported on the row of the later split
+# Default of the ratio rule, chosen on a validation half of the planted Fashion-MNIST set (docs/audit.md).
+MAX_RATIO = 0.5
+_EPSILON = 1e-6  # distance below which two descriptors are the same picture
+_FARTHEST = 2.0  # distance of unit vectors pointing apart: the reference of a row with no other neighbour
 
 
 @dataclass(frozen=True)
 class Leaks:
-    """Per row: its best-scoring neighbour in an earlier split (`partner`, -1: none seen) and that `score`."""
+    """Per row: its most similar image of an earlier split (`partner`, -1: none seen), their cosine and ratio."""
 
     partner: np.ndarray  # (N,) int64
-    score: np.ndarray  # (N,) float64, -inf where no earlier-split row is among the neighbours
-    threshold: float
-    nearest_leak_share: float  # share of test rows whose nearest neighbour is an earlier-split copy (NaN: no test)
+    score: np.ndarray  # (N,) float64 the copy descriptors' cosine, -inf without a partner
+    ratio: np.ndarray  # (N,) float64 distance to the partner / to the next earlier-split image, inf: no partner
+    max_ratio: float
+    nearest_leak_share: float  # share of test rows whose embedding's nearest neighbour is their copy (NaN: no test)
 
     @property
     def leaked(self) -> np.ndarray:
-        """`(N,)` bool: rows with an earlier-split copy scoring at least the threshold."""
-        return self.score >= self.threshold
+        """`(N,)` bool: rows whose earlier-split partner is a copy by the ratio rule."""
+        return self.ratio <= self.max_ratio
 
 
-def find_leaks(graph: KnnGraph, splits: list[str], threshold: float) -> Leaks:
-    """The leaks of the graph's edges, seen from either end (a test row outside its train copy's k is still found)."""
-    n = len(graph.neighbours)
+def find_leaks(copies: KnnGraph, nearest: np.ndarray, splits: list[str], max_ratio: float = MAX_RATIO) -> Leaks:
+    """The leaks of the copy graph (rows padded with -1 where fewer neighbours were found).
+
+    `nearest` is each row's nearest neighbour in the embedding's graph, for the headline share.
+    """
+    n = len(copies.neighbours)
     order = np.array([SPLIT_ORDER[split] for split in splits])
-    first = np.repeat(np.arange(n), graph.k)
-    second = graph.neighbours.ravel()
-    scores = graph.scores.ravel().astype(np.float64)
-    crossing = order[first] != order[second]
-    first, second, scores = first[crossing], second[crossing], scores[crossing]
-    later_first = order[first] > order[second]
-    row = np.where(later_first, first, second)
-    partner = np.where(later_first, second, first)
-    best_score = np.full(n, -np.inf)
-    best_partner = np.full(n, -1, dtype=np.int64)
-    by_score = np.argsort(-scores, kind="stable")
-    _, first_of_row = np.unique(row[by_score], return_index=True)
-    chosen = by_score[first_of_row]
-    best_score[row[chosen]] = scores[chosen]
-    best_partner[row[chosen]] = partner[chosen]
+    found = copies.neighbours >= 0
+    earlier = found & (order[np.maximum(copies.neighbours, 0)] < order[:, None])
+    has_partner = earlier.any(axis=1)
+    place = earlier.argmax(axis=1)  # the first, most similar, earlier-split neighbour
+    rows = np.arange(n)
+    distance = np.sqrt(np.clip(2.0 - 2.0 * copies.scores.astype(np.float64), 0.0, None))
+    # The reference: the next earlier-split neighbour (other copies of the partner in later splits do not count
+    # against it), else the farthest neighbour seen, a lower bound of the next one's distance.
+    later_earlier = earlier & (np.arange(copies.k) > place[:, None])
+    has_second = later_earlier.any(axis=1)
+    last_found = np.maximum(found.sum(axis=1) - 1, 0)
+    second = np.where(has_second, later_earlier.argmax(axis=1), last_found)
+    reference = np.where(has_second | (last_found > place), distance[rows, second], _FARTHEST)
+    to_partner = distance[rows, place]
+    # Smoothed, so an image identical to its partner and to other images too (a flat colour) is no surer a copy.
+    ratio = (to_partner + _EPSILON) / (reference + _EPSILON)
+    partner = np.where(has_partner, copies.neighbours[rows, place], -1)
+    score = np.where(has_partner, copies.scores[rows, place].astype(np.float64), -np.inf)
+    ratio = np.where(has_partner, ratio, np.inf)
     test = order == SPLIT_ORDER["test"]
-    top = graph.neighbours[:, 0]
-    nearest_is_copy = (order[top] < order) & (graph.scores[:, 0] >= threshold)
-    share = float(nearest_is_copy[test].mean()) if test.any() else float("nan")
-    return Leaks(best_partner, best_score, threshold, share)
+    leaked = ratio <= max_ratio
+    share = float((leaked & (partner == nearest))[test].mean()) if test.any() else float("nan")
+    return Leaks(partner, score, ratio, max_ratio, share)
 
 
 def rows_with_copies(queries: np.ndarray, others: np.ndarray, threshold: float) -> np.ndarray:

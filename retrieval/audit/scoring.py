@@ -6,6 +6,12 @@ image is never its own neighbour. `Datalab.find_issues` gets them with the FAISS
 the label scores nor the outlier scores build scikit-learn's neighbours. Confused class pairs are
 cleanlab's `find_overlapping_classes` over the same probabilities. Without labels only outliers
 are scored.
+
+Outliers are ranked by how far an image and its neighbours lie from every class (`class_distance`)
+when there are labels, by cleanlab's kNN outlier score otherwise. Out-of-domain images come in
+groups (a batch of scans, another catalogue's photos) that are each other's close neighbours, so a
+distance to the neighbours misses them (the planted digits: none found); their distance to the
+nearest class's mean direction, averaged over the neighbourhood, finds them (docs/audit.md).
 """
 
 from __future__ import annotations
@@ -17,7 +23,9 @@ import numpy as np
 
 from retrieval.audit.knn_graph import KnnGraph
 
-__all__ = ["ClassPair", "Scores", "knn_label_probabilities", "score_issues"]
+__all__ = ["ClassPair", "Scores", "class_distance", "knn_label_probabilities", "score_issues"]
+
+_FENCE = 3.0  # interquartile ranges above the third quartile: Tukey's far-out fence for the flagged outliers
 
 
 @dataclass(frozen=True)
@@ -34,7 +42,10 @@ class ClassPair:
 class Scores:
     """cleanlab's verdicts per row; label fields are None without labels."""
 
-    outlier_score: np.ndarray  # (N,) in (0, 1]: lower is more unusual
+    outlier_score: np.ndarray  # (N,) cleanlab's kNN outlier score in (0, 1]: lower is more unusual
+    strangeness: (
+        np.ndarray
+    )  # (N,) how outliers are ranked, higher is stranger: `class_distance`, else 1 - outlier_score
     is_outlier: np.ndarray  # (N,) bool
     label_score: np.ndarray | None = None  # (N,) in [0, 1]: lower is more likely mislabelled
     is_label_issue: np.ndarray | None = None  # (N,) bool
@@ -49,14 +60,25 @@ def knn_label_probabilities(graph: KnnGraph, labels: np.ndarray, num_classes: in
     return (counts + 1.0 / num_classes) / (graph.k + 1.0)
 
 
-def score_issues(graph: KnnGraph, labels: np.ndarray | None, num_classes: int = 0, pairs: int = 20) -> Scores:
+def class_distance(graph: KnnGraph, embeddings: np.ndarray, labels: np.ndarray, num_classes: int) -> np.ndarray:
+    """`(N,)` 1 - the best cosine to a class's mean direction, averaged over each row and its k neighbours."""
+    means = np.zeros((num_classes, embeddings.shape[1]))
+    np.add.at(means, labels, embeddings)
+    means /= np.maximum(np.linalg.norm(means, axis=1, keepdims=True), 1e-12)
+    far = 1.0 - (embeddings @ means.T).max(axis=1)
+    return (far + far[graph.neighbours].sum(axis=1)) / (graph.k + 1)
+
+
+def score_issues(
+    graph: KnnGraph, embeddings: np.ndarray, labels: np.ndarray | None, num_classes: int = 0, pairs: int = 20
+) -> Scores:
     """cleanlab's label issues (with labels), outliers and the `pairs` most confused class pairs."""
     with warnings.catch_warnings():  # cleanlab's own deprecation notices about pandas are not the user's to act on
         warnings.filterwarnings("ignore", module=r"cleanlab\.")
-        return _scores(graph, labels, num_classes, pairs)
+        return _scores(graph, embeddings, labels, num_classes, pairs)
 
 
-def _scores(graph: KnnGraph, labels: np.ndarray | None, num_classes: int, pairs: int) -> Scores:
+def _scores(graph: KnnGraph, embeddings: np.ndarray, labels: np.ndarray | None, num_classes: int, pairs: int) -> Scores:
     import pandas as pd
     from cleanlab import Datalab
     from cleanlab.dataset import find_overlapping_classes
@@ -66,7 +88,8 @@ def _scores(graph: KnnGraph, labels: np.ndarray | None, num_classes: int, pairs:
         lab = Datalab(data=pd.DataFrame({"row": np.arange(len(graph.neighbours))}), verbosity=0)
         lab.find_issues(knn_graph=knn_graph, issue_types={"outlier": {"k": graph.k}})
         outliers = lab.get_issues("outlier")
-        return Scores(outliers["outlier_score"].to_numpy(), outliers["is_outlier_issue"].to_numpy())
+        outlier_score = outliers["outlier_score"].to_numpy()
+        return Scores(outlier_score, 1.0 - outlier_score, outliers["is_outlier_issue"].to_numpy())
     probabilities = knn_label_probabilities(graph, labels, num_classes)
     lab = Datalab(data=pd.DataFrame({"label": labels}), label_name="label", verbosity=0)
     issue_types = {"label": {"k": graph.k}, "outlier": {"k": graph.k}}
@@ -78,9 +101,13 @@ def _scores(graph: KnnGraph, labels: np.ndarray | None, num_classes: int, pairs:
         for _, row in overlapping.head(pairs).iterrows()
         if (joint := float(row["Joint Probability"])) > 0
     )
+    strangeness = class_distance(graph, embeddings, labels, num_classes)
+    quartiles = np.percentile(strangeness, [25, 75])
+    fence = quartiles[1] + _FENCE * (quartiles[1] - quartiles[0])
     return Scores(
         outliers["outlier_score"].to_numpy(),
-        outliers["is_outlier_issue"].to_numpy(),
+        strangeness,
+        strangeness > fence,
         label_issues["label_score"].to_numpy(),
         label_issues["is_label_issue"].to_numpy(),
         probabilities.argmax(axis=1),

@@ -2,8 +2,8 @@
 
 Every table has a `path` column of absolute paths, so any of its CSVs is an exclusion list
 (`retrieval.data.exclusion`); the duplicate tables add `keep` (1 for each group's first member).
-Rows come ranked: groups in catalogue order, leaks by score (highest first), label issues and
-outliers by cleanlab's score (lowest, most suspect, first), class pairs by cleanlab's joint share.
+Rows come ranked: groups in catalogue order, leaks by ratio (surest first), label issues and
+outliers by strangeness (highest first), class pairs by cleanlab's joint share.
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ SECTIONS = (
     Section(
         "leaks",
         "Leaks between splits",
-        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "score"),
-        "an image with a near-copy in an earlier split (train < val < test); path is the later split's image",
+        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "ratio", "score"),
+        "an image with a copy in an earlier split (train < val < test); path is the later split's image; ratio: "
+        "distance to the copy over distance to the next image (lower is surer), score: the thumbnails' cosine",
     ),
     Section(
         "label_issues",
@@ -59,9 +60,11 @@ SECTIONS = (
     Section(
         "outliers",
         "Outliers",
-        ("rank", "path", "split", "label", "outlier_score", "nearest_class", "class_score"),
-        "far from every neighbour (cleanlab's outlier score, lower is stranger) and from every class "
-        "(class_score: best cosine to a class's mean direction)",
+        ("rank", "path", "split", "label", "strangeness", "outlier_score", "nearest_class", "class_score"),
+        "far from every class with its neighbours (strangeness: 1 - best cosine to a class's mean direction, "
+        "averaged over the image and its neighbours; without labels 1 - outlier_score), strangest first; "
+        "outlier_score: cleanlab's distance to the neighbours, lower is stranger; class_score: the image's best cosine "
+        "to a class's mean direction",
     ),
     Section(
         "confused_classes",
@@ -115,7 +118,7 @@ def _leak_rows(findings: Findings) -> list[dict[str, Any]]:
     assert leaks is not None  # report_tables asks only then
     leaked = np.flatnonzero(leaks.leaked)
     rows = []
-    for row in leaked[np.argsort(-leaks.score[leaked], kind="stable")]:
+    for row in leaked[np.argsort(leaks.ratio[leaked], kind="stable")]:
         partner = _cells(findings, int(leaks.partner[row]))
         rows.append(
             {
@@ -123,6 +126,7 @@ def _leak_rows(findings: Findings) -> list[dict[str, Any]]:
                 "partner_path": partner["path"],
                 "partner_split": partner["split"],
                 "partner_label": partner["label"],
+                "ratio": round(float(leaks.ratio[row]), 6),
                 "score": round(float(leaks.score[row]), 6),
             }
         )
@@ -148,12 +152,13 @@ def _label_rows(findings: Findings) -> list[dict[str, Any]]:
 def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[dict[str, Any]]:
     scores = findings.scores
     flagged = np.flatnonzero(scores.is_outlier)
-    ranked = flagged[np.argsort(scores.outlier_score[flagged], kind="stable")]
+    ranked = flagged[np.argsort(-scores.strangeness[flagged], kind="stable")]
     nearest, similarity = _class_similarity(findings, embeddings, ranked)
     return [
         {
             "rank": rank,
             **_cells(findings, int(row)),
+            "strangeness": round(float(scores.strangeness[row]), 6),
             "outlier_score": round(float(scores.outlier_score[row]), 6),
             "nearest_class": "" if nearest is None else findings.class_names[int(nearest[rank - 1])],
             "class_score": "" if similarity is None else round(float(similarity[rank - 1]), 6),

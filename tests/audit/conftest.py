@@ -26,7 +26,8 @@ class Planted:
 
 def planted_catalogue(folder: Path, classes: int = 4, per_class: int = 30, dim: int = 16, seed: int = 0) -> Planted:
     """Tight clusters (one per class, 2/3 train, 1/3 test), one train image copied into test, 3 labels flipped,
-    one outlier; each row also gets a tiny image file (colour = class), the copy the source's very bytes."""
+    one outlier; each row also gets a tiny image file (colour = class, its own noise: the copy check tells them
+    apart), the copy the source's very bytes."""
     rng = np.random.default_rng(seed)
     centres = rng.normal(size=(classes, dim))
     labels = np.repeat(np.arange(classes), per_class)
@@ -47,8 +48,8 @@ def planted_catalogue(folder: Path, classes: int = 4, per_class: int = 30, dim: 
     for row, label in enumerate(labels):
         path = folder / f"{row:04d}.png"
         colour = (60 * label % 256, 90 * label % 256, 200 - 40 * label)
-        image = Image.new("RGB", (12, 12), colour)
-        image.putpixel((0, 0), (row % 256, row // 256, 0))  # every file distinct, but the copy
+        noise = rng.integers(-40, 41, size=(12, 12, 1))
+        image = Image.fromarray(np.clip(np.array(colour) + noise, 0, 255).astype(np.uint8))
         if row == copy:
             path.write_bytes(paths[source].read_bytes())
         else:

@@ -68,3 +68,37 @@ def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys)
     code = main(["audit", "--checkpoint", str(tmp_path / "no.pt"), "--csv", str(csv_dataset), "--out", str(tmp_path)])
     error = capsys.readouterr().err.strip()
     assert code == 2 and "checkpoint not found" in error and len(error.splitlines()) == 1
+
+
+def test_an_index_is_audited_from_its_stored_vectors_and_columns(csv_dataset, tiny_checkpoint, tmp_path, capsys):
+    dataset = _with_copy(csv_dataset)
+    index = tmp_path / "index"
+    assert (
+        main(["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(dataset), "--out", str(index)]) == 0
+    )
+    out = tmp_path / "report"
+    capsys.readouterr()
+    assert main(["audit", "--index", str(index), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "audit: embedding" not in printed and "exact duplicate groups: 1" in printed  # no model ran
+    with (out / "leaks.csv").open() as handle:
+        leaks = list(csv.DictReader(handle))
+    assert str((dataset.parent / "images" / "copy.png").resolve()) in {row["path"] for row in leaks}
+    with (out / "label_issues.csv").open() as handle:
+        assert {row["split"] for row in csv.DictReader(handle)} <= {"train", "val", "test"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ([], "--csv needs --checkpoint CKPT or --model EXPORT_DIR"),
+        (["--index", "x", "--checkpoint", "y"], "--index audits the vectors it holds"),
+    ],
+)
+def test_a_source_without_its_model_or_with_one_too_many_is_a_one_line_error(tmp_path, capsys, extra, message):
+    listing = tmp_path / "images.csv"
+    listing.write_text("path\nx.png\n")
+    arguments = ["audit", "--out", str(tmp_path / "r"), *(extra or ["--csv", str(listing)])]
+    code = main(arguments)
+    error = capsys.readouterr().err.strip()
+    assert code == 2 and message in error and len(error.splitlines()) == 1

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from PIL import Image, ImageFilter
 
 from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshold_of
+from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import find_leaks, rows_with_copies
@@ -56,12 +58,38 @@ def test_near_duplicate_groups_follow_chains_and_edges_seen_from_one_end():
     assert groups.score[3] == pytest.approx(0.97)
 
 
-def test_leaks_are_reported_on_the_later_split_from_either_end():
-    neighbours = np.array([[1, 2], [0, 2], [0, 1]])
-    scores = np.array([[0.99, 0.2], [0.99, 0.2], [0.2, 0.2]], dtype=np.float32)
-    leaks = find_leaks(KnnGraph(neighbours, scores, True), ["test", "train", "val"], 0.9)
-    assert leaks.leaked.tolist() == [True, False, False]
-    assert leaks.partner[0] == 1 and leaks.nearest_leak_share == 1.0
+def test_a_leak_is_an_earlier_split_partner_much_nearer_than_anything_else():
+    # Row 0 (test): its train partner 1 at cosine 0.999, the next image at 0.9: a copy.
+    # Row 2 (val): its train partner 1 at 0.95 but row 3 at 0.94, a look-alike as near: no copy, however similar.
+    # Row 3 (test): likewise with its val neighbour 2.
+    # Row 4 (test): an identical descriptor to its partner, but as identical to another image (a flat colour): none.
+    neighbours = np.array([[1, 2], [0, 2], [1, 3], [2, 1], [1, 3]])
+    scores = np.array([[0.999, 0.9], [0.999, 0.95], [0.95, 0.94], [0.94, 0.93], [1.0, 1.0]], dtype=np.float32)
+    splits = ["test", "train", "val", "test", "test"]
+    leaks = find_leaks(KnnGraph(neighbours, scores, True), np.array([1, 0, 3, 2, 3]), splits, 0.5)
+    assert leaks.leaked.tolist() == [True, False, False, False, False]
+    assert leaks.partner[0] == 1 and leaks.ratio[0] == pytest.approx(np.sqrt(0.002 / 0.2), rel=1e-3)
+    assert leaks.partner[1] == -1 and leaks.ratio[1] == np.inf  # train has no earlier split
+    assert leaks.ratio[2] > 0.9 and leaks.ratio[4] == pytest.approx(1.0)
+    assert leaks.nearest_leak_share == pytest.approx(1 / 3)  # row 0's embedding neighbour is its copy
+
+
+def test_the_copy_check_finds_a_crop_and_a_recolouring_of_a_textured_image(tmp_path):
+    rng = np.random.default_rng(0)
+    paths = []
+    for row in range(6):
+        paths.append(tmp_path / f"{row}.png")
+        Image.fromarray(rng.integers(0, 256, size=(40, 40), dtype=np.uint8)).filter(ImageFilter.BLUR).save(paths[-1])
+    source = Image.open(paths[0])
+    source.crop((2, 1, 38, 37)).resize((40, 40)).save(tmp_path / "crop.png")
+    Image.fromarray((np.asarray(source) * 0.8 + 20).astype(np.uint8)).save(tmp_path / "recoloured.png")
+    paths += [tmp_path / "crop.png", tmp_path / "recoloured.png", tmp_path / "missing.png"]
+    graph = copy_graph(copy_descriptors(paths, progress=False), len(paths), 3)
+    assert graph.neighbours[6, 0] == 0 and graph.neighbours[7, 0] == 0
+    assert (graph.neighbours[8] == -1).all()  # unreadable: nobody's copy
+    splits = ["train"] * 6 + ["test", "test", "test"]
+    leaks = find_leaks(graph, graph.neighbours[:, 0], splits)
+    assert np.flatnonzero(leaks.leaked).tolist() == [6, 7]
 
 
 def test_rows_with_copies_compares_with_the_best_other_row():

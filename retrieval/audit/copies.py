@@ -1,0 +1,109 @@
+"""The copy check of leaks: which images are re-encoded, resized, slightly cropped or recoloured copies of another.
+
+A trained embedding answers "same class", not "same photo": on category data (Fashion-MNIST)
+a resized or cropped copy's source ranks about 100th among its neighbours, behind other images of
+its class (docs/audit.md), so no rule over the embedding's graph separates copies. A copy keeps
+the picture, though: each image's grey thumbnail (`SIZE` x `SIZE`, mean removed, unit length:
+blind to JPEG noise, resizing and brightness or contrast) is compared with every other image's
+thumbnail and with the thumbnails of its 25 `CROP` crops (five positions on each axis), so a
+small crop of an image still finds it. The kNN graph of these descriptors (FAISS, like the
+embedding's) is what `leaks.find_leaks` reads; the sizes were chosen on a validation half of the
+planted set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+from tqdm import tqdm
+
+from retrieval.audit.knn_graph import KnnGraph, index_for
+from retrieval.images import UnreadableImage, load_image
+
+__all__ = ["CROP", "SIZE", "CopyDescriptors", "copy_descriptors", "copy_graph"]
+
+SIZE = 8  # thumbnail side: 12 and 16 ranked the planted copies worse on the validation half (more shift-sensitive)
+CROP = 0.9  # side of the crops, as a share of the image's: copies cropped by up to a tenth still match one
+# Crop positions per axis, evenly from edge to edge: a crop is then at most 1/80 of the side off one. Three (edges and
+# centre) found 15 of the validation half's 23 planted crops, five all of them.
+_POSITIONS = 5
+_BLOCK = 8192  # query rows per FAISS call: a bounded (block, width) result buffer
+
+
+@dataclass(frozen=True)
+class CopyDescriptors:
+    """Per readable image its full thumbnail (`queries`), and every thumbnail with the row it comes from."""
+
+    rows: np.ndarray  # (R,) int64 catalogue rows that could be read, ascending
+    queries: np.ndarray  # (R, SIZE^2) float32 unit vectors: the whole image's thumbnail
+    database: np.ndarray  # (M, SIZE^2) float32: each readable image's thumbnail and its crops' thumbnails
+    owner: np.ndarray  # (M,) int64 the catalogue row of each database descriptor
+
+
+def _thumbnail(image: Image.Image) -> np.ndarray:
+    pixels = np.asarray(image.resize((SIZE, SIZE), Image.Resampling.BILINEAR), dtype=np.float32).ravel()
+    pixels = pixels - pixels.mean()
+    norm = float(np.linalg.norm(pixels))
+    return pixels / norm if norm > 1e-6 else pixels  # a flat image: the zero vector, a copy of nothing
+
+
+def _crops(image: Image.Image) -> list[Image.Image]:
+    width, height = image.size
+    crop_width, crop_height = max(1, round(width * CROP)), max(1, round(height * CROP))
+    steps = range(_POSITIONS)
+    lefts = sorted({round(step * (width - crop_width) / (_POSITIONS - 1)) for step in steps})
+    tops = sorted({round(step * (height - crop_height) / (_POSITIONS - 1)) for step in steps})
+    return [image.crop((x, y, x + crop_width, y + crop_height)) for x in lefts for y in tops]
+
+
+def copy_descriptors(paths: list[Path], progress: bool = True) -> CopyDescriptors:
+    """The descriptors of every readable image (an unreadable one is nobody's copy)."""
+    rows, queries, database, owner = [], [], [], []
+    for row, path in enumerate(tqdm(paths, desc="copy check", unit="image", disable=None if progress else True)):
+        try:
+            image = load_image(path, "L")
+        except UnreadableImage:
+            continue
+        whole = _thumbnail(image)
+        rows.append(row)
+        queries.append(whole)
+        described = [whole, *(_thumbnail(crop) for crop in _crops(image))]  # fewer crops on a tiny image
+        database.extend(described)
+        owner.extend([row] * len(described))
+    dim = SIZE * SIZE
+    return CopyDescriptors(
+        np.asarray(rows, dtype=np.int64),
+        np.asarray(queries, dtype=np.float32).reshape(-1, dim),
+        np.asarray(database, dtype=np.float32).reshape(-1, dim),
+        np.asarray(owner, dtype=np.int64),
+    )
+
+
+def copy_graph(descriptors: CopyDescriptors, n: int, k: int) -> KnnGraph:
+    """Each of `n` catalogue rows' k most similar other images by descriptor (best of their crops).
+
+    Rows without a descriptor, or with fewer than k others found, are padded with neighbour -1, score -1.
+    """
+    neighbours = np.full((n, k), -1, dtype=np.int64)
+    scores = np.full((n, k), -1.0, dtype=np.float32)
+    if len(descriptors.rows) < 2:
+        return KnnGraph(neighbours, scores, exact=True)
+    index, exact = index_for(descriptors.database)
+    # Room for k + 1 images' every descriptor: the row's own and its neighbours' crops crowd the list.
+    width = min(len(descriptors.database), (1 + _POSITIONS**2) * (k + 1))
+    for start in range(0, len(descriptors.rows), _BLOCK):
+        block = slice(start, start + _BLOCK)
+        found_scores, found = index.search(descriptors.queries[block], width)
+        for row, hits, row_scores in zip(descriptors.rows[block], found, found_scores, strict=True):
+            owners = descriptors.owner[hits[hits >= 0]]
+            row_scores = row_scores[hits >= 0]
+            keep = owners != row
+            owners, row_scores = owners[keep], row_scores[keep]
+            _, first = np.unique(owners, return_index=True)  # each image's first hit is its best descriptor
+            best = np.sort(first)[:k]
+            neighbours[row, : len(best)] = owners[best]
+            scores[row, : len(best)] = row_scores[best]
+    return KnnGraph(neighbours, scores, exact)

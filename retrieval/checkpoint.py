@@ -109,7 +109,7 @@ class CheckpointManifest(Record):
     toolkits before it); the model config's are not: a model this toolkit cannot build is refused by name.
     """
 
-    model_config = ConfigDict(extra="ignore", protected_namespaces=())
+    model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
 
     format: Literal["retrieval-checkpoint"]
     version: Annotated[int, at_least(1)]  # the file layout (`CHECKPOINT_VERSION`); newer ones are refused
@@ -168,7 +168,7 @@ class CheckpointFile(Record):
     later toolkit adds are ignored, as they always were.
     """
 
-    model_config = ConfigDict(extra="ignore", arbitrary_types_allowed=True, protected_namespaces=())
+    model_config = ConfigDict(extra="ignore", strict=True, arbitrary_types_allowed=True, protected_namespaces=())
 
     manifest: CheckpointManifest  # first: a newer version is refused before its other fields are read
     model: dict[str, Tensor]

@@ -21,8 +21,11 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
                  for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the
                  `module:qualname` of the code that builds it, which a process without it names
 
-`best.pt` is the same without `optimizer`, `ema` and `grad_scaler` (`Checkpoint.slim`). Version 2 files
-(this layout) are what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
+That dict is the record `CheckpointFile` (its manifest `CheckpointManifest`), written and read back
+through it: a field missing or of the wrong type is one line naming the file and the field, keys a later
+toolkit adds are ignored. `best.pt` is the same without `optimizer`, `ema` and `grad_scaler`
+(`Checkpoint.slim`). Version 2 files (this layout) are what every release so far has written;
+`tests/fixtures/checkpoint_v2.pt` keeps one.
 
 Loading checks the weights against `checksum` and, when the manifest has one, everything else
 (proxies, optimizer state, counters, config, manifest) against `payload_checksum`, so a byte flipped
@@ -45,7 +48,14 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from torch import Tensor
 
 from retrieval import __version__
-from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
+from retrieval.config import (
+    Config,
+    ConfigDocument,
+    ModelConfig,
+    config_from_dict,
+    config_with_overrides,
+    load_config,
+)
 from retrieval.errors import UserError
 from retrieval.match_threshold import MatchThreshold
 from retrieval.models import Embedder
@@ -175,7 +185,7 @@ class CheckpointFile(Record):
     # The run's config as `config_to_dict` wrote it, kept as plain dicts: building a `Config` needs the
     # registries of the run's dataset and loss, which a process that only embeds with the model may lack;
     # `Checkpoint.config()` builds and checks it when it is asked for.
-    config: dict[str, Any]
+    config: ConfigDocument
     num_classes: Annotated[int, at_least(0)] = 0
     epoch: Annotated[int, at_least(0)] = 0
     best_score: float = -1.0
@@ -224,7 +234,7 @@ class Checkpoint:
 
     model: dict[str, Tensor]  # the embedder's state dict
     model_config: ModelConfig  # builds the embedder (pretrained/weights are ignored: the weights are in `model`)
-    run_config: dict[str, Any]  # the run's resolved config, plain nested dicts (see `CheckpointFile.config`)
+    run_config: ConfigDocument  # the run's resolved config, plain nested dicts (see `CheckpointFile.config`)
     num_classes: int  # training classes
     epoch: int = 0  # last trained epoch, 0-based
     best_score: float = -1.0  # selection metric of the best epoch so far (-1: none yet)

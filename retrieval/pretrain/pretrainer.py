@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Final, Literal
 
 import numpy as np
 import torch
@@ -27,7 +27,7 @@ from timm.optim import param_groups_weight_decay
 from tqdm import tqdm
 
 from retrieval.checkpoint import StateDict
-from retrieval.config import Config, config_to_dict
+from retrieval.config import Config, ConfigDocument, config_to_dict
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.pretrain.methods import SelfSupervisedModel, build_method
@@ -67,7 +67,7 @@ class PretrainCheckpoint(Record):
     optimizer: StateDict
     grad_scaler: StateDict | None = None  # train.amp fp16 only
     epoch: Annotated[int, at_least(0)]  # the last trained epoch, 0-based
-    config: dict[str, Any]  # the run's config as `config_to_dict` wrote it (as `CheckpointFile.config`)
+    config: ConfigDocument  # the run's config as `config_to_dict` wrote it (as `CheckpointFile.config`)
     source: dict[str, str]  # how the images were given: `{"images": DIR}` or `{"csv": FILE, "split": ...}`
 
     @classmethod

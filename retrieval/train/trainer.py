@@ -31,7 +31,7 @@ from torch.nn.modules.batchnorm import _BatchNorm
 from tqdm import tqdm
 
 from retrieval.checkpoint import Checkpoint, StateDict
-from retrieval.config import Config, ModelConfig, TrainConfig, config_to_dict
+from retrieval.config import Config, ConfigDocument, ModelConfig, TrainConfig, config_to_dict
 from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
@@ -126,7 +126,7 @@ class Trainer:
         train: TrainConfig,
         run_dir: Path,
         model_config: ModelConfig | None = None,
-        run_config: dict[str, Any] | None = None,  # as `Checkpoint.run_config`
+        run_config: ConfigDocument | None = None,
     ) -> None:
         self.parts = parts
         self.train = train
@@ -223,7 +223,7 @@ class Trainer:
             result = self._final_result()
             if context.is_main:
                 result.write(self.run_dir)
-                tracker.log_result(result.as_dict())
+                tracker.log_result(result.model_dump(mode="json", by_alias=True))
         return result
 
     def _train_epochs(self, records: list[EpochRecord], tracker: Tracker) -> None:

@@ -65,7 +65,7 @@ def _run(args: argparse.Namespace) -> int:
 
     state = None
     if args.resume is not None:
-        state = PretrainCheckpoint.load(args.resume / "checkpoints" / "last.pt")
+        state = PretrainCheckpoint.read(args.resume / "checkpoints" / "last.pt")
         source = dict(state.source)
         config = (
             load_config(args.config, args.overrides)

@@ -71,7 +71,7 @@ class PretrainCheckpoint(Record):
     source: dict[str, str]  # how the images were given: `{"images": DIR}` or `{"csv": FILE, "split": ...}`
 
     @classmethod
-    def load(cls, path: Path) -> PretrainCheckpoint:
+    def read(cls, path: Path) -> PretrainCheckpoint:
         """The pretraining checkpoint at `path`, read as data on the CPU.
 
         Raises:
@@ -190,7 +190,7 @@ class Pretrainer:
         return self.files.root / BACKBONE_FILE
 
     def resume(self, state: PretrainCheckpoint) -> None:
-        """Continue from a loaded `last.pt` (`PretrainCheckpoint.load`): weights, optimizer, loss scale, epoch."""
+        """Continue from a loaded `last.pt` (`PretrainCheckpoint.read`): weights, optimizer, loss scale, epoch."""
         load_resume_part("model", self.model, state.model)
         load_resume_part("optimizer", self.optimizer, state.optimizer)
         if self.step.scaler is not None and state.grad_scaler is not None:

@@ -49,7 +49,7 @@ def read_records(run_dir: Path) -> list[EpochRecord]:
     Raises:
         UserError: when the directory has no `metrics.jsonl` (not a run directory), or a line is not a record.
     """
-    return EpochRecord.read_all(Path(run_dir) / METRICS_FILE)
+    return EpochRecord.read(Path(run_dir) / METRICS_FILE)
 
 
 def plot_run(run_dir: Path) -> list[Path]:

@@ -155,7 +155,7 @@ class EpochRecord(_Diagnosed):
         return json.dumps(self.model_dump(mode="json", exclude_none=True))
 
     @classmethod
-    def read_all(cls, path: Path) -> list[EpochRecord]:
+    def read(cls, path: Path) -> list[EpochRecord]:
         """The records of the `metrics.jsonl` at `path`, in order.
 
         Raises:

@@ -52,7 +52,7 @@ class RunFiles:
         """
         if up_to_epoch == 0 or not self.metrics.is_file():
             return []
-        return [record for record in EpochRecord.read_all(self.metrics) if record.epoch <= up_to_epoch]
+        return [record for record in EpochRecord.read(self.metrics) if record.epoch <= up_to_epoch]
 
     def start(
         self, environment: Mapping[str, object], config: Mapping[str, object] | None, records: Sequence[EpochRecord]

@@ -27,7 +27,7 @@ def _saved(tmp_path, **changes):
 
 
 def test_a_saved_checkpoint_reads_back(tmp_path):
-    loaded = PretrainCheckpoint.load(_saved(tmp_path))
+    loaded = PretrainCheckpoint.read(_saved(tmp_path))
     assert loaded.epoch == 3 and torch.equal(loaded.model["w"], torch.ones(2)) and loaded.grad_scaler is None
     assert set(torch.load(tmp_path / "last.pt", weights_only=True)) == {
         "format", "model", "optimizer", "grad_scaler", "epoch", "config", "source"
@@ -46,7 +46,7 @@ def test_a_saved_checkpoint_reads_back(tmp_path):
 )
 def test_a_hand_edited_checkpoint_is_one_line_naming_the_file_and_the_field(tmp_path, changes, message):
     with pytest.raises(UserError, match=message) as error:
-        PretrainCheckpoint.load(_saved(tmp_path, **changes))
+        PretrainCheckpoint.read(_saved(tmp_path, **changes))
     assert "\n" not in str(error.value)
 
 
@@ -56,4 +56,4 @@ def test_a_missing_field_is_named(tmp_path):
     del raw["optimizer"]
     torch.save(raw, path)
     with pytest.raises(UserError, match=r"last\.pt\.optimizer is missing; restore an intact copy"):
-        PretrainCheckpoint.load(path)
+        PretrainCheckpoint.read(path)

@@ -38,7 +38,7 @@ def _write(tmp_path, *records):
 
 
 def test_a_written_line_reads_back_and_is_written_the_same(tmp_path):
-    (record,) = EpochRecord.read_all(_write(tmp_path, WRITTEN))
+    (record,) = EpochRecord.read(_write(tmp_path, WRITTEN))
     assert record.score("ema/val/recall@1") == 0.8 and record.score("gating/fraction_gated") == 0.25
     assert record.score("b_median/head") == 0.5 and record.score("val/missing") is None
     assert record.statistic("c") == Quantiles(**WRITTEN["c"]) and record.time is not None
@@ -47,7 +47,7 @@ def test_a_written_line_reads_back_and_is_written_the_same(tmp_path):
 
 def test_a_line_from_before_the_diagnostics_still_reads(tmp_path):
     old = {"epoch": 1, "loss": 1.0, "lr": 0.1, "c": {"min": 1, "median": 1.5, "p90": 1.8, "max": 2, "mean": 1.5}}
-    first, second = EpochRecord.read_all(_write(tmp_path, old, "", {**old, "epoch": 2, "seconds": 3}))
+    first, second = EpochRecord.read(_write(tmp_path, old, "", {**old, "epoch": 2, "seconds": 3}))
     quantiles = first.statistic("c")
     assert quantiles is not None and math.isnan(quantiles.p10) and second.seconds == 3
 
@@ -69,10 +69,10 @@ def test_a_line_from_before_the_diagnostics_still_reads(tmp_path):
 def test_a_damaged_line_is_one_line_naming_the_file_line_and_field(tmp_path, line, message):
     path = _write(tmp_path, WRITTEN, line)
     with pytest.raises(UserError, match=message) as error:
-        EpochRecord.read_all(path)
+        EpochRecord.read(path)
     assert "\n" not in str(error.value) and "resume the run" in str(error.value)
 
 
 def test_no_file_is_not_a_run_directory(tmp_path):
     with pytest.raises(UserError, match="metrics.jsonl not found; pass a run directory"):
-        EpochRecord.read_all(tmp_path / "metrics.jsonl")
+        EpochRecord.read(tmp_path / "metrics.jsonl")

@@ -415,6 +415,8 @@ def state_checksum(state: dict[str, Tensor]) -> str:
 def payload_checksum(payload: dict[str, Any]) -> str:
     """sha256 over every part of a saved checkpoint dict but the manifest's own `payload_checksum` field.
 
+    It hashes the dict as `torch.load` gave it, before `CheckpointFile` reads it: the bytes on disk, not the record.
+
     The dict as `torch.save` wrote it and `torch.load` returns it: nested dicts (in key order),
     lists and tuples (alike: both are sequences), tensors (dtype, shape and bytes, wherever they
     live) and scalars (type and `repr`, exact for floats). Each value is length-prefixed, so two

@@ -72,6 +72,7 @@ __all__ = [
     "CheckpointFile",
     "CheckpointManifest",
     "StateDict",
+    "load_torch_file",
     "payload_checksum",
     "state_checksum",
 ]
@@ -364,14 +365,12 @@ class Checkpoint:
                 any other part do not match the manifest's checksums.
         """
         path = Path(path)
-        if not path.is_file():
-            raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
-        try:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises many types for truncated or foreign files
-            raise UserError(
-                f"cannot read checkpoint {path} ({exc.__class__.__name__}); is it a retrieval checkpoint?"
-            ) from exc
+        raw = load_torch_file(
+            path,
+            f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt",
+            f"checkpoint {path}",
+            "is it a retrieval checkpoint?",
+        )
         manifest = raw.get("manifest") if isinstance(raw, dict) else None
         if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
             raise UserError(f"{path} is not a retrieval checkpoint (no manifest); train one with `retrieval train`")
@@ -401,6 +400,20 @@ class Checkpoint:
             match_threshold=stored.match_threshold,
             backbone_builder=stored.manifest.backbone_builder,
         )
+
+
+def load_torch_file(path: Path, missing: str, what: str, hint: str) -> Any:
+    """What `torch.save` wrote to `path`, loaded on the CPU as data only (`weights_only`: never code).
+
+    Raises:
+        UserError: `missing` when there is no file; "cannot read WHAT (ERROR TYPE); HINT" when torch cannot read it.
+    """
+    if not path.is_file():
+        raise UserError(missing)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise UserError(f"cannot read {what} ({exc.__class__.__name__}); {hint}") from exc
 
 
 def state_checksum(state: dict[str, Tensor]) -> str:

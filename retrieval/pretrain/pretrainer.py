@@ -26,7 +26,7 @@ from safetensors.torch import save_file
 from timm.optim import param_groups_weight_decay
 from tqdm import tqdm
 
-from retrieval.checkpoint import StateDict
+from retrieval.checkpoint import StateDict, load_torch_file
 from retrieval.config import Config, ConfigDocument, config_to_dict
 from retrieval.errors import UserError
 from retrieval.models import Embedder
@@ -78,14 +78,12 @@ class PretrainCheckpoint(Record):
             UserError: the file is missing, unreadable, not a pretraining checkpoint, or a field is
                 missing or of the wrong type (naming the file and the field).
         """
-        if not path.is_file():
-            raise UserError(f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory")
-        try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises many types for foreign or truncated files
-            raise UserError(
-                f"cannot read {path} ({exc.__class__.__name__}); it is not a pretraining checkpoint"
-            ) from exc
+        state = load_torch_file(
+            path,
+            f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory",
+            str(path),
+            "it is not a pretraining checkpoint",
+        )
         if not isinstance(state, dict) or state.get("format") != PRETRAIN_FORMAT:
             raise UserError(f"{path} is not a `retrieval pretrain` checkpoint; resume a run directory `pretrain` wrote")
         try:

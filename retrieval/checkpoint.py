@@ -21,8 +21,11 @@ On disk a checkpoint is a `torch.save` dict (loaded with `weights_only=True`: da
                  for a registered backbone (`retrieval.models.backbones`) also `backbone_builder`, the
                  `module:qualname` of the code that builds it, which a process without it names
 
-`best.pt` is the same without `optimizer`, `ema` and `grad_scaler` (`Checkpoint.slim`). Version 2 files
-(this layout) are what every release so far has written; `tests/fixtures/checkpoint_v2.pt` keeps one.
+That dict is the record `CheckpointFile` (its manifest `CheckpointManifest`), written and read back
+through it: a field missing or of the wrong type is one line naming the file and the field, keys a later
+toolkit adds are ignored. `best.pt` is the same without `optimizer`, `ema` and `grad_scaler`
+(`Checkpoint.slim`). Version 2 files (this layout) are what every release so far has written;
+`tests/fixtures/checkpoint_v2.pt` keeps one.
 
 Loading checks the weights against `checksum` and, when the manifest has one, everything else
 (proxies, optimizer state, counters, config, manifest) against `payload_checksum`, so a byte flipped
@@ -38,18 +41,27 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import torch
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 from torch import Tensor
 
 from retrieval import __version__
-from retrieval.config import Config, ModelConfig, config_from_dict, config_with_overrides, load_config
+from retrieval.config import (
+    Config,
+    ConfigDocument,
+    ModelConfig,
+    config_from_dict,
+    config_with_overrides,
+    load_config,
+)
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.models.backbones import backbone_builder, builder_path
 from retrieval.runtime.files import atomic_write
+from retrieval.validation import Record, ValidationError, accepts, at_least, user_error
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -57,18 +69,164 @@ __all__ = [
     "PAYLOAD_CHECKSUM",
     "TRAINED_KEYS",
     "Checkpoint",
+    "CheckpointFile",
+    "CheckpointManifest",
+    "StateDict",
+    "load_torch_file",
     "payload_checksum",
     "state_checksum",
 ]
 
-CHECKPOINT_FORMAT = "retrieval-checkpoint"
+CHECKPOINT_FORMAT: Final = "retrieval-checkpoint"
 CHECKPOINT_VERSION = 2  # 2: best_score/best_epoch of the selection split
 PAYLOAD_CHECKSUM = "payload_checksum"  # the manifest field over the whole file; absent in older version 2 files
 
+# A torch `state_dict()` (of a module, an optimizer, a loss scaler), kept as torch makes and loads it:
+# its layout is torch's and the loaded part's, which `load_state_dict` checks, not a record of ours.
 StateDict = dict[str, Any]
 # Sections a trained checkpoint fixes, with the keys of each that still apply to it: the weights were
 # trained with this architecture and loss, so `--set` may change only evaluation-time options.
 TRAINED_KEYS: dict[str, tuple[str, ...]] = {"model": ("model.flip_average",), "loss": ()}
+
+
+_R = TypeVar("_R", bound=Record)
+_DAMAGED = "the file is a damaged retrieval checkpoint: restore an intact copy or train the run again"
+
+
+def _where(info: ValidationInfo) -> str:
+    """The file being read, as `CheckpointFile.read` passes it in the validation context."""
+    return str((info.context or {}).get("where", "checkpoint"))
+
+
+def _validated(model: type[_R], values: Any, where: str, context: dict[str, str] | None) -> _R:
+    """`values` as a `model` read from `where`; a part that words its own error (a nested record) keeps its words.
+
+    Raises:
+        UserError: the first field missing or of the wrong type, naming `where` and the field.
+    """
+    try:
+        return model.model_validate(values, context=context)
+    except ValidationError as exc:
+        nested = (exc.errors()[0].get("ctx") or {}).get("error")
+        if isinstance(nested, UserError):
+            raise nested from None
+        raise user_error(model, exc, where, _DAMAGED) from None
+
+
+class CheckpointManifest(Record):
+    """A checkpoint's `manifest`: what wrote the file, the model it holds, and the checksums that guard it.
+
+    Keys a later toolkit adds within the same version are ignored (as `payload_checksum` was by the
+    toolkits before it); the model config's are not: a model this toolkit cannot build is refused by name.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True, protected_namespaces=())
+
+    format: Literal["retrieval-checkpoint"]
+    version: Annotated[int, at_least(1)]  # the file layout (`CHECKPOINT_VERSION`); newer ones are refused
+    toolkit_version: str = "unknown"  # the version that wrote it
+    embedding_dim: Annotated[int | None, accepts(lambda value: value is None or value >= 1, "an integer >= 1")] = None
+    model_settings: ModelConfig = Field(alias="model_config")  # builds the embedder
+    checksum: str  # `state_checksum` of the weights
+    payload_checksum: str | None = None  # `payload_checksum` of everything else; absent in older version 2 files
+    backbone_builder: str | None = None  # `module:qualname` of a registered backbone's builder (None: timm)
+
+    @field_validator("version", mode="before")
+    @classmethod
+    def _readable(cls, version: Any, info: ValidationInfo) -> Any:
+        if isinstance(version, int) and version > CHECKPOINT_VERSION:
+            raise UserError(
+                f"{_where(info)} has checkpoint version {version}, newer than this toolkit reads "
+                f"({CHECKPOINT_VERSION}); upgrade retrieval"
+            )
+        return version
+
+    @field_validator("model_settings", mode="before")
+    @classmethod
+    def _buildable(cls, values: Any, info: ValidationInfo) -> ModelConfig:
+        where = f"{_where(info)}: manifest.model_config"
+        if isinstance(values, ModelConfig):
+            return values
+        if not isinstance(values, dict) or not all(isinstance(key, str) for key in values):
+            raise UserError(f"{where} must be a mapping of keys to values; {_DAMAGED}")
+        try:
+            return ModelConfig(**values)
+        except UserError as exc:  # a config section words its errors for a config file: worded for this one
+            if not isinstance(exc.__cause__, ValidationError):
+                raise
+            raise user_error(ModelConfig, exc.__cause__, where, "a newer toolkit wrote it, or " + _DAMAGED) from None
+
+    @classmethod
+    def read(cls, values: Any, where: str, context: dict[str, str] | None = None) -> CheckpointManifest:
+        """The manifest `values` of the file `where` (`context`: the reading file's, for the nested messages).
+
+        Raises:
+            UserError: a newer version, or a field missing or of the wrong type, naming `where` and the field.
+        """
+        return _validated(cls, values, where, context)
+
+    def as_dict(self) -> dict[str, object]:
+        """The manifest as the file holds it: the model config in full, no key for an absent optional field."""
+        fields = self.model_dump(by_alias=True, exclude={"model_settings"}, exclude_none=True)
+        return {**fields, "model_config": self.model_settings.model_dump()}
+
+
+class CheckpointFile(Record):
+    """The dict a checkpoint file holds (`torch.save`), field by field: the layout the module docstring lists.
+
+    `Checkpoint` is what the toolkit works with; this is what it writes and reads back, checked field by
+    field: a hand-edited or damaged file is one line naming the file and the field. Top-level keys a
+    later toolkit adds are ignored, as they always were.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True, arbitrary_types_allowed=True, protected_namespaces=())
+
+    manifest: CheckpointManifest  # first: a newer version is refused before its other fields are read
+    model: dict[str, Tensor]
+    # The run's config as `config_to_dict` wrote it, kept as plain dicts: building a `Config` needs the
+    # registries of the run's dataset and loss, which a process that only embeds with the model may lack;
+    # `Checkpoint.config()` builds and checks it when it is asked for.
+    config: ConfigDocument
+    num_classes: Annotated[int, at_least(0)] = 0
+    epoch: Annotated[int, at_least(0)] = 0
+    best_score: float = -1.0
+    best_epoch: Annotated[int, at_least(0)] = 0
+    selected_weights: Literal["raw", "ema"] = "raw"
+    loss: StateDict = Field(default_factory=dict)
+    optimizer: StateDict | None = None
+    ema: StateDict | None = None
+    grad_scaler: StateDict | None = None
+    match_threshold: MatchThreshold | None = None
+
+    @field_validator("manifest", mode="before")
+    @classmethod
+    def _manifest(cls, values: Any, info: ValidationInfo) -> CheckpointManifest:
+        return CheckpointManifest.read(values, f"{_where(info)}: manifest", {"where": _where(info)})
+
+    @field_validator("match_threshold", mode="before")
+    @classmethod
+    def _threshold(cls, value: Any, info: ValidationInfo) -> MatchThreshold | None:
+        fix = "store it again with `retrieval evaluate --checkpoint CKPT --save-threshold 1e-3`"
+        return MatchThreshold.read(value, f"{_where(info)}: match_threshold", fix)
+
+    @classmethod
+    def read(cls, raw: Any, path: Path) -> CheckpointFile:
+        """The checkpoint dict `raw` that `torch.load` read from `path`, checked field by field.
+
+        Raises:
+            UserError: a newer version, or a field missing or of the wrong type, naming `path` and the field.
+        """
+        return _validated(cls, raw, str(path), {"where": str(path)})
+
+    def payload(self) -> dict[str, Any]:
+        """The dict `torch.save` writes: no key for an absent optional part (optimizer, EMA, threshold)."""
+        optional = ("optimizer", "ema", "grad_scaler", "match_threshold")
+        payload = {name: getattr(self, name) for name in type(self).model_fields if name not in optional}
+        payload["manifest"] = self.manifest.as_dict()
+        payload |= {name: getattr(self, name) for name in optional[:3] if getattr(self, name) is not None}
+        if self.match_threshold is not None:
+            payload["match_threshold"] = self.match_threshold.to_dict()
+        return payload
 
 
 @dataclass
@@ -77,7 +235,7 @@ class Checkpoint:
 
     model: dict[str, Tensor]  # the embedder's state dict
     model_config: ModelConfig  # builds the embedder (pretrained/weights are ignored: the weights are in `model`)
-    run_config: dict[str, Any]  # the run's resolved config, plain nested dicts
+    run_config: ConfigDocument  # the run's resolved config, plain nested dicts (see `CheckpointFile.config`)
     num_classes: int  # training classes
     epoch: int = 0  # last trained epoch, 0-based
     best_score: float = -1.0  # selection metric of the best epoch so far (-1: none yet)
@@ -85,7 +243,7 @@ class Checkpoint:
     loss: StateDict = field(default_factory=dict)  # the loss's state (proxies)
     optimizer: StateDict | None = None  # None in best.pt: evaluation needs no optimizer state
     toolkit_version: str = __version__  # the version that wrote it
-    selected_weights: str = "raw"  # raw | ema: which weights of best_epoch were selected (best.pt's model holds them)
+    selected_weights: Literal["raw", "ema"] = "raw"  # which weights of best_epoch were selected (best.pt holds them)
     ema: StateDict | None = None  # last.pt with train.ema: the averaged model and loss (`WeightAverage.averaged`)
     grad_scaler: StateDict | None = None  # last.pt with train.amp fp16: the loss scaler's scale and growth tracker
     match_threshold: MatchThreshold | None = None  # from `evaluate --save-threshold`; `index build` copies it
@@ -169,103 +327,93 @@ class Checkpoint:
         """Write the checkpoint with its manifest to `path` atomically (temporary file + rename)."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload: dict[str, Any] = {
-            "model": self.model,
-            "loss": self.loss,
-            "epoch": self.epoch,
-            "best_score": self.best_score,
-            "best_epoch": self.best_epoch,
-            "selected_weights": self.selected_weights,
-            "config": self.run_config,
-            "num_classes": self.num_classes,
-            "manifest": {
-                "format": CHECKPOINT_FORMAT,
-                "version": CHECKPOINT_VERSION,
-                "toolkit_version": self.toolkit_version,
-                "embedding_dim": self.embedding_dim,
-                "model_config": self.model_config.model_dump(),
-                "checksum": state_checksum(self.model),
-            },
-        }
-        builder = self.backbone_builder or builder_path(self.model_config.backbone)
-        if builder is not None:
-            payload["manifest"]["backbone_builder"] = builder
-        for name, state in (
-            ("optimizer", self.optimizer),
-            ("ema", self.ema),
-            ("grad_scaler", self.grad_scaler),
-            ("match_threshold", None if self.match_threshold is None else self.match_threshold.to_dict()),
-        ):
-            if state is not None:
-                payload[name] = state
+        manifest = CheckpointManifest(
+            format=CHECKPOINT_FORMAT,
+            version=CHECKPOINT_VERSION,
+            toolkit_version=self.toolkit_version,
+            embedding_dim=self.embedding_dim,
+            model_config=self.model_config,
+            checksum=state_checksum(self.model),
+            backbone_builder=self.backbone_builder or builder_path(self.model_config.backbone),
+        )
+        payload = CheckpointFile(
+            manifest=manifest,
+            model=self.model,
+            config=self.run_config,
+            num_classes=self.num_classes,
+            epoch=self.epoch,
+            best_score=self.best_score,
+            best_epoch=self.best_epoch,
+            selected_weights=self.selected_weights,
+            loss=self.loss,
+            optimizer=self.optimizer,
+            ema=self.ema,
+            grad_scaler=self.grad_scaler,
+            match_threshold=self.match_threshold,
+        ).payload()
         payload["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(payload)
         with atomic_write(path) as temporary:
             torch.save(payload, temporary)
 
     @classmethod
     def load(cls, path: str | Path) -> Checkpoint:
-        """Read a checkpoint on the CPU and check its format, version, weights and (when recorded) whole-file checksums.
+        """Read a checkpoint on the CPU; check its format, version, fields, weights and whole-file checksum.
 
         Raises:
             UserError: the file is missing, unreadable, not a retrieval checkpoint, newer than this
-                toolkit, or its weights or any other part do not match the manifest's checksums.
+                toolkit, has a field missing or of the wrong type (`CheckpointFile`), or its weights or
+                any other part do not match the manifest's checksums.
         """
         path = Path(path)
-        if not path.is_file():
-            raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
-        try:
-            raw = torch.load(path, map_location="cpu", weights_only=True)
-        except Exception as exc:  # torch raises many types for truncated or foreign files
-            raise UserError(
-                f"cannot read checkpoint {path} ({exc.__class__.__name__}); is it a retrieval checkpoint?"
-            ) from exc
+        raw = load_torch_file(
+            path,
+            f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt",
+            f"checkpoint {path}",
+            "is it a retrieval checkpoint?",
+        )
         manifest = raw.get("manifest") if isinstance(raw, dict) else None
         if not isinstance(manifest, dict) or manifest.get("format") != CHECKPOINT_FORMAT:
             raise UserError(f"{path} is not a retrieval checkpoint (no manifest); train one with `retrieval train`")
-        try:
-            return cls._from_payload(raw, manifest, path)
-        except UserError:  # a ValueError already worded for the user: not to be wrapped as "damaged"
-            raise
-        except (KeyError, TypeError, ValueError) as exc:
-            raise UserError(f"{path} is a damaged retrieval checkpoint ({exc.__class__.__name__}: {exc})") from exc
-
-    @classmethod
-    def _from_payload(cls, raw: dict[str, Any], manifest: dict[str, Any], path: Path) -> Checkpoint:
-        version = int(manifest["version"])
-        if version > CHECKPOINT_VERSION:
-            raise UserError(
-                f"{path} has checkpoint version {version}, newer than this toolkit reads "
-                f"({CHECKPOINT_VERSION}); upgrade retrieval (written by {manifest['toolkit_version']})"
-            )
-        if state_checksum(raw["model"]) != manifest["checksum"]:
+        stored = CheckpointFile.read(raw, path)
+        if state_checksum(stored.model) != stored.manifest.checksum:
             raise UserError(f"{path} is corrupt: model weights do not match the manifest checksum")
-        if PAYLOAD_CHECKSUM in manifest and payload_checksum(raw) != manifest[PAYLOAD_CHECKSUM]:
+        if stored.manifest.payload_checksum is not None and payload_checksum(raw) != stored.manifest.payload_checksum:
             raise UserError(
                 f"{path} is corrupt: its optimizer state, proxies, counters or config do not match the manifest's "
                 f"{PAYLOAD_CHECKSUM}; restore an intact copy of the file or train the run again"
             )
         return cls(
-            model=raw["model"],
-            model_config=_model_config(manifest["model_config"]),
-            run_config=raw["config"],
-            num_classes=int(raw.get("num_classes", 0)),
-            epoch=int(raw.get("epoch", 0)),
-            best_score=float(raw.get("best_score", -1.0)),
-            best_epoch=int(raw.get("best_epoch", 0)),
-            loss=raw.get("loss") or {},
+            model=stored.model,
+            model_config=stored.manifest.model_settings,
+            run_config=stored.config,
+            num_classes=stored.num_classes,
+            epoch=stored.epoch,
+            best_score=stored.best_score,
+            best_epoch=stored.best_epoch,
+            loss=stored.loss,
             # Resuming needs the selection state too: files older than version 2 lack it.
-            optimizer=raw.get("optimizer") if "best_epoch" in raw else None,
-            toolkit_version=str(manifest.get("toolkit_version", "unknown")),
-            selected_weights=str(raw.get("selected_weights", "raw")),
-            ema=raw.get("ema"),
-            grad_scaler=raw.get("grad_scaler"),
-            match_threshold=MatchThreshold.read(
-                raw.get("match_threshold"),
-                f"{path}: match_threshold",
-                "store it again with `retrieval evaluate --checkpoint CKPT --save-threshold 1e-3`",
-            ),
-            backbone_builder=manifest.get("backbone_builder"),
+            optimizer=stored.optimizer if "best_epoch" in stored.model_fields_set else None,
+            toolkit_version=stored.manifest.toolkit_version,
+            selected_weights=stored.selected_weights,
+            ema=stored.ema,
+            grad_scaler=stored.grad_scaler,
+            match_threshold=stored.match_threshold,
+            backbone_builder=stored.manifest.backbone_builder,
         )
+
+
+def load_torch_file(path: Path, missing: str, what: str, hint: str) -> Any:
+    """What `torch.save` wrote to `path`, loaded on the CPU as data only (`weights_only`: never code).
+
+    Raises:
+        UserError: `missing` when there is no file; "cannot read WHAT (ERROR TYPE); HINT" when torch cannot read it.
+    """
+    if not path.is_file():
+        raise UserError(missing)
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises many types for truncated or foreign files
+        raise UserError(f"cannot read {what} ({exc.__class__.__name__}); {hint}") from exc
 
 
 def state_checksum(state: dict[str, Tensor]) -> str:
@@ -279,6 +427,8 @@ def state_checksum(state: dict[str, Tensor]) -> str:
 
 def payload_checksum(payload: dict[str, Any]) -> str:
     """sha256 over every part of a saved checkpoint dict but the manifest's own `payload_checksum` field.
+
+    It hashes the dict as `torch.load` gave it, before `CheckpointFile` reads it: the bytes on disk, not the record.
 
     The dict as `torch.save` wrote it and `torch.load` returns it: nested dicts (in key order),
     lists and tuples (alike: both are sequences), tensors (dtype, shape and bytes, wherever they
@@ -313,15 +463,6 @@ def _hash_value(digest: Any, value: Any) -> None:
 def _tensor_bytes(tensor: Tensor) -> bytes:
     """The bytes of a tensor's elements in row-major order, from any device."""
     return tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
-
-
-def _model_config(values: dict[str, Any]) -> ModelConfig:
-    """The manifest's model config as a `ModelConfig`; keys a newer toolkit added are refused by name."""
-    known = set(ModelConfig.model_fields)
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ValueError(f"unknown model_config keys {unknown}; a newer toolkit wrote it")
-    return ModelConfig(**values)
 
 
 def _refuse_trained_key(override: str) -> None:

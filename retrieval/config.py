@@ -36,6 +36,7 @@ __all__ = [
     "TRACKERS",
     "AugmentConfig",
     "Config",
+    "ConfigDocument",
     "DataConfig",
     "LossConfig",
     "ModelConfig",
@@ -54,6 +55,11 @@ __all__ = [
 DEMO_CONFIG = Path(str(importlib.resources.files("retrieval.resources") / "digits_demo.yaml"))
 
 _FIX = "fix it in the config or with --set {key}=..."  # how every bad value is fixed
+
+# A config as YAML holds it, sections of keys to values, before it is checked: what a file, a checkpoint's
+# `config` or `config_to_dict` give and `config_from_dict` checks into a `Config`. Untyped on purpose: its
+# values are whatever the user wrote until the sections' models have read them.
+ConfigDocument = dict[str, Any]
 
 
 def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
@@ -356,7 +362,7 @@ def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) 
     _build_plain_sections(raw, texts)
 
 
-def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Config:
+def config_with_overrides(raw: ConfigDocument, overrides: Sequence[str]) -> Config:
     """Set each `section.key=value` in nested dicts `raw` (in place), then build and check the whole config.
 
     A value is read as YAML (`null`, `[0.2, 0.9]`, `8`) and typed by the field it sets, so any value
@@ -367,7 +373,7 @@ def config_with_overrides(raw: dict[str, Any], overrides: Sequence[str]) -> Conf
     return _build_config(*_overridden(raw, overrides))
 
 
-def _overridden(raw: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str, Any], dict[str, str]]:
+def _overridden(raw: ConfigDocument, overrides: Sequence[str]) -> tuple[ConfigDocument, dict[str, str]]:
     """`raw` with the overrides set in it (in place), and the `--set` texts by `section.key`, for messages."""
     parsed = [_parse_override(override) for override in overrides]
     new_loss = next((value for section, key, value, _ in reversed(parsed) if (section, key) == ("loss", "name")), None)
@@ -383,12 +389,12 @@ def _overridden(raw: dict[str, Any], overrides: Sequence[str]) -> tuple[dict[str
     return raw, {f"{section}.{key}": text for section, key, _, text in parsed}
 
 
-def config_from_dict(raw: dict[str, Any]) -> Config:
+def config_from_dict(raw: ConfigDocument) -> Config:
     """Build a `Config` from nested dicts, checking every key, type and range."""
     return _build_config(raw, {})
 
 
-def config_to_dict(config: Config) -> dict[str, Any]:
+def config_to_dict(config: Config) -> ConfigDocument:
     """The config as plain nested dicts, loss parameters flattened into the loss section."""
     out = config.model_dump()
     loss = out.pop("loss")
@@ -423,7 +429,7 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
     return AugmentConfig.build({**PRESETS[preset], **knobs, "preset": preset}, texts or {})
 
 
-def _build_config(raw: dict[str, Any], texts: Mapping[str, str]) -> Config:
+def _build_config(raw: ConfigDocument, texts: Mapping[str, str]) -> Config:
     """The config of nested dicts `raw`; `texts` maps `section.key` to the `--set` text it came from."""
     model, data, train = _build_plain_sections(raw, texts)
     augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
@@ -434,7 +440,7 @@ def _build_config(raw: dict[str, Any], texts: Mapping[str, str]) -> Config:
     return config
 
 
-def _build_plain_sections(raw: dict[str, Any], texts: Mapping[str, str]) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> tuple[ModelConfig, DataConfig, TrainConfig]:
     """The sections whose checks need no registry (nor PyTorch), after refusing an unknown section."""
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
@@ -484,7 +490,7 @@ def _check_auto_augment(policy: str) -> None:
         ) from exc
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> ConfigDocument:
     if not path.is_file():
         raise UserError(f"config file not found: {path}; pass an existing YAML file with --config")
     try:

@@ -200,3 +200,56 @@ def test_a_damaged_match_threshold_is_one_line_naming_its_field(tmp_path, record
     _edit_file(path, damage)
     with pytest.raises(UserError, match=rf"c.pt: match_threshold.{field} (must be|is missing).*--save-threshold"):
         Checkpoint.load(path)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda raw: raw.__setitem__("epoch", "four"), r"c\.pt\.epoch must be int, got 'four'"),
+        (lambda raw: raw.__setitem__("selected_weights", "best"), r"c\.pt\.selected_weights must be one of raw, ema"),
+        (lambda raw: raw["manifest"].__setitem__("checksum", 7), r"c\.pt: manifest\.checksum must be str, got 7"),
+        (
+            lambda raw: raw["manifest"]["model_config"].__setitem__("embedding_dim", 0),
+            r"c\.pt: manifest\.model_config\.embedding_dim must be null or an integer >= 1, got 0",
+        ),
+        (
+            lambda raw: raw["manifest"]["model_config"].__setitem__("new_knob", 1),
+            r"unknown key \S*c\.pt: manifest\.model_config\.new_knob; valid keys",
+        ),
+    ],
+    ids=["epoch", "selected-weights", "checksum", "model-config-value", "model-config-key"],
+)
+def test_a_hand_edited_field_is_one_line_naming_the_file_and_the_field(tmp_path, edit, message):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+
+    def damage(raw):
+        edit(raw)
+        raw["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(raw)  # edited on purpose, not a flipped byte
+
+    _edit_file(path, damage)
+    with pytest.raises(UserError, match=message) as error:
+        Checkpoint.load(path)
+    assert "\n" not in str(error.value)
+
+
+def test_keys_a_later_toolkit_adds_are_ignored(tmp_path):
+    path = tmp_path / "c.pt"
+    _checkpoint().save(path)
+
+    def add(raw):
+        raw["later_part"] = {"x": 1}
+        raw["manifest"]["later_field"] = "kept"
+        raw["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(raw)
+
+    _edit_file(path, add)
+    assert Checkpoint.load(path).epoch == 4
+
+
+def test_the_saved_layout_is_the_version_2_layout(tmp_path):
+    # The file a release wrote and the one written here hold the same keys, so each toolkit reads the other's.
+    path = tmp_path / "c.pt"
+    _checkpoint(optimizer={"state": {}, "param_groups": []}).save(path)
+    written, fixture = torch.load(path, weights_only=True), torch.load(FIXTURES / "checkpoint_v2.pt", weights_only=True)
+    assert set(fixture) <= set(written) and set(written) - set(fixture) <= {"selected_weights"}  # added in v2
+    assert set(written["manifest"]) - {PAYLOAD_CHECKSUM} == set(fixture["manifest"])

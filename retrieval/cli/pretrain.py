@@ -59,18 +59,18 @@ def run(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from retrieval.config import config_with_overrides, load_config
     from retrieval.inference.sources import read_source
-    from retrieval.pretrain.pretrainer import Pretrainer, load_pretrain_checkpoint
+    from retrieval.pretrain.pretrainer import PretrainCheckpoint, Pretrainer
     from retrieval.runtime.distributed import process_group
     from retrieval.runtime.environment import configure_process
 
     state = None
     if args.resume is not None:
-        state = load_pretrain_checkpoint(args.resume / "checkpoints" / "last.pt")
-        source = dict(state["source"])
+        state = PretrainCheckpoint.read(args.resume / "checkpoints" / "last.pt")
+        source = dict(state.source)
         config = (
             load_config(args.config, args.overrides)
             if args.config
-            else config_with_overrides(dict(state["config"]), args.overrides)
+            else config_with_overrides(dict(state.config), args.overrides)
         )
         run_dir = args.output_dir or args.resume
     else:

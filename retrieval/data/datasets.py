@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset
@@ -18,7 +17,7 @@ from retrieval.data.exclusion import excluded_paths, without_excluded
 from retrieval.data.holdout import holdout_classes, holdout_images
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
-from retrieval.data.transforms import build_eval_transform, build_train_transform
+from retrieval.data.transforms import ModelDataConfig, build_eval_transform, build_train_transform
 from retrieval.errors import UserError
 
 __all__ = ["EvalSplit", "RetrievalData", "build_data", "read_splits"]
@@ -184,7 +183,7 @@ def _renumbered(codes: np.ndarray, trained: np.ndarray) -> np.ndarray:
 
 
 def build_data(
-    cfg: DataConfig, model_data_config: dict[str, Any], augment: AugmentConfig, in_chans: int = 3
+    cfg: DataConfig, model_data_config: ModelDataConfig, augment: AugmentConfig, in_chans: int = 3
 ) -> RetrievalData:
     """Datasets for `cfg.name`, with `augment`'s transforms at `cfg.image_size`.
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypedDict
 
 from timm.data import create_transform
 from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_mode
@@ -32,13 +32,35 @@ from retrieval.config import AugmentConfig
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
 
-__all__ = ["border_colour", "build_eval_transform", "build_train_transform", "channel_stats", "describe_eval_transform"]
+__all__ = [
+    "ModelDataConfig",
+    "border_colour",
+    "build_eval_transform",
+    "build_train_transform",
+    "channel_stats",
+    "describe_eval_transform",
+]
+
+
+class ModelDataConfig(TypedDict, total=False):
+    """A backbone's preprocessing as timm resolves it (`timm.data.resolve_model_data_config`), the keys read here.
+
+    timm returns a plain dict with these keys; a caller may give only `mean` and `std` (the rest default).
+    """
+
+    input_size: tuple[int, int, int]  # (C, H, W) the backbone was trained at
+    interpolation: str  # timm's resampling name (bilinear, bicubic, ...)
+    mean: tuple[float, ...]  # per channel, on pixels scaled to [0, 1]
+    std: tuple[float, ...]
+    crop_pct: float
+    crop_mode: str
+
 
 # A geometry step (a PIL image in, a PIL image out) built for one fill colour.
 _FilledStep = Callable[[Fill], Callable[[Any], Any]]
 
 
-def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def channel_stats(data_config: ModelDataConfig, in_chans: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """(mean, std) per input channel: timm's values, averaged over RGB for grayscale (`in_chans` 1).
 
     Raises:
@@ -57,7 +79,7 @@ def channel_stats(data_config: dict[str, Any], in_chans: int) -> tuple[tuple[flo
 
 
 def build_train_transform(
-    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+    augment: AugmentConfig, image_size: int, data_config: ModelDataConfig, in_chans: int
 ) -> Callable[[Any], Any]:
     """The training pipeline: geometry, affine, flip, photometric noise, normalize, erasing.
 
@@ -119,7 +141,7 @@ def _color_jitter(augment: AugmentConfig) -> tuple[float, ...] | None:
 
 
 def build_eval_transform(
-    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+    augment: AugmentConfig, image_size: int, data_config: ModelDataConfig, in_chans: int
 ) -> Callable[[Any], Any]:
     """The evaluation pipeline: `augment.eval_mode` geometry, then normalize (deterministic).
 
@@ -132,7 +154,7 @@ def build_eval_transform(
 
 
 def describe_eval_transform(
-    augment: AugmentConfig, image_size: int, data_config: dict[str, Any], in_chans: int
+    augment: AugmentConfig, image_size: int, data_config: ModelDataConfig, in_chans: int
 ) -> dict[str, Any]:
     """What `build_eval_transform` does, as plain data for a manifest (an index must embed queries the same way).
 

@@ -10,6 +10,9 @@ A loss that holds a classification weight (PML's `WeightMixin`: proxies, class c
 weight) trains on shuffled batches; every other PML loss compares the images of a batch with each
 other and gets P x K batches, the global batch under torchrun and a cross-batch memory where PML
 supports one. The weights join the optimizer's proxy group through `parameters()`.
+
+The kwargs stay a plain dict: they are PML's constructor arguments, checked by name against
+the class's signature (`constructor_parameters`) and typed by PML, not records of the toolkit.
 """
 
 from __future__ import annotations

@@ -83,6 +83,8 @@ _MEMORY_PARAMETERS = {"memory_size": 0}
 
 
 # Parameters of a `pml.<ClassName>` loss: the PML constructor's arguments and an optional PML miner.
+# A loss's parameters are its constructor's keyword arguments (a plain dict, passed on as `**params`):
+# the config types each by its default's type when it reads it (`retrieval.config._build_loss_section`).
 _PML_PARAMETERS: dict[str, Any] = {"kwargs": {}, "miner": None}
 
 

@@ -133,7 +133,10 @@ def _counted(keys: Iterable[str]) -> list[str]:
 
 
 def _checkpoint_filter(name: str) -> Callable[..., dict[str, Any]] | None:
-    """The model module's `checkpoint_filter_fn`, timm's convention for converting other layouts, or None."""
+    """The model module's `checkpoint_filter_fn`, timm's convention for converting other layouts, or None.
+
+    Its state dicts are timm's (untyped in timm's own hints), passed through as they are.
+    """
     module = sys.modules[timm.models.model_entrypoint(name).__module__]
     converter = getattr(module, "checkpoint_filter_fn", None)
     return converter if callable(converter) else None

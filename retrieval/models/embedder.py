@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import timm
 import torch
@@ -15,6 +15,9 @@ from retrieval.errors import UserError
 from retrieval.models.backbone_weights import load_backbone_weights
 from retrieval.models.backbones import BackboneBuilder, backbone_builder, registered_backbones
 from retrieval.models.pooling import FEATURE_MAP_POOLINGS, POOLINGS, TIMM_POOLINGS, GlobalPool
+
+if TYPE_CHECKING:
+    from retrieval.data.transforms import ModelDataConfig
 
 __all__ = ["Embedder", "create_backbone"]
 
@@ -162,9 +165,9 @@ class Embedder(nn.Module):
             features = features.permute(0, 3, 1, 2)
         return self.pool(features)
 
-    def data_config(self) -> dict[str, Any]:
+    def data_config(self) -> ModelDataConfig:
         """timm's preprocessing for this backbone (mean, std, interpolation, crop_pct)."""
-        return timm.data.resolve_model_data_config(self.backbone)
+        return cast("ModelDataConfig", timm.data.resolve_model_data_config(self.backbone))
 
 
 def create_backbone(

@@ -17,15 +17,17 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Final, Literal
 
 import numpy as np
 import torch
+from pydantic import ConfigDict
 from safetensors.torch import save_file
 from timm.optim import param_groups_weight_decay
 from tqdm import tqdm
 
-from retrieval.config import Config, config_to_dict
+from retrieval.checkpoint import StateDict, load_torch_file
+from retrieval.config import Config, ConfigDocument, config_to_dict
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.pretrain.methods import SelfSupervisedModel, build_method
@@ -35,18 +37,64 @@ from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import describe_environment, seed_everything, torch_seeded
 from retrieval.runtime.files import atomic_write
 from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.train.epoch_record import EpochRecord, StepTimes
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader, epoch_samplers
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import LossTracker, OptimizerStep
 from retrieval.train.trainer import epoch_seed, load_resume_part
+from retrieval.validation import Record, ValidationError, at_least, user_error
 
-__all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainResult", "Pretrainer", "load_pretrain_checkpoint"]
+__all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainCheckpoint", "PretrainResult", "Pretrainer"]
 
 _log = logging.getLogger(__name__)
 
 BACKBONE_FILE = "backbone.safetensors"
-PRETRAIN_FORMAT = "retrieval-pretrain"  # `format` of a pretraining run's checkpoints/last.pt
+PRETRAIN_FORMAT: Final = "retrieval-pretrain"  # `format` of a pretraining run's checkpoints/last.pt
+
+
+class PretrainCheckpoint(Record):
+    """A pretraining run's `checkpoints/last.pt`: what `retrieval pretrain --resume` continues from.
+
+    Written with `torch.save` and read as data (`weights_only`), field by field: a damaged or
+    hand-edited file is one line naming the file and the field.
+    """
+
+    model_config = ConfigDict(extra="ignore", strict=True, arbitrary_types_allowed=True, protected_namespaces=())
+
+    format: Literal["retrieval-pretrain"]
+    model: dict[str, torch.Tensor]  # the `SelfSupervisedModel`'s weights (backbone and head)
+    optimizer: StateDict
+    grad_scaler: StateDict | None = None  # train.amp fp16 only
+    epoch: Annotated[int, at_least(0)]  # the last trained epoch, 0-based
+    config: ConfigDocument  # the run's config as `config_to_dict` wrote it (as `CheckpointFile.config`)
+    source: dict[str, str]  # how the images were given: `{"images": DIR}` or `{"csv": FILE, "split": ...}`
+
+    @classmethod
+    def read(cls, path: Path) -> PretrainCheckpoint:
+        """The pretraining checkpoint at `path`, read as data on the CPU.
+
+        Raises:
+            UserError: the file is missing, unreadable, not a pretraining checkpoint, or a field is
+                missing or of the wrong type (naming the file and the field).
+        """
+        state = load_torch_file(
+            path,
+            f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory",
+            str(path),
+            "it is not a pretraining checkpoint",
+        )
+        if not isinstance(state, dict) or state.get("format") != PRETRAIN_FORMAT:
+            raise UserError(f"{path} is not a `retrieval pretrain` checkpoint; resume a run directory `pretrain` wrote")
+        try:
+            return cls.model_validate(state)
+        except ValidationError as exc:
+            raise user_error(cls, exc, str(path), "restore an intact copy, or start the run again") from None
+
+    def save(self, path: Path) -> None:
+        """Write the checkpoint to `path` atomically."""
+        with atomic_write(path) as temporary:
+            torch.save(dict(self), temporary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,18 +187,18 @@ class Pretrainer:
         """`backbone.safetensors`: the backbone after the last trained epoch."""
         return self.files.root / BACKBONE_FILE
 
-    def resume(self, state: dict[str, Any]) -> None:
-        """Continue from a loaded `last.pt` (`load_pretrain_checkpoint`): weights, optimizer, loss scale, epoch."""
-        load_resume_part("model", self.model, state["model"])
-        load_resume_part("optimizer", self.optimizer, state["optimizer"])
-        if self.step.scaler is not None and state.get("grad_scaler") is not None:
-            self.step.scaler.load_state_dict(state["grad_scaler"])
-        self.start_epoch = int(state["epoch"]) + 1
+    def resume(self, state: PretrainCheckpoint) -> None:
+        """Continue from a loaded `last.pt` (`PretrainCheckpoint.read`): weights, optimizer, loss scale, epoch."""
+        load_resume_part("model", self.model, state.model)
+        load_resume_part("optimizer", self.optimizer, state.optimizer)
+        if self.step.scaler is not None and state.grad_scaler is not None:
+            self.step.scaler.load_state_dict(state.grad_scaler)
+        self.start_epoch = state.epoch + 1
 
     def fit(self) -> PretrainResult:
         """Pretrain the remaining epochs; returns where the backbone's weights are."""
         context, epochs = self.context, self.config.pretrain.epochs
-        records: list[dict[str, Any]] = context.broadcast(
+        records: list[EpochRecord] = context.broadcast(
             self.files.read_records(self.start_epoch) if context.is_main else []
         )
         if context.is_main:
@@ -169,19 +217,20 @@ class Pretrainer:
             )
         for epoch in range(self.start_epoch, epochs):
             record = self._train_epoch(epoch)
+            train_seconds = record.time.train if record.time is not None else 0.0
             started = time.perf_counter()
             if context.is_main:
                 self._save(epoch)
-                record["time"]["write"] = round(time.perf_counter() - started, 3)
+                record.time = StepTimes(train=train_seconds, write=round(time.perf_counter() - started, 3))
                 self.files.append_record(record)
                 print(self._summary(record), flush=True)
             records.append(record)
         if not records:
             raise UserError(f"{self.files.root} holds no epoch records; start the run again without --resume")
-        steps = sum(int(record["images"]) for record in records)
-        return PretrainResult(self.weights_file, epochs, len(self.paths), float(records[-1]["loss"]), 2 * steps)
+        steps = sum(record.images or 0 for record in records)
+        return PretrainResult(self.weights_file, epochs, len(self.paths), records[-1].loss, 2 * steps)
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+    def _train_epoch(self, epoch: int) -> EpochRecord:
         """One pass over the images; the record of it (loss, lr, images, seconds)."""
         context, seed, step = self.context, self.config.train.seed, self.step
         seed_everything(epoch_seed(seed, epoch, context.rank))
@@ -214,57 +263,39 @@ class Pretrainer:
                 "lower pretrain.lr"
             )
         total = seen * context.world_size
-        return {
-            "epoch": epoch + 1,
-            "loss": loss,
-            "lr": self.optimizer.param_groups[0]["lr"],
-            "images": total,
-            "images_per_second": round(total / max(seconds, 1e-9), 1),
-            "time": {"train": round(seconds, 3)},
-        }
+        return EpochRecord(
+            epoch=epoch + 1,
+            loss=loss,
+            lr=self.optimizer.param_groups[0]["lr"],
+            images=total,
+            images_per_second=round(total / max(seconds, 1e-9), 1),
+            time=StepTimes(train=round(seconds, 3)),
+        )
 
     def _save(self, epoch: int) -> None:
         """Write `last.pt` and the backbone file, each atomically (rank 0)."""
         self.files.checkpoints.mkdir(parents=True, exist_ok=True)
         model = _unwrapped(self.model)
-        state = {
-            "format": PRETRAIN_FORMAT,
-            "model": model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "grad_scaler": None if self.step.scaler is None else self.step.scaler.state_dict(),
-            "epoch": epoch,
-            "config": config_to_dict(self.config),
-            "source": self.source,
-        }
-        with atomic_write(self.last_checkpoint) as temporary:
-            torch.save(state, temporary)
+        PretrainCheckpoint(
+            format=PRETRAIN_FORMAT,
+            model=model.state_dict(),
+            optimizer=self.optimizer.state_dict(),
+            grad_scaler=None if self.step.scaler is None else self.step.scaler.state_dict(),
+            epoch=epoch,
+            config=config_to_dict(self.config),
+            source=self.source,
+        ).save(self.last_checkpoint)
         backbone = {name: tensor.detach().cpu().contiguous() for name, tensor in model.backbone.state_dict().items()}
         metadata = {"format": PRETRAIN_FORMAT, "backbone": self.config.model.backbone, "epoch": str(epoch + 1)}
         with atomic_write(self.weights_file) as temporary:
             save_file(backbone, str(temporary), metadata=metadata)
 
-    def _summary(self, record: dict[str, Any]) -> str:
+    def _summary(self, record: EpochRecord) -> str:
+        seconds = record.time.train if record.time is not None else 0.0
         return (
-            f"epoch {record['epoch']}/{self.config.pretrain.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
-            f"  ({record['time']['train']:.1f}s, {record['images_per_second']:.0f} img/s)"
+            f"epoch {record.epoch}/{self.config.pretrain.epochs}  loss {record.loss:.4f}  lr {record.lr:.2e}"
+            f"  ({seconds:.1f}s, {record.images_per_second:.0f} img/s)"
         )
-
-
-def load_pretrain_checkpoint(path: Path) -> dict[str, Any]:
-    """A pretraining run's `last.pt`, read as data (`weights_only`).
-
-    Raises:
-        UserError: the file is missing, unreadable, or not a pretraining checkpoint.
-    """
-    if not path.is_file():
-        raise UserError(f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises many types for foreign or truncated files
-        raise UserError(f"cannot read {path} ({exc.__class__.__name__}); it is not a pretraining checkpoint") from exc
-    if not isinstance(state, dict) or state.get("format") != PRETRAIN_FORMAT:
-        raise UserError(f"{path} is not a `retrieval pretrain` checkpoint; resume a run directory `pretrain` wrote")
-    return state
 
 
 def _stack_views(

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from retrieval.config import AugmentConfig, PretrainConfig
 from retrieval.data.image_dataset import ImageDataset
-from retrieval.data.transforms import build_train_transform
+from retrieval.data.transforms import ModelDataConfig, build_train_transform
 
 __all__ = ["TwoViews", "view_augment", "views_dataset"]
 
@@ -50,7 +50,7 @@ def views_dataset(
     augment: AugmentConfig,
     pretrain: PretrainConfig,
     image_size: int,
-    data_config: dict[str, Any],
+    data_config: ModelDataConfig,
     in_chans: int,
     on_bad_image: str,
 ) -> ImageDataset:

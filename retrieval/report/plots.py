@@ -17,7 +17,7 @@ backend, so importing or calling this module never changes the caller's matplotl
 
 from __future__ import annotations
 
-import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +26,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from retrieval.errors import UserError
 from retrieval.metrics.groups import GROUP_NAMES
 from retrieval.runtime.files import atomic_write
+from retrieval.train.epoch_record import METRICS_FILE, EpochRecord, Histogram
 
 __all__ = [
     "plot_curves",
@@ -40,19 +40,16 @@ __all__ = [
     "save_figure",
 ]
 
-_Records = list[dict[str, Any]]
+_Records = Sequence[EpochRecord]
 
 
-def read_records(run_dir: Path) -> _Records:
+def read_records(run_dir: Path) -> list[EpochRecord]:
     """The epoch records of a run's `metrics.jsonl`, in order.
 
     Raises:
-        UserError: when the directory has no `metrics.jsonl` (not a run directory).
+        UserError: when the directory has no `metrics.jsonl` (not a run directory), or a line is not a record.
     """
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.is_file():
-        raise UserError(f"{path} not found; pass a run directory written by `retrieval train`")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return EpochRecord.read(Path(run_dir) / METRICS_FILE)
 
 
 def plot_run(run_dir: Path) -> list[Path]:
@@ -62,26 +59,28 @@ def plot_run(run_dir: Path) -> list[Path]:
     out.mkdir(exist_ok=True)
     written = [plot_curves(records, out / "curves.png")]
     for key, name, draw in (("c", "difficulty", plot_difficulty), ("b", "gating", plot_gating)):
-        if any(key in r for r in records):
+        if any(r.statistic(key) is not None for r in records):
             written.append(draw(records, out / f"{name}.png"))
-    if any("grad" in r for r in records):
+    if any(r.grad is not None for r in records):
         written.append(plot_gradients(records, out / "gradients.png"))
     return written
 
 
 def plot_curves(records: _Records, path: Path) -> Path:
     """Loss, learning rate, Recall@K / MAP@R, and (closed-set splits) results per frequency group."""
-    epochs = [r["epoch"] for r in records]
-    grouped = any(f"val/{GROUP_NAMES[0]}/recall@1" in r or f"test/{GROUP_NAMES[0]}/recall@1" in r for r in records)
+    epochs = [r.epoch for r in records]
+    grouped = any(
+        r.score(f"{split}/{GROUP_NAMES[0]}/recall@1") is not None for r in records for split in ("val", "test")
+    )
     fig = Figure(figsize=(20 if grouped else 15, 4))
     axes = fig.subplots(1, 4 if grouped else 3)
     ax_loss, ax_lr, ax_recall = axes[:3]
-    ax_loss.plot(epochs, [r["loss"] for r in records], marker="o")
+    ax_loss.plot(epochs, [r.loss for r in records], marker="o")
     ax_loss.set(title="training loss", xlabel="epoch")
-    ax_lr.plot(epochs, [r["lr"] for r in records], marker="o")
+    ax_lr.plot(epochs, [r.lr for r in records], marker="o")
     ax_lr.set(title="learning rate (end of epoch)", xlabel="epoch")
     for split, style in (("val", "-"), ("test", ":")):
-        metrics = sorted({key.split("/", 1)[1] for r in records for key in r if _is_overall_metric(key, split)})
+        metrics = sorted({key.split("/", 1)[1] for r in records for key in r.scores if _is_overall_metric(key, split)})
         for metric in metrics:
             _plot_key(ax_recall, records, f"{split}/{metric}", style, f"{split} {metric}")
     ax_recall.set(title="retrieval (val selects; test only when asked)", xlabel="epoch", ylim=(0, 1))
@@ -130,24 +129,22 @@ def plot_gating(records: _Records, path: Path) -> Path:
 
 def plot_gradients(records: _Records, path: Path) -> Path:
     """Share of the summed logit-gradient norm per p_t bucket, and on correct vs wrong predictions."""
-    rows = [r for r in records if "grad" in r]
-    epochs = np.array([r["epoch"] for r in rows])
-    sums = np.array([r["grad"]["p_t_sum"] for r in rows])
+    grads = [(r.epoch, r.grad) for r in records if r.grad is not None]
+    epochs = np.array([epoch for epoch, _ in grads])
+    sums = np.array([grad.p_t_sum for _, grad in grads])
     shares = sums / np.maximum(sums.sum(axis=1, keepdims=True), 1e-30)
     fig = Figure(figsize=(12, 4))
     ax_buckets, ax_wrong = fig.subplots(1, 2)
     # Bucket names come from the record; a record without them gets numbered labels.
-    buckets = rows[-1]["grad"].get("p_t_buckets") or [f"bucket {i + 1}" for i in range(shares.shape[1])]
+    buckets = grads[-1][1].p_t_buckets or [f"bucket {i + 1}" for i in range(shares.shape[1])]
     ax_buckets.stackplot(epochs, shares.T, labels=[f"p_t in {b}" for b in buckets], alpha=0.85)
     ax_buckets.set(title="share of gradient norm at the logits, per p_t", xlabel="epoch", ylim=(0, 1))
     ax_buckets.legend(fontsize=7, loc="upper right")
-    wrong = np.array([r["grad"]["wrong_sum"] for r in rows])
-    correct = np.array([r["grad"]["correct_sum"] for r in rows])
+    wrong = np.array([grad.wrong_sum for _, grad in grads])
+    correct = np.array([grad.correct_sum for _, grad in grads])
     total = np.maximum(wrong + correct, 1e-30)
     ax_wrong.plot(epochs, wrong / total, marker="o", label="gradient share of wrong predictions")
-    counts = np.array(
-        [r["grad"]["wrong_count"] / max(1, r["grad"]["wrong_count"] + r["grad"]["correct_count"]) for r in rows]
-    )
+    counts = np.array([grad.wrong_count / max(1, grad.wrong_count + grad.correct_count) for _, grad in grads])
     ax_wrong.plot(epochs, counts, ":", marker="s", label="fraction of samples predicted wrong")
     ax_wrong.set(title="where the gradient goes", xlabel="epoch", ylim=(0, 1))
     ax_wrong.legend(fontsize=7)
@@ -164,29 +161,20 @@ def _is_overall_metric(key: str, split: str) -> bool:
     return metric == "map@r" or (metric.startswith("recall@") and "/" not in metric)
 
 
-def _value(record: dict[str, Any], key: str) -> float | None:
-    """`record[a][b]` for key `a/b` when the record nests it, else `record[key]`; None when absent."""
-    if key in record:
-        return record[key]
-    head, _, tail = key.partition("/")
-    nested = record.get(head)
-    return nested.get(tail) if isinstance(nested, dict) and tail else None
-
-
 def _plot_key(ax: Axes, records: _Records, key: str, style: str, label: str, **kwargs: Any) -> None:
-    points = [(r["epoch"], v) for r in records if (v := _value(r, key)) is not None]
+    points = [(r.epoch, v) for r in records if (v := r.score(key)) is not None]
     if points:
         x, y = zip(*points, strict=True)
         ax.plot(x, y, style, marker="o", markersize=3, label=label, **kwargs)
 
 
 def _heat_map(ax: Axes, records: _Records, key: str, title: str) -> None:
-    """Histograms of one statistic, one column per epoch, normalized per epoch."""
-    rows = [r for r in records if key in r]
-    counts = np.array([r[key]["counts"] for r in rows], dtype=float)
+    """Histograms of one statistic (`c_hist`, `b_hist`), one column per epoch, normalized per epoch."""
+    rows = [(r.epoch, histogram) for r in records if isinstance(histogram := getattr(r, key), Histogram)]
+    counts = np.array([histogram.counts for _, histogram in rows], dtype=float)
     shares = counts / np.maximum(counts.sum(axis=1, keepdims=True), 1)
-    low, high = rows[0][key]["range"]
-    epochs = [r["epoch"] for r in rows]
+    low, high = rows[0][1].range
+    epochs = [epoch for epoch, _ in rows]
     image = ax.imshow(
         shares.T,
         origin="lower",
@@ -206,9 +194,9 @@ def _heat_map(ax: Axes, records: _Records, key: str, title: str) -> None:
 
 
 def _quantile_bands(ax: Axes, records: _Records, key: str, title: str) -> None:
-    rows = [r for r in records if key in r]
-    epochs = [r["epoch"] for r in rows]
-    q = {name: [r[key].get(name, np.nan) for r in rows] for name in ("min", "p10", "median", "p90", "max")}
+    rows = [(r.epoch, quantiles) for r in records if (quantiles := r.statistic(key)) is not None]
+    epochs = [epoch for epoch, _ in rows]
+    q = {name: [getattr(quantiles, name) for _, quantiles in rows] for name in ("min", "p10", "median", "p90", "max")}
     ax.fill_between(epochs, q["min"], q["max"], alpha=0.2, label="min-max")
     ax.fill_between(epochs, q["p10"], q["p90"], alpha=0.4, label="p10-p90")
     ax.plot(epochs, q["median"], marker="o", label="median")

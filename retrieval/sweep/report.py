@@ -71,7 +71,7 @@ def summarize(cells: Sequence[Cell]) -> list[CellSummary]:
                 seeds=[cell.seed for cell in done],
                 results=results,
                 epochs=[len(r) for r in records],
-                seconds=[sum(record.get("seconds", 0.0) for record in r) for r in records],
+                seconds=[sum(record.seconds or 0.0 for record in r) for r in records],
                 intervals=_seed_averaged_intervals([cell.directory for cell in done]),
             )
         )

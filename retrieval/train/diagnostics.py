@@ -1,10 +1,10 @@
 """Per-epoch training diagnostics from the loss's `last_stats`: cheap enough to leave on.
 
 After each step the trainer hands the loss's `last_stats` to `EpochDiagnostics.update`; at the end
-of the epoch `summary()` gives one JSON-ready dict for `metrics.jsonl`. Everything is accumulated
-on the training device without synchronizing (no `.item()`, no host copies per step); the epoch's
-values reach the host once, in `summary()`. Nothing runs a second backward pass: the gradient at
-the logits has a closed form.
+of the epoch `summary()` gives the loss's part of the epoch's `metrics.jsonl` record (`LossDiagnostics`).
+Everything is accumulated on the training device without synchronizing (no `.item()`, no host
+copies per step); the epoch's values reach the host once, in `summary()`. Nothing runs a second
+backward pass: the gradient at the logits has a closed form.
 
 What is recorded (each only when the loss provides the inputs):
 
@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor
 
 from retrieval.metrics.groups import GROUP_NAMES
+from retrieval.train.epoch_record import EpochRecord, Gating, GradientSums, Histogram, LossDiagnostics, Quantiles
 
 __all__ = [
     "B_RANGE",
@@ -113,34 +113,34 @@ class EpochDiagnostics:
         self._grad[0].index_add_(0, slots, torch.cat([norms, norms]))
         self._grad[1].index_add_(0, slots, torch.ones_like(slots, dtype=self._grad.dtype))
 
-    def summary(self) -> dict[str, Any]:
-        """The epoch's diagnostics as plain Python numbers (see the module docstring for the keys)."""
+    def summary(self) -> LossDiagnostics:
+        """The epoch's diagnostics, read back to the host once (see the module docstring for the keys)."""
         values = {key: torch.cat(chunks) for key, chunks in self._values.items()}
-        record: dict[str, Any] = {key: _quantiles(value) for key, value in values.items() if value.numel()}
+        statistics = {key: _quantiles(value) for key, value in values.items() if value.numel()}
+        record = LossDiagnostics.model_validate(statistics)
         if "c" in values:
-            record["c_hist"] = _histogram(values["c"], C_RANGE)
+            record.c_hist = _histogram(values["c"], C_RANGE)
         if "b" in values:
-            record["b_hist"] = _histogram(values["b"], B_RANGE)
+            record.b_hist = _histogram(values["b"], B_RANGE)
             if self.class_groups is not None and self._labels:
-                record["b_median"] = self._median_per_group(values["b"], torch.cat(self._labels))
+                record.b_median = self._median_per_group(values["b"], torch.cat(self._labels))
         if "w" in values:
             weights = values["w"]
-            record["gating"] = {
-                "fraction_gated": float((weights < 1).float().mean()),
-                "fraction_zero": float((weights == 0).float().mean()),
-            }
+            record.gating = Gating(
+                fraction_gated=float((weights < 1).float().mean()), fraction_zero=float((weights == 0).float().mean())
+            )
         if self._grad is not None:
             sums, counts = self._grad.tolist()
             buckets = len(P_T_BUCKETS)
-            record["grad"] = {
-                "p_t_buckets": list(P_T_BUCKETS),  # the names the plots label the sums with
-                "p_t_sum": sums[:buckets],
-                "p_t_count": [int(n) for n in counts[:buckets]],
-                "correct_sum": sums[buckets],
-                "wrong_sum": sums[buckets + 1],
-                "correct_count": int(counts[buckets]),
-                "wrong_count": int(counts[buckets + 1]),
-            }
+            record.grad = GradientSums(
+                p_t_buckets=list(P_T_BUCKETS),  # the names the plots label the sums with
+                p_t_sum=sums[:buckets],
+                p_t_count=[int(n) for n in counts[:buckets]],
+                correct_sum=sums[buckets],
+                wrong_sum=sums[buckets + 1],
+                correct_count=int(counts[buckets]),
+                wrong_count=int(counts[buckets + 1]),
+            )
         return record
 
     def _median_per_group(self, b: Tensor, labels: Tensor) -> dict[str, float]:
@@ -154,20 +154,21 @@ class EpochDiagnostics:
         }
 
 
-def describe_stats(record: dict[str, Any]) -> str:
+def describe_stats(record: EpochRecord) -> str:
     """The part of an epoch's one-line summary the loss's statistics give: the median c_i, when recorded."""
-    return f"  c_i median {record['c']['median']:.3f}" if "c" in record else ""
+    c = record.statistic("c")
+    return f"  c_i median {c.median:.3f}" if c is not None else ""
 
 
-def _quantiles(values: Tensor) -> dict[str, float]:
+def _quantiles(values: Tensor) -> Quantiles:
     """min / p10 / median / p90 / max (linear interpolation, as numpy) and mean of one epoch's values."""
     levels = torch.tensor(list(_QUANTILES.values()), device=values.device)
     quantiles = values.quantile(levels).tolist()
-    return {**dict(zip(_QUANTILES, quantiles, strict=True)), "mean": float(values.mean())}
+    return Quantiles(**dict(zip(_QUANTILES, quantiles, strict=True)), mean=float(values.mean()))
 
 
-def _histogram(values: Tensor, value_range: tuple[float, float]) -> dict[str, Any]:
+def _histogram(values: Tensor, value_range: tuple[float, float]) -> Histogram:
     """Counts on `HIST_BINS` equal bins over `value_range`; values outside are clamped into the end bins."""
     low, high = value_range
     counts = torch.histc(values.clamp(low, high), bins=HIST_BINS, min=low, max=high)
-    return {"range": [low, high], "counts": [int(n) for n in counts.tolist()]}
+    return Histogram(range=(low, high), counts=[int(n) for n in counts.tolist()])

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from timm.utils import ModelEmaV3
 from torch import Tensor, nn
 
-__all__ = ["WeightAverage"]
+from retrieval.checkpoint import StateDict
 
-StateDict = dict[str, Any]
+__all__ = ["WeightAverage"]
 
 
 class WeightAverage:

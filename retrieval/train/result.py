@@ -6,9 +6,8 @@ truncated file is refused naming the field, never a `KeyError` in a sweep's repo
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -47,13 +46,9 @@ class RunResult(BaseModel):
         where = "validation set" if self.selected_on == "val" else "TEST set (train.select_on_test; optimistic)"
         return f"result: epoch {self.epoch}, best {metric} {self.selection_value:.4f} on the {where}{weights}"
 
-    def as_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready data, metric keys spelled as in the file (`recall@1`)."""
-        return self.model_dump(mode="json", by_alias=True)
-
     def write(self, run_dir: Path) -> None:
         """Write `run_dir/result.json`, atomically."""
-        write_text(Path(run_dir) / RESULT_FILE, json.dumps(self.as_dict(), indent=2) + "\n")
+        write_text(Path(run_dir) / RESULT_FILE, self.model_dump_json(indent=2, by_alias=True) + "\n")
 
     @classmethod
     def read(cls, run_dir: Path) -> RunResult:

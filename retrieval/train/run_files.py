@@ -8,12 +8,13 @@ Only one process of a torchrun run (rank 0) writes.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import yaml
 
 from retrieval.runtime.files import append_line, write_text
+from retrieval.train.epoch_record import METRICS_FILE, EpochRecord
 
 __all__ = ["RunFiles"]
 
@@ -31,7 +32,7 @@ class RunFiles:
     @property
     def metrics(self) -> Path:
         """`metrics.jsonl`: one JSON object per trained epoch."""
-        return self.root / "metrics.jsonl"
+        return self.root / METRICS_FILE
 
     @property
     def plots(self) -> Path:
@@ -43,21 +44,30 @@ class RunFiles:
         """`checkpoints/`: `last.pt` and `best.pt`."""
         return self.root / "checkpoints"
 
-    def read_records(self, up_to_epoch: int) -> list[dict[str, Any]]:
-        """The records of epochs 1..`up_to_epoch` already written (a resumed run keeps them); [] without a file."""
+    def read_records(self, up_to_epoch: int) -> list[EpochRecord]:
+        """The records of epochs 1..`up_to_epoch` already written (a resumed run keeps them); [] without a file.
+
+        Raises:
+            UserError: a line that is not an epoch record, naming the line and the field (`EpochRecord`).
+        """
         if up_to_epoch == 0 or not self.metrics.is_file():
             return []
-        records = [json.loads(line) for line in self.metrics.read_text().splitlines() if line.strip()]
-        return [record for record in records if record["epoch"] <= up_to_epoch]
+        return [record for record in EpochRecord.read(self.metrics) if record.epoch <= up_to_epoch]
 
-    def start(self, environment: dict[str, Any], config: dict[str, Any] | None, records: list[dict[str, Any]]) -> None:
-        """Create the directory; write `environment.json`, `config.yaml` (when given) and the kept `records`."""
+    def start(
+        self, environment: Mapping[str, object], config: Mapping[str, object] | None, records: Sequence[EpochRecord]
+    ) -> None:
+        """Create the directory; write `environment.json`, `config.yaml` (when given) and the kept `records`.
+
+        `environment` and `config` are written as given (JSON and YAML): `describe_environment`'s and
+        `config_to_dict`'s, each a record of its own maker.
+        """
         self.plots.mkdir(parents=True, exist_ok=True)
         if config is not None:
-            write_text(self.root / "config.yaml", yaml.safe_dump(config, sort_keys=False))
+            write_text(self.root / "config.yaml", yaml.safe_dump(dict(config), sort_keys=False))
         write_text(self.root / "environment.json", json.dumps(environment, indent=2) + "\n")
-        write_text(self.metrics, "".join(json.dumps(record) + "\n" for record in records))
+        write_text(self.metrics, "".join(record.line() + "\n" for record in records))
 
-    def append_record(self, record: dict[str, Any]) -> None:
+    def append_record(self, record: EpochRecord) -> None:
         """Add one epoch's record to `metrics.jsonl`."""
-        append_line(self.metrics, json.dumps(record))
+        append_line(self.metrics, record.line())

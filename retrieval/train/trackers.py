@@ -247,7 +247,10 @@ def _mlflow_name(key: str) -> str:
 
 
 def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested config sections as `section.key` -> value (lists and None included, as MLflow params)."""
+    """Nested config sections as `section.key` -> value (lists and None included, as MLflow params).
+
+    Untyped values on purpose: they are handed to MLflow's `log_params`, which takes any value.
+    """
     out: dict[str, Any] = {}
     for key, value in config.items():
         if isinstance(value, Mapping):

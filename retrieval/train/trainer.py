@@ -23,15 +23,15 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from tqdm import tqdm
 
-from retrieval.checkpoint import Checkpoint
-from retrieval.config import Config, ModelConfig, TrainConfig, config_to_dict
+from retrieval.checkpoint import Checkpoint, StateDict
+from retrieval.config import Config, ConfigDocument, ModelConfig, TrainConfig, config_to_dict
 from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
@@ -41,6 +41,7 @@ from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps
 from retrieval.train.builders import TrainingRun, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
+from retrieval.train.epoch_record import EpochRecord, StepTimes
 from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers
@@ -55,7 +56,6 @@ _log = logging.getLogger(__name__)
 # waits for the GPU, so they are rare; an epoch's end always checks.
 CHECK_EVERY = 50
 
-StateDict = dict[str, Any]
 EMA_PREFIX = "ema/"  # the record keys of the weight average's scores: ema/val/recall@1, ...
 
 
@@ -126,7 +126,7 @@ class Trainer:
         train: TrainConfig,
         run_dir: Path,
         model_config: ModelConfig | None = None,
-        run_config: dict[str, Any] | None = None,
+        run_config: ConfigDocument | None = None,
     ) -> None:
         self.parts = parts
         self.train = train
@@ -140,7 +140,9 @@ class Trainer:
         self.start_epoch, self.best_score, self.best_epoch = 0, -1.0, 0
         self.ema = WeightAverage(parts.model, parts.loss, train.ema) if train.ema else None
         # Without a selection split the result is the last epoch: its average when there is one.
-        self.selected_weights = "ema" if self.ema is not None and self.selection_split is None else "raw"
+        self.selected_weights: Literal["raw", "ema"] = (
+            "ema" if self.ema is not None and self.selection_split is None else "raw"
+        )
         self._best_weights: tuple[StateDict, StateDict] | None = None  # (model, loss) of the selected epoch, CPU
 
     @classmethod
@@ -197,7 +199,7 @@ class Trainer:
     def fit(self) -> RunResult:
         """Train all remaining epochs, then score the selected weights on the test set once."""
         context = self.parts.context
-        records: list[dict[str, Any]] = context.broadcast(
+        records: list[EpochRecord] = context.broadcast(
             self.files.read_records(self.start_epoch) if context.is_main else []
         )
         if context.is_main:
@@ -221,34 +223,34 @@ class Trainer:
             result = self._final_result()
             if context.is_main:
                 result.write(self.run_dir)
-                tracker.log_result(result.as_dict())
+                tracker.log_result(result.model_dump(mode="json", by_alias=True))
         return result
 
-    def _train_epochs(self, records: list[dict[str, Any]], tracker: Tracker) -> None:
+    def _train_epochs(self, records: list[EpochRecord], tracker: Tracker) -> None:
         """Train, evaluate, save and record every remaining epoch."""
         context, epochs = self.parts.context, self.train.epochs
         for epoch in range(self.start_epoch, epochs):
             started = time.perf_counter()
-            record = self._train_epoch(epoch)
+            record, images = self._train_epoch(epoch)
             trained = time.perf_counter()
             if (epoch + 1) % self.train.eval_every == 0 or epoch + 1 == epochs:
-                record.update(self._evaluate_epoch())
+                record = record.with_scores(self._evaluate_epoch())
             evaluated = time.perf_counter()
             self._save(epoch, record)
             if context.is_main:
                 plot_curves(records + [record], self.files.plots / "curves.png")  # the diagnostics: at the end
             written = time.perf_counter()
-            record["time"] = {
-                "train": round(trained - started, 3),
-                "eval": round(evaluated - trained, 3),
-                "write": round(written - evaluated, 3),
-            }
-            record["images_per_second"] = round(record.pop("images") / max(trained - started, 1e-9), 1)
-            record["seconds"] = round(written - started, 3)
+            record.time = StepTimes(
+                train=round(trained - started, 3),
+                eval=round(evaluated - trained, 3),
+                write=round(written - evaluated, 3),
+            )
+            record.images_per_second = round(images / max(trained - started, 1e-9), 1)
+            record.seconds = round(written - started, 3)
             records.append(record)
             if context.is_main:
                 self.files.append_record(record)
-                tracker.log_record(record)
+                tracker.log_record(record.model_dump(mode="json", exclude_none=True))
                 print(self._summary(record), flush=True)  # one line per epoch, also when stdout is a file
 
     def train_step(self, images: Tensor, labels: Tensor, step: int, micro: MicroBatch = WHOLE_STEP) -> Tensor:
@@ -298,7 +300,8 @@ class Trainer:
         tracker.add(self.train_step(images, labels, step, micro))
         diagnostics.update(self.parts.loss.last_stats)
 
-    def _train_epoch(self, epoch: int) -> dict[str, Any]:
+    def _train_epoch(self, epoch: int) -> tuple[EpochRecord, int]:
+        """One pass over the training data: the epoch's record (no scores yet) and the images it trained on."""
         self.begin_epoch(epoch)
         parts = self.parts
         scaler = parts.step.scaler
@@ -328,18 +331,17 @@ class Trainer:
                 progress.set_postfix(loss=f"{tracker.mean():.4f}")
         context = parts.context
         total_loss, count = context.sum(tracker.total()), context.sum(tracker.count())  # the mean of all ranks' losses
-        record: dict[str, Any] = {
-            "epoch": epoch + 1,
-            "loss": float(total_loss) / max(float(count), 1.0),
-            "lr": parts.optimizer.param_groups[0]["lr"],
-            "images": images_seen * context.world_size,
-        }
+        record = EpochRecord(
+            epoch=epoch + 1,
+            loss=float(total_loss) / max(float(count), 1.0),
+            lr=parts.optimizer.param_groups[0]["lr"],
+            **dict(diagnostics.summary()),
+        )
         if scaler is not None:
-            record["skipped_steps"] = int(parts.step.skipped_steps - skipped_before)
-            record["loss_scale"] = scaler.get_scale()
-            self._check_scaled_steps(record, steps, epoch)
-        record.update(diagnostics.summary())
-        return record
+            record.skipped_steps = int(parts.step.skipped_steps - skipped_before)
+            record.loss_scale = scaler.get_scale()
+            self._check_scaled_steps(record.skipped_steps, record.loss_scale, steps, epoch)
+        return record, images_seen * context.world_size
 
     def _check_finite(self, tracker: LossTracker, epoch: int) -> None:
         """Stop with the first non-finite loss's epoch and step (steps after it never reach a checkpoint)."""
@@ -351,16 +353,16 @@ class Trainer:
                 f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
             )
 
-    def _check_scaled_steps(self, record: dict[str, Any], steps: int, epoch: int) -> None:
+    def _check_scaled_steps(self, skipped: int, scale: float, steps: int, epoch: int) -> None:
         """fp16: stop when every step of the epoch overflowed even at a loss scale below 1 (the run diverged).
 
         Skipped steps are how the scaler finds its scale (the first few of a run always are); only
         gradients that overflow without any scaling up are not its doing.
         """
-        if record["skipped_steps"] == steps and record["loss_scale"] < 1.0:
+        if skipped == steps and scale < 1.0:
             raise UserError(
                 f"train.amp=fp16: every one of the {steps} steps of epoch {epoch + 1} had inf or NaN gradients even "
-                f"at a loss scale of {record['loss_scale']:.3g} and was skipped; nothing saved was overwritten "
+                f"at a loss scale of {scale:.3g} and was skipped; nothing saved was overwritten "
                 f"(checkpoints/last.pt holds epoch {epoch}); lower train.lr, or use train.amp=bf16 (GPUs that have it)"
             )
 
@@ -410,19 +412,21 @@ class Trainer:
                 )
         return scores
 
-    def _select(self, epoch: int, record: dict[str, Any]) -> bool:
+    def _select(self, epoch: int, record: EpochRecord) -> bool:
         """Keep this epoch's weights if they beat the selection so far; with EMA, the better of raw and average.
 
         Returns whether they did. The better weights of the epoch go into the record (`better_weights`).
         """
+        scores = record.scores
         key = f"{self.selection_split}/{self.train.select_on}"
-        if key not in record:
+        if key not in scores:
             return False
-        weights, score = "raw", record[key]
+        weights: Literal["raw", "ema"] = "raw"
+        score = scores[key]
         if self.ema is not None:
-            if record[EMA_PREFIX + key] > score:
-                weights, score = "ema", record[EMA_PREFIX + key]
-            record["better_weights"] = weights
+            if scores[EMA_PREFIX + key] > score:
+                weights, score = "ema", scores[EMA_PREFIX + key]
+            record.better_weights = weights
         if score <= self.best_score:
             return False
         self.best_score, self.best_epoch, self.selected_weights = score, epoch + 1, weights
@@ -437,7 +441,7 @@ class Trainer:
             return self.ema.weights()
         return self.parts.model.state_dict(), self.parts.loss.state_dict()
 
-    def _save(self, epoch: int, record: dict[str, Any]) -> None:
+    def _save(self, epoch: int, record: EpochRecord) -> None:
         """Select; write `last.pt` (for a resume) and `best.pt` (the selected weights; rank 0, with a model config)."""
         parts = self.parts
         improved = self._select(epoch, record)
@@ -493,17 +497,18 @@ class Trainer:
             }
         )
 
-    def _summary(self, record: dict[str, Any]) -> str:
-        text = f"epoch {record['epoch']}/{self.train.epochs}  loss {record['loss']:.4f}  lr {record['lr']:.2e}"
+    def _summary(self, record: EpochRecord) -> str:
+        text = f"epoch {record.epoch}/{self.train.epochs}  loss {record.loss:.4f}  lr {record.lr:.2e}"
+        scores = record.scores
         for prefix in self._candidates():
             for split in ("val", "test"):
-                if f"{prefix}{split}/recall@1" in record:
+                if f"{prefix}{split}/recall@1" in scores:
                     name = f"{prefix}{split}".replace("/", " ")
-                    recall, map_r = record[f"{prefix}{split}/recall@1"], record[f"{prefix}{split}/map@r"]
+                    recall, map_r = scores[f"{prefix}{split}/recall@1"], scores[f"{prefix}{split}/map@r"]
                     text += f"  {name} R@1 {recall:.4f} MAP@R {map_r:.4f}"
-        if "skipped_steps" in record:
-            text += f"  fp16 skipped {record['skipped_steps']} (scale {record['loss_scale']:.0f})"
-        return text + describe_stats(record) + f"  ({record['seconds']:.1f}s, {record['images_per_second']:.0f} img/s)"
+        if record.skipped_steps is not None:
+            text += f"  fp16 skipped {record.skipped_steps} (scale {record.loss_scale:.0f})"
+        return text + describe_stats(record) + f"  ({record.seconds:.1f}s, {record.images_per_second:.0f} img/s)"
 
 
 def _backbone(model: nn.Module, freeze_epochs: int) -> nn.Module | None:

@@ -30,7 +30,7 @@ def finish_run(directory: Path, seed: int, quality: float, epochs: int = 3) -> Q
     result = {"epoch": 2, "selected_on": "val", "test": test, "selection_value": quality + 0.01 * seed}
     result["uncertainty"] = uncertainty_summary(values).as_dict()
     (directory / "result.json").write_text(json.dumps(result))
-    records = [{"epoch": e + 1, "loss": 1.0, "seconds": 2.5 + e} for e in range(epochs)]
+    records = [{"epoch": e + 1, "loss": 1.0, "lr": 1e-3, "seconds": 2.5 + e} for e in range(epochs)]
     (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return values
 

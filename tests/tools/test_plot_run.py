@@ -23,7 +23,12 @@ def _records(epochs: int = 3) -> list[dict]:
             b = torch.randn(16, generator=generator) + epoch
             stats = {"logits": logits, "labels": labels, "c": 1 + 0.3 * torch.rand(16, generator=generator), "b": b}
             diagnostics.update({**stats, "w": (b < 1).float()})
-        record = {"epoch": epoch + 1, "loss": 2.0 / (epoch + 1), "lr": 1e-3, **diagnostics.summary()}
+        record = {
+            "epoch": epoch + 1,
+            "loss": 2.0 / (epoch + 1),
+            "lr": 1e-3,
+            **diagnostics.summary().model_dump(mode="json", exclude_none=True),
+        }
         record.update({"val/recall@1": 0.5 + 0.1 * epoch, "val/map@r": 0.3, "val/head/recall@1": 0.6})
         records.append(record)
     return records

@@ -68,10 +68,10 @@ def test_an_epoch_steps_the_optimizer_the_schedule_and_the_average_once_per_grou
     monkeypatch.setattr(trainer.parts.step, "apply", lambda: (applied.append(1), apply())[1])
     monkeypatch.setattr(trainer.ema, "update", lambda step: (averaged.append(step), update(step))[1])
     monkeypatch.setattr(trainer, "_set_lr", lambda step: lrs.append(step))
-    record = trainer._train_epoch(1)
+    _, images = trainer._train_epoch(1)
     assert len(applied) == steps and averaged == [steps + s + 1 for s in range(steps)]
     assert lrs == [steps + s for s in range(steps)]  # global steps of epoch 2, set once per group
-    assert batches == 8 and record["images"] == 32
+    assert batches == 8 and images == 32
 
 
 def test_a_pair_loss_with_accumulation_warns_once_that_pairs_stay_in_their_micro_batch(data, tmp_path, caplog):

@@ -10,6 +10,7 @@ import torch
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.config import load_config
+from retrieval.train.epoch_record import EpochRecord
 from retrieval.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow
@@ -38,17 +39,22 @@ def _favour(monkeypatch, weights: str) -> None:
     monkeypatch.setattr(Trainer, "_score", scored)
 
 
+def _scored(scores: dict[str, float]) -> EpochRecord:
+    """An evaluated epoch's record with `scores`, as the trainer hands it to `_select`."""
+    return EpochRecord(epoch=1, loss=1.0, lr=0.1).with_scores(scores)
+
+
 def test_selection_takes_the_better_of_raw_and_average_and_records_which(tiny, tmp_path):
     trainer = Trainer.from_config(load_config(None, [*tiny, "train.ema=0.9"]), tmp_path / "run")
-    ema = {"val/map@r": 0.5, "ema/val/map@r": 0.6}
-    assert trainer._select(0, ema) and ema["better_weights"] == "ema"
+    ema = _scored({"val/map@r": 0.5, "ema/val/map@r": 0.6})
+    assert trainer._select(0, ema) and ema.better_weights == "ema"
     assert (trainer.best_epoch, trainer.best_score, trainer.selected_weights) == (1, 0.6, "ema")
-    raw = {"val/map@r": 0.7, "ema/val/map@r": 0.65}
-    assert trainer._select(1, raw) and raw["better_weights"] == "raw"
+    raw = _scored({"val/map@r": 0.7, "ema/val/map@r": 0.65})
+    assert trainer._select(1, raw) and raw.better_weights == "raw"
     assert (trainer.best_epoch, trainer.selected_weights) == (2, "raw")
-    worse = {"val/map@r": 0.2, "ema/val/map@r": 0.69}
-    assert not trainer._select(2, worse) and worse["better_weights"] == "ema"
-    tie = {"val/map@r": 0.8, "ema/val/map@r": 0.8}
+    worse = _scored({"val/map@r": 0.2, "ema/val/map@r": 0.69})
+    assert not trainer._select(2, worse) and worse.better_weights == "ema"
+    tie = _scored({"val/map@r": 0.8, "ema/val/map@r": 0.8})
     assert trainer._select(3, tie) and trainer.selected_weights == "raw"  # ties keep the raw weights
 
 

@@ -92,8 +92,8 @@ def test_a_cpu_fp16_run_skips_a_non_finite_loss_records_it_and_resumes_the_scale
 
 def test_only_an_epoch_that_overflowed_at_every_step_below_scale_1_stops_the_run(tiny, tmp_path):
     trainer = Trainer.from_config(load_config(None, [*tiny, "train.amp=fp16"]), tmp_path / "run")
-    trainer._check_scaled_steps({"skipped_steps": 4, "loss_scale": 4096.0}, steps=4, epoch=0)  # finding its scale
-    trainer._check_scaled_steps({"skipped_steps": 3, "loss_scale": 0.5}, steps=4, epoch=0)  # one step trained
+    trainer._check_scaled_steps(skipped=4, scale=4096.0, steps=4, epoch=0)  # finding its scale
+    trainer._check_scaled_steps(skipped=3, scale=0.5, steps=4, epoch=0)  # one step trained
     with pytest.raises(UserError, match=r"^train.amp=fp16: every one of the 4 steps of epoch 3 had inf or NaN") as info:
-        trainer._check_scaled_steps({"skipped_steps": 4, "loss_scale": 0.25}, steps=4, epoch=2)
+        trainer._check_scaled_steps(skipped=4, scale=0.25, steps=4, epoch=2)
     assert "\n" not in str(info.value) and "lower train.lr" in str(info.value)

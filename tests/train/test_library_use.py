@@ -11,6 +11,7 @@ import torch
 
 from retrieval.config import load_config
 from retrieval.errors import UserError
+from retrieval.train.epoch_record import EpochRecord
 from retrieval.train.run_files import RunFiles
 from retrieval.train.trainer import Trainer
 
@@ -88,11 +89,11 @@ def test_metrics_grow_by_whole_lines_and_a_resume_keeps_only_its_epochs(tmp_path
     files = RunFiles(tmp_path / "run")
     files.start({"device": "cpu"}, {"train": {"epochs": 3}}, records=[])
     for epoch in (1, 2, 3):
-        files.append_record({"epoch": epoch, "loss": 1.0 / epoch})
+        files.append_record(EpochRecord(epoch=epoch, loss=1.0 / epoch, lr=0.1))
     assert [json.loads(line)["epoch"] for line in files.metrics.read_text().splitlines()] == [1, 2, 3]
     kept = files.read_records(up_to_epoch=2)
     files.start({"device": "cpu"}, None, kept)  # a run resumed after epoch 2 rewrites what it keeps, once
-    assert files.metrics.read_text() == "".join(json.dumps(record) + "\n" for record in kept)
+    assert files.metrics.read_text() == "".join(record.line() + "\n" for record in kept)
     assert files.read_records(up_to_epoch=0) == []
     assert sorted(path.name for path in files.root.iterdir()) == [
         "config.yaml",

@@ -356,7 +356,7 @@ class Checkpoint:
             torch.save(payload, temporary)
 
     @classmethod
-    def load(cls, path: str | Path) -> Checkpoint:
+    def read(cls, path: str | Path) -> Checkpoint:
         """Read a checkpoint on the CPU; check its format, version, fields, weights and whole-file checksum.
 
         Raises:

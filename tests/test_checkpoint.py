@@ -33,7 +33,7 @@ def _edit_file(path: Path, edit) -> None:
 def test_round_trip_with_manifest_and_no_temporary_left(tmp_path):
     path = tmp_path / "ckpt" / "best.pt"
     _checkpoint().save(path)
-    loaded = Checkpoint.load(path)
+    loaded = Checkpoint.read(path)
     assert loaded.epoch == 4 and torch.equal(loaded.model["w"], _checkpoint().model["w"])
     manifest = torch.load(path, weights_only=True)["manifest"]
     assert manifest["version"] == CHECKPOINT_VERSION and manifest["embedding_dim"] == 8
@@ -54,7 +54,7 @@ def test_a_failed_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         _checkpoint(epoch=5).save(path)
     monkeypatch.undo()
-    assert Checkpoint.load(path).epoch == 4
+    assert Checkpoint.read(path).epoch == 4
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]
 
 
@@ -63,7 +63,7 @@ def test_tampered_weights_fail_the_checksum(tmp_path):
     _checkpoint().save(path)
     _edit_file(path, lambda raw: raw["model"]["w"].__setitem__((0, 0), 42.0))
     with pytest.raises(UserError, match="corrupt: model weights do not match"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
 
 
 def test_newer_version_and_foreign_files_are_explained(tmp_path):
@@ -71,15 +71,15 @@ def test_newer_version_and_foreign_files_are_explained(tmp_path):
     _checkpoint().save(path)
     _edit_file(path, lambda raw: raw["manifest"].__setitem__("version", CHECKPOINT_VERSION + 1))
     with pytest.raises(UserError, match="newer than this toolkit reads"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
     torch.save({"state_dict": {}}, path)
     with pytest.raises(UserError, match="not a retrieval checkpoint"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
     path.write_bytes(b"garbage")
     with pytest.raises(UserError, match="cannot read checkpoint"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
     with pytest.raises(UserError, match="checkpoint not found"):
-        Checkpoint.load(tmp_path / "missing.pt")
+        Checkpoint.read(tmp_path / "missing.pt")
 
 
 def test_a_hand_edited_manifest_is_one_line_not_a_key_error(tmp_path):
@@ -87,7 +87,7 @@ def test_a_hand_edited_manifest_is_one_line_not_a_key_error(tmp_path):
     _checkpoint().save(path)
     _edit_file(path, lambda raw: raw["manifest"].__delitem__("checksum"))
     with pytest.raises(UserError, match="damaged retrieval checkpoint"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
 
 
 def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_path):
@@ -107,10 +107,10 @@ def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_
         "num_classes",
         "selected_weights",
     ]
-    loaded = Checkpoint.load(path)
+    loaded = Checkpoint.read(path)
     assert not loaded.resumable and full.resumable and loaded.selected_weights == "ema"
     full.save(tmp_path / "last.pt")
-    resumable = Checkpoint.load(tmp_path / "last.pt")
+    resumable = Checkpoint.read(tmp_path / "last.pt")
     assert resumable.grad_scaler == {"scale": 1024.0} and torch.equal(resumable.ema["model.w"], torch.zeros(1))
     assert loaded.proxies is not None and torch.equal(loaded.proxies, torch.ones(2, 2))
 
@@ -118,7 +118,7 @@ def test_the_slim_checkpoint_leaves_out_the_optimizer_but_keeps_the_proxies(tmp_
 def test_a_checkpoint_written_by_version_2_still_loads_and_embeds_the_same():
     # tests/fixtures/checkpoint_v2.pt and its embeddings were written by the code of the release that
     # introduced checkpoint version 2 (test_resnet, 8-d, a demo config); reading it must not change.
-    checkpoint = Checkpoint.load(FIXTURES / "checkpoint_v2.pt")
+    checkpoint = Checkpoint.read(FIXTURES / "checkpoint_v2.pt")
     assert checkpoint.resumable and checkpoint.epoch == 2 and checkpoint.best_epoch == 2
     assert checkpoint.num_classes == 10 and checkpoint.model_config.backbone == "test_resnet"
     assert checkpoint.proxies is not None and tuple(checkpoint.proxies.shape) == (10, 8)
@@ -132,7 +132,7 @@ def test_a_checkpoint_written_by_version_2_still_loads_and_embeds_the_same():
 
 
 def test_overrides_edit_a_copy_of_the_checkpoints_config():
-    checkpoint = Checkpoint.load(FIXTURES / "checkpoint_v2.pt")
+    checkpoint = Checkpoint.read(FIXTURES / "checkpoint_v2.pt")
     before = checkpoint.run_config["train"]["epochs"]
     checkpoint.config(overrides=[f"train.epochs={before + 7}"])
     assert checkpoint.run_config["train"]["epochs"] == before
@@ -156,10 +156,10 @@ def test_a_change_to_any_part_but_the_weights_fails_the_payload_checksum(tmp_pat
     optimizer = {"state": {0: {"step": torch.tensor(3.0), "exp_avg": torch.ones(2, 3)}}, "param_groups": [{"lr": 0.1}]}
     full = _checkpoint(optimizer=optimizer, loss={"proxies": torch.ones(2, 2)}, run_config={"train": {"epochs": 5}})
     full.save(path)
-    assert Checkpoint.load(path).optimizer is not None
+    assert Checkpoint.read(path).optimizer is not None
     _edit_file(path, edit)
     with pytest.raises(UserError, match="is corrupt: its optimizer state, proxies, counters or config do not match"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
 
 
 def test_the_payload_checksum_is_recorded_and_older_version_2_files_without_it_load(tmp_path):
@@ -171,7 +171,7 @@ def test_the_payload_checksum_is_recorded_and_older_version_2_files_without_it_l
     del raw["manifest"][PAYLOAD_CHECKSUM]
     raw["epoch"] = 6  # unverifiable without the field: only the weights are checked, as before it existed
     torch.save(raw, path)
-    assert Checkpoint.load(path).epoch == 6
+    assert Checkpoint.read(path).epoch == 6
 
 
 def test_the_match_threshold_is_one_typed_record_through_save_and_load(tmp_path):
@@ -185,7 +185,7 @@ def test_the_match_threshold_is_one_typed_record_through_save_and_load(tmp_path)
         "chosen_on": "val",
         "later_field": "kept",
     }
-    assert Checkpoint.load(path).match_threshold == stored
+    assert Checkpoint.read(path).match_threshold == stored
 
 
 @pytest.mark.parametrize(("record", "field"), [({"score": "0.5"}, "score"), ({"chosen_on": "val"}, "score")])
@@ -199,7 +199,7 @@ def test_a_damaged_match_threshold_is_one_line_naming_its_field(tmp_path, record
 
     _edit_file(path, damage)
     with pytest.raises(UserError, match=rf"c.pt: match_threshold.{field} (must be|is missing).*--save-threshold"):
-        Checkpoint.load(path)
+        Checkpoint.read(path)
 
 
 @pytest.mark.parametrize(
@@ -229,7 +229,7 @@ def test_a_hand_edited_field_is_one_line_naming_the_file_and_the_field(tmp_path,
 
     _edit_file(path, damage)
     with pytest.raises(UserError, match=message) as error:
-        Checkpoint.load(path)
+        Checkpoint.read(path)
     assert "\n" not in str(error.value)
 
 
@@ -243,7 +243,7 @@ def test_keys_a_later_toolkit_adds_are_ignored(tmp_path):
         raw["manifest"][PAYLOAD_CHECKSUM] = payload_checksum(raw)
 
     _edit_file(path, add)
-    assert Checkpoint.load(path).epoch == 4
+    assert Checkpoint.read(path).epoch == 4
 
 
 def test_the_saved_layout_is_the_version_2_layout(tmp_path):

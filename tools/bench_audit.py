@@ -152,7 +152,7 @@ def _network_features(checkpoint: Path, paths: list[Path], trained: bool) -> np.
     if trained:
         encoder = ImageEncoder.from_checkpoint(checkpoint, device="cpu")
     else:
-        loaded = Checkpoint.load(checkpoint)
+        loaded = Checkpoint.read(checkpoint)
         config = loaded.config()
         torch.manual_seed(0)
         model = Embedder(**loaded.model_config.model_copy(update={"pretrained": False, "weights": None}).model_dump())

@@ -87,7 +87,7 @@ def with_folder(path: Path) -> Path:
 
 
 def existing_checkpoint(path: Path) -> Path:
-    """`path`, refused in the words of `Checkpoint.load` when no file is there: checked before PyTorch loads.
+    """`path`, refused in the words of `Checkpoint.read` when no file is there: checked before PyTorch loads.
 
     Raises:
         UserError: no file at `path`.

@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from retrieval.audit import Catalogue
-    from retrieval.inference.interface import Encoder
     from retrieval.core.match_threshold import MatchThreshold
+    from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
 

@@ -105,7 +105,7 @@ def _embed(args: argparse.Namespace) -> int:
             f"give exactly one image source, got {' and '.join(given) or 'none'}: --csv FILE, --images DIR, "
             "or --set data.name=... --set data.root=... (a configured dataset)"
         )
-    checkpoint = Checkpoint.load(args.checkpoint)
+    checkpoint = Checkpoint.read(args.checkpoint)
     column_types = parse_column_types(args.column_types)
     if args.overrides:
         source = dataset_source(_data_config(checkpoint, args.overrides), args.split, column_types)

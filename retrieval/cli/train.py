@@ -99,14 +99,14 @@ def _resume(args: argparse.Namespace) -> int:
     from retrieval.train.trainer import Trainer
 
     path = _resumed_path(args.resume)
-    checkpoint = Checkpoint.load(path)
+    checkpoint = Checkpoint.read(path)
     if not checkpoint.resumable:
         raise UserError(
             f"{path} holds the weights for evaluation and indexing only (no optimizer state); "
             "resume from the run directory or its checkpoints/last.pt"
         )
     best_path = path.with_name("best.pt")
-    best = Checkpoint.load(best_path) if best_path.is_file() else None
+    best = Checkpoint.read(best_path) if best_path.is_file() else None
     config = checkpoint.config(args.config, args.overrides)
     run_dir = args.output_dir or path.resolve().parent.parent
     trained, epochs = checkpoint.epoch + 1, config.train.epochs

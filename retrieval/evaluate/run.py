@@ -291,7 +291,7 @@ def _model_and_config(request: EvaluationRequest) -> tuple[Checkpoint, Config]:
     if request.checkpoint is not None:
         if request.weights is not None:
             raise UserError("--weights gives the weights of --backbone NAME; a checkpoint holds its own")
-        checkpoint = Checkpoint.load(request.checkpoint)
+        checkpoint = Checkpoint.read(request.checkpoint)
         return checkpoint, checkpoint.config(request.config, request.overrides)
     assert request.backbone is not None  # EvaluationRequest holds exactly one of the two
     config = backbone_config(load_config(request.config, request.overrides), request.backbone, request.weights)

@@ -85,7 +85,7 @@ def export_checkpoint(
     if not source.is_file():
         raise UserError(f"checkpoint not found: {source}; pass a run's checkpoints/best.pt with --checkpoint")
     sha256 = file_sha256(source)
-    checkpoint = Checkpoint.load(source)
+    checkpoint = Checkpoint.read(source)
     encoder = ImageEncoder.from_loaded(checkpoint, source, device="cpu", sha256=sha256)
     preprocess = Preprocess.from_description(encoder.transform_info)
     with tempfile.TemporaryDirectory(prefix="retrieval-export-") as scratch:

@@ -88,7 +88,7 @@ class ImageEncoder:
 
         `sha256` is the file's, when the caller has already hashed it (a checkpoint can be large).
         """
-        return cls.from_loaded(Checkpoint.load(path), path, device, sha256)
+        return cls.from_loaded(Checkpoint.read(path), path, device, sha256)
 
     @classmethod
     def from_loaded(

@@ -46,7 +46,7 @@ def test_data_and_evaluation_keys_apply(tiny_checkpoint, csv_dataset, monkeypatc
 
 
 def test_a_config_file_replaces_data_but_not_the_trained_model(tiny_checkpoint, tmp_path):
-    checkpoint = Checkpoint.load(tiny_checkpoint)
+    checkpoint = Checkpoint.read(tiny_checkpoint)
     path = tmp_path / "other.yaml"
     path.write_text(
         "model:\n  backbone: resnet50\n  flip_average: true\nloss:\n  name: circle\ndata:\n  image_size: 48\n"

@@ -23,7 +23,7 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     checkpoint_factory, csv_dataset, tmp_path, capsys
 ):
     checkpoint = checkpoint_factory(tmp_path / "best.pt")
-    weights = Checkpoint.load(checkpoint).model
+    weights = Checkpoint.read(checkpoint).model
     result = tmp_path / "metrics.json"
     args = ["evaluate", "--checkpoint", str(checkpoint), *DIGITS, "--set", "data.val_fraction=0.2"]
     assert main([*args, "--save-threshold", "5e-3", "--json", str(result)]) == 0
@@ -43,7 +43,7 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     head = f"verification: ROC AUC {report['roc_auc']:.4f} on 403,651 test pairs"
     assert any(text.startswith(head) and "chosen on the 15,931 validation pairs" in text for text in lines)
 
-    saved = Checkpoint.load(checkpoint)  # still a valid checkpoint, its checksums rewritten
+    saved = Checkpoint.read(checkpoint)  # still a valid checkpoint, its checksums rewritten
     assert saved.match_threshold is not None and saved.match_threshold.to_dict() == {
         "score": points[5e-3]["threshold"],
         "target_fmr": 5e-3,

@@ -44,7 +44,7 @@ def digits_checkpoint(tmp_path_factory, checkpoint_factory) -> Path:
     set on the data its embeddings spread out (mean cosine ~0.01) and the top-10 lists mean something.
     """
     folder = tmp_path_factory.mktemp("digits_checkpoint")
-    base = Checkpoint.load(checkpoint_factory(folder / "untrained.pt"))
+    base = Checkpoint.read(checkpoint_factory(folder / "untrained.pt"))
     encoder = ImageEncoder.from_loaded(base, folder / "untrained.pt", device="cpu")
     model = encoder.model
     batch = torch.stack([encoder.preprocess(Image.open(p)) for p in _digit_files(folder / "train", "train")[:256]])

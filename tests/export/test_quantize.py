@@ -23,7 +23,7 @@ from retrieval.export.quantize import write_int8_model
 
 def _on_digits(source: Path, path: Path, **data: object) -> Path:
     """`source` with its run config pointed at the digits demo data (and `data` keys), saved to `path`."""
-    base = Checkpoint.load(source)
+    base = Checkpoint.read(source)
     config = copy.deepcopy(base.run_config)
     config["data"].update(name="digits", **data)
     dataclasses.replace(base, run_config=config).save(path)
@@ -128,7 +128,7 @@ def test_an_int8_model_that_gives_non_finite_embeddings_is_refused(
 @pytest.mark.slow
 @pytest.mark.parametrize("flip_average", [False, True])
 def test_the_head_and_the_normalization_stay_float(checkpoint_factory, tmp_path, flip_average):
-    checkpoint = Checkpoint.load(checkpoint_factory(tmp_path / "best.pt", flip_average=flip_average))
+    checkpoint = Checkpoint.read(checkpoint_factory(tmp_path / "best.pt", flip_average=flip_average))
     export_onnx(checkpoint.embedder().eval(), tmp_path / "float.onnx", in_chans=3, image_size=32)
     noise = np.random.default_rng(0).standard_normal((4, 3, 32, 32)).astype(np.float32)
     write_int8_model(tmp_path / "float.onnx", tmp_path / "int8.onnx", [noise])

@@ -55,7 +55,7 @@ def test_config_accepts_null_and_the_checkpoint_knows_the_width(tmp_path: Path) 
         load_config(None, ["model.embedding_dim=0"])
     checkpoint = backbone_checkpoint(config)
     checkpoint.save(tmp_path / "backbone.pt")
-    loaded = Checkpoint.load(tmp_path / "backbone.pt")
+    loaded = Checkpoint.read(tmp_path / "backbone.pt")
     assert loaded.embedding_dim == 512 and loaded.model_config.embedding_dim is None
     assert loaded.embedder().embedding_dim == 512
 

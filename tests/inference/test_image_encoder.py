@@ -29,7 +29,7 @@ def images(tmp_path_factory, csv_dataset_factory):
 
 def _reference(checkpoint_path, paths) -> np.ndarray:
     """One image at a time through a freshly built Embedder and the run's eval transform, as evaluation reads it."""
-    checkpoint = Checkpoint.load(checkpoint_path)
+    checkpoint = Checkpoint.read(checkpoint_path)
     model = Embedder(**{**checkpoint.model_config.model_dump(), "pretrained": False, "weights": None}).eval()
     model.load_state_dict(checkpoint.model)
     config = config_from_dict(checkpoint.run_config)

@@ -24,7 +24,7 @@ BATCH = 16  # evaluation and index build embed in batches of the same size: the 
 
 def _with_amp(checkpoint: Path, amp: str, out: Path) -> Path:
     """`checkpoint` again with its run config's `train.amp` set to `amp`."""
-    loaded = Checkpoint.load(checkpoint)
+    loaded = Checkpoint.read(checkpoint)
     run_config = {**loaded.run_config, "train": {**loaded.run_config["train"], "amp": amp}}
     dataclasses.replace(loaded, run_config=run_config).save(out)
     return out

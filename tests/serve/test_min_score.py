@@ -25,7 +25,7 @@ def thresholded(tmp_path_factory, tiny_checkpoint, gallery):
     """The gallery's images indexed by the same weights, from a checkpoint that carries a match threshold."""
     root = tmp_path_factory.mktemp("thresholded")
     checkpoint = root / "best.pt"
-    dataclasses.replace(Checkpoint.load(tiny_checkpoint), match_threshold=MatchThreshold(**STORED)).save(checkpoint)
+    dataclasses.replace(Checkpoint.read(tiny_checkpoint), match_threshold=MatchThreshold(**STORED)).save(checkpoint)
     images = root / "images" / "gallery"
     images.mkdir(parents=True)
     for position, path in enumerate(gallery.paths):

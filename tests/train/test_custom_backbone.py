@@ -95,7 +95,7 @@ def test_a_checkpoint_names_the_builder_a_process_lacks(monkeypatch, tmp_path):
     config = ModelConfig(backbone="flat_ckpt", embedding_dim=4, pooling="max", in_chans=1, pretrained=False)
     model = Embedder(**config.model_dump())
     Checkpoint(model=model.state_dict(), model_config=config, run_config={}, num_classes=2).save(tmp_path / "c.pt")
-    loaded = Checkpoint.load(tmp_path / "c.pt")
+    loaded = Checkpoint.read(tmp_path / "c.pt")
     assert (
         loaded.backbone_builder == f"{__name__}:test_a_checkpoint_names_the_builder_a_process_lacks.<locals>.<lambda>"
     )
@@ -112,7 +112,7 @@ def test_the_examples_own_model_is_exported_indexed_and_served(tmp_path):
     result = example.train(epochs=1, out=tmp_path / "run")
     assert result.test["recall@1"] > 0.3  # 10 classes: chance is about 0.1
     best = tmp_path / "run" / "checkpoints" / "best.pt"
-    assert Checkpoint.load(best).backbone_builder == "train_custom_model:small_cnn"
+    assert Checkpoint.read(best).backbone_builder == "train_custom_model:small_cnn"
     gallery = tmp_path / "gallery"
     gallery.mkdir()
     test = example.digits_data().test

@@ -72,7 +72,7 @@ def test_the_average_differs_from_the_raw_weights_and_best_pt_holds_the_selected
     result = json.loads((run / "result.json").read_text())
     assert result["selected_weights"] == "ema" and result["selection_value"] == record["ema/val/map@r"]
 
-    last, best = Checkpoint.load(run / "checkpoints/last.pt"), Checkpoint.load(run / "checkpoints/best.pt")
+    last, best = Checkpoint.read(run / "checkpoints/last.pt"), Checkpoint.read(run / "checkpoints/best.pt")
     assert last.ema is not None and best.ema is None and best.selected_weights == last.selected_weights == "ema"
     averaged = {name: last.ema[f"model.{name}"] for name in last.model}
     assert any(not torch.equal(averaged[name], last.model[name]) for name in last.model if "weight" in name)
@@ -86,7 +86,7 @@ def test_without_validation_the_result_is_the_last_epochs_average(tiny, tmp_path
     args = [f"--set={o}" for o in [*tiny, "train.epochs=1", "train.ema=0.5", "data.val_fraction=0"]]
     assert main(["train", *args, "--output-dir", str(run)]) == 0
     assert "nothing was selected (EMA weights)" in capsys.readouterr().out
-    last, best = Checkpoint.load(run / "checkpoints/last.pt"), Checkpoint.load(run / "checkpoints/best.pt")
+    last, best = Checkpoint.read(run / "checkpoints/last.pt"), Checkpoint.read(run / "checkpoints/best.pt")
     assert best.selected_weights == "ema"
     for name, value in best.model.items():
         torch.testing.assert_close(value, last.ema[f"model.{name}"], rtol=0, atol=0, msg=name)

@@ -81,12 +81,12 @@ def test_a_cpu_fp16_run_skips_a_non_finite_loss_records_it_and_resumes_the_scale
     skipped = record["skipped_steps"]  # the injected one, and any the starting scale of 65536 overflowed
     assert 1 <= skipped < 8 and record["loss_scale"] == 65536.0 / 2**skipped and math.isfinite(record["loss"])
     assert f"fp16 skipped {skipped} (scale {65536 // 2**skipped})" in capsys.readouterr().out
-    last = Checkpoint.load(run / "checkpoints" / "last.pt")
+    last = Checkpoint.read(run / "checkpoints" / "last.pt")
     assert last.grad_scaler is not None and last.grad_scaler["scale"] == record["loss_scale"]
-    assert Checkpoint.load(run / "checkpoints" / "best.pt").grad_scaler is None
+    assert Checkpoint.read(run / "checkpoints" / "best.pt").grad_scaler is None
 
     resumed = Trainer.from_config(last.config(overrides=["train.epochs=2"]), run, resuming=True)
-    resumed.resume(last, Checkpoint.load(run / "checkpoints" / "best.pt"))
+    resumed.resume(last, Checkpoint.read(run / "checkpoints" / "best.pt"))
     assert resumed.parts.step.scaler is not None and resumed.parts.step.scaler.get_scale() == record["loss_scale"]
 
 

@@ -132,7 +132,7 @@ def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, c
     run = tmp_path / "run"
     args = [f"--set={o}" for o in [*TINY, "train.epochs=1", "data.val_fraction=0.2"]]
     assert main(["train", *args, "--output-dir", str(run)]) == 0
-    best, last = Checkpoint.load(run / "checkpoints/best.pt"), Checkpoint.load(run / "checkpoints/last.pt")
+    best, last = Checkpoint.read(run / "checkpoints/best.pt"), Checkpoint.read(run / "checkpoints/last.pt")
     assert not best.resumable and best.proxies is not None
     assert last.resumable and last.proxies is not None
     assert (run / "checkpoints/best.pt").stat().st_size < 0.6 * (run / "checkpoints/last.pt").stat().st_size

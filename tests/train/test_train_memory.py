@@ -32,7 +32,7 @@ def test_a_run_with_memory_and_no_head_saves_the_queue(tmp_path, capsys) -> None
     assert main(["train", *(f"--set={setting}" for setting in SETTINGS), "--output-dir", str(run)]) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("MAP@R: ")
 
-    checkpoint = Checkpoint.load(run / "checkpoints" / "last.pt")
+    checkpoint = Checkpoint.read(run / "checkpoints" / "last.pt")
     assert checkpoint.embedding_dim == 512 and checkpoint.model_config.embedding_dim is None
     assert set(checkpoint.loss) == {"queue.embeddings", "queue.labels", "queue.total"}
     assert checkpoint.loss["queue.embeddings"].shape == (64, 512)

@@ -93,3 +93,24 @@ def checkpoint_factory():
 def csv_dataset_factory():
     """`write_csv_dataset` for fixtures of wider scope (conftest modules are not importable by name)."""
     return write_csv_dataset
+
+
+@pytest.fixture(scope="session")
+def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
+    """A finished one-epoch `retrieval train` of the digits demo shrunk to seconds (resnet10t, 16-d, 16 px, batches
+    of 128: 5 an epoch) and what it printed on stdout.
+
+    Trained once for the session: the modules that resume or inspect this same run share it, and a test that
+    resumes or damages it works on a copy (`shutil.copytree`).
+    """
+    import contextlib
+    import io
+
+    from retrieval.cli.main import main
+
+    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+    run = tmp_path_factory.mktemp("one_epoch_digits") / "run"
+    out = io.StringIO()  # capsys is per test; this fixture is per session
+    with contextlib.redirect_stdout(out):
+        assert main(["train", *(f"--set={o}" for o in [*tiny, "train.epochs=1"]), "--output-dir", str(run)]) == 0
+    return run, out.getvalue()

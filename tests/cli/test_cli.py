@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import io
 import json
 import re
 import subprocess
@@ -35,6 +37,19 @@ def _csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Pat
     return path
 
 
+@pytest.fixture(scope="module")
+def tiny_demo(tmp_path_factory) -> tuple[Path, str]:
+    """The run directory and stdout of `retrieval train` with TINY, trained once for the module.
+
+    Its tests only read the finished run (files, printed lines, checkpoints): training it once per test
+    would pay the same deterministic run twice.
+    """
+    run = tmp_path_factory.mktemp("tiny_demo") / "run"
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["train", *TINY, "--output-dir", str(run)]) == 0
+    return run, out.getvalue()
+
+
 def _error_line(capsys) -> str:
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1, err
@@ -43,10 +58,8 @@ def _error_line(capsys) -> str:
 
 
 @pytest.mark.slow
-def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys):
-    run = tmp_path / "run"
-    assert main(["train", *TINY, "--output-dir", str(run)]) == 0
-    out = capsys.readouterr().out
+def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tiny_demo, tmp_path, capsys):
+    run, out = tiny_demo
     assert FINAL_LINES.search(out), out
     for name in (
         "config.yaml",
@@ -91,15 +104,17 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tmp_path, capsys)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["demo", "pk_with_workers"])
-def test_resume_continues_exactly(kind, tmp_path, csv_dataset, monkeypatch, capsys):
-    if kind == "demo":
+def test_resume_continues_exactly(kind, request, tmp_path, csv_dataset, monkeypatch, capsys):
+    interrupted = tmp_path / "interrupted"
+    if kind == "demo":  # the uninterrupted run is the module's TINY run: the same command, trained once
         args = TINY
+        straight = request.getfixturevalue("tiny_demo")[0]
     else:  # the PK sampler's plan and a worker process must replay the same batches too
         config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
         args = ["--config", str(config), "--set", "data.p=2", "--set", "data.k=4", "--set", "data.num_workers=1"]
         args += ["--set", "train.epochs=2"]
-    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert main(["train", *args, "--output-dir", str(straight)]) == 0
+        straight = tmp_path / "straight"
+        assert main(["train", *args, "--output-dir", str(straight)]) == 0
 
     original = Trainer._train_epoch
     monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))

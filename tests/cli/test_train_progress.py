@@ -3,8 +3,6 @@ and says so when asked to resume a run that is already complete."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import shutil
 from pathlib import Path
 
@@ -15,17 +13,11 @@ from retrieval.train import trainer
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> tuple[Path, str]:
-    """A finished one-epoch run of the tiny demo and what it printed; tests resume copies of it."""
-    run = tmp_path_factory.mktemp("progress") / "run"
-    out = io.StringIO()  # capsys is per test; this fixture is per module
-    with contextlib.redirect_stdout(out):
-        assert main(["train", *(f"--set={o}" for o in [*TINY, "train.epochs=1"]), "--output-dir", str(run)]) == 0
-    return run, out.getvalue()
+@pytest.fixture
+def finished_run(one_epoch_digits_run) -> tuple[Path, str]:
+    """A finished one-epoch run of the tiny demo and what it printed (conftest's, shared); tests resume copies of it."""
+    return one_epoch_digits_run
 
 
 def test_the_first_lines_say_which_stage_the_run_is_in(finished_run) -> None:

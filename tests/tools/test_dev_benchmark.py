@@ -139,25 +139,56 @@ def test_peer_script_is_self_contained() -> None:
     assert not [m for m in modules if m.split(".")[0] == "retrieval"]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    "loss", ["proxy_nca", "proxy_anchor", "triplet", "soft_triple", "multi_similarity", "supcon", "contrastive"]
-)
-def test_peer_script_trains_and_prints_metrics(tmp_path: Path, loss: str) -> None:
+PEER_LOSSES = ["proxy_nca", "proxy_anchor", "triplet", "soft_triple", "multi_similarity", "supcon", "contrastive"]
+# Runs tools/plain_pml_script.py once per (stdout file, arguments) pair of the JSON in argv[2], each as
+# `python tools/plain_pml_script.py ARGS` would run it: as __main__, with its own sys.argv and its folder first on
+# sys.path. One fresh interpreter for all the losses pays torch, timm and PML's imports once instead of per loss.
+PEER_DRIVER = """
+import contextlib, json, os, runpy, sys, traceback
+script, runs = sys.argv[1], json.loads(sys.argv[2])
+sys.path[0] = os.path.dirname(script)
+for out, argv in runs:
+    sys.argv = [script, *argv]
+    with open(out, "w") as handle, contextlib.redirect_stdout(handle):
+        try:
+            runpy.run_path(script, run_name="__main__")
+        except BaseException:
+            traceback.print_exc(file=handle)
+            continue
+    open(out + ".ok", "w").close()
+"""
+
+
+@pytest.fixture(scope="module")
+def peer_runs(tmp_path_factory) -> dict[str, tuple[Path, str]]:
+    """Per loss of PEER_LOSSES: the folder of its tiny plain_pml_script.py run on one glyph dataset, and its stdout."""
     glyphs = load_tool("make_glyph_dataset")
     fonts = glyphs.find_fonts()
     if len({f.family for f in fonts}) < 4:
         pytest.skip("the fonts-* Debian packages are not installed")
-    glyphs.make_dataset(tmp_path, train_classes=3, val_classes=1, test_classes=3, train_per_class=4, fonts=fonts)
-    command = [sys.executable, str(TOOLS / "plain_pml_script.py"), f"--csv={tmp_path / 'dataset.csv'}"]
-    command += ["--backbone=resnet10t", "--batch-size=4", "--epochs=1", "--workers=0", "--threads=1"]
-    command += [f"--loss={loss}", f"--json={tmp_path / 'm.json'}", f"--embeddings-out={tmp_path / 'e'}"]
-    output = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    root = tmp_path_factory.mktemp("peer")
+    glyphs.make_dataset(root, train_classes=3, val_classes=1, test_classes=3, train_per_class=4, fonts=fonts)
+    runs = []
+    for loss in PEER_LOSSES:
+        (root / loss).mkdir()
+        argv = [f"--csv={root / 'dataset.csv'}", "--backbone=resnet10t", "--batch-size=4", "--epochs=1"]
+        argv += ["--workers=0", "--threads=1", f"--loss={loss}", f"--json={root / loss / 'm.json'}"]
+        runs.append((str(root / loss / "stdout.txt"), [*argv, f"--embeddings-out={root / loss / 'e'}"]))
+    command = [sys.executable, "-c", PEER_DRIVER, str(TOOLS / "plain_pml_script.py"), json.dumps(runs)]
+    subprocess.run(command, check=True)
+    return {loss: (root / loss, (root / loss / "stdout.txt").read_text()) for loss in PEER_LOSSES}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loss", PEER_LOSSES)
+def test_peer_script_trains_and_prints_metrics(peer_runs, loss: str) -> None:
+    folder, output = peer_runs[loss]
+    assert (folder / "stdout.txt.ok").is_file(), output  # the run finished without an exception
     metrics = bench.parse_metrics(output)
     assert set(metrics) == {"recall@1", "map@r"} and all(0 <= v <= 1 for v in metrics.values())
-    saved = json.loads((tmp_path / "m.json").read_text())
+    saved = json.loads((folder / "m.json").read_text())
     assert round(saved["recall@1"], 4) == metrics["recall@1"] and saved["loss"] == loss
     # The toolkit's scoring of the saved embeddings agrees with PML's AccuracyCalculator.
-    values = bench.score_embeddings(tmp_path / "dataset.csv", "test", np.load(tmp_path / "e" / "test.npy"))
+    values = bench.score_embeddings(folder.parent / "dataset.csv", "test", np.load(folder / "e" / "test.npy"))
     assert values.values["recall@1"].mean() == pytest.approx(saved["recall@1"], abs=1e-6)
     assert values.values["map@r"].mean() == pytest.approx(saved["map@r"], abs=1e-5)

@@ -15,16 +15,13 @@ from retrieval.cli.main import main
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
-@pytest.fixture(scope="module")
-def trained_run(tmp_path_factory) -> Path:
-    """A finished one-epoch run of the tiny demo; tests resume copies of it."""
-    run = tmp_path_factory.mktemp("trained") / "run"
-    assert main(["train", *(f"--set={o}" for o in [*TINY, "train.epochs=1"]), "--output-dir", str(run)]) == 0
-    return run
+@pytest.fixture
+def trained_run(one_epoch_digits_run) -> Path:
+    """A finished one-epoch run of the tiny demo (conftest's, shared); tests resume copies of it."""
+    return one_epoch_digits_run[0]
 
 
 def _copy(run: Path, tmp_path: Path) -> Path:

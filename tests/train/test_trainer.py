@@ -76,7 +76,8 @@ def test_the_pk_sampler_is_told_every_epoch(tmp_path, monkeypatch):
     seen = []
     original = PKSampler.set_epoch
     monkeypatch.setattr(PKSampler, "set_epoch", lambda self, epoch: (seen.append(epoch), original(self, epoch)))
-    trainer = _trainer(tmp_path, "loss.name=circle", "data.p=4", "data.k=4", "train.epochs=2")
+    # 8 x 16 fills TINY's batch of 128: 5 steps an epoch (4 x 4 took 44); the epochs, not the steps, are the point
+    trainer = _trainer(tmp_path, "loss.name=circle", "data.p=8", "data.k=16", "train.epochs=2")
     trainer.fit()
     assert seen == [0, 1]
 

@@ -28,6 +28,7 @@ from tqdm import tqdm
 
 from retrieval.checkpoint import StateDict, load_torch_file
 from retrieval.config import Config, ConfigDocument, config_to_dict
+from retrieval.core.epoch_record import EpochRecord, StepTimes
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.pretrain.methods import SelfSupervisedModel, build_method
@@ -37,7 +38,6 @@ from retrieval.runtime.distributed import DistributedContext
 from retrieval.runtime.environment import describe_environment, seed_everything, torch_seeded
 from retrieval.runtime.files import atomic_write
 from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
-from retrieval.train.epoch_record import EpochRecord, StepTimes
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader, epoch_samplers
 from retrieval.train.schedule import LrSchedule

@@ -26,9 +26,9 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from retrieval.core.epoch_record import METRICS_FILE, EpochRecord, Histogram
 from retrieval.metrics.groups import GROUP_NAMES
 from retrieval.runtime.files import atomic_write
-from retrieval.train.epoch_record import METRICS_FILE, EpochRecord, Histogram
 
 __all__ = [
     "plot_curves",

@@ -25,8 +25,8 @@ from collections.abc import Mapping
 import torch
 from torch import Tensor
 
+from retrieval.core.epoch_record import EpochRecord, Gating, GradientSums, Histogram, LossDiagnostics, Quantiles
 from retrieval.metrics.groups import GROUP_NAMES
-from retrieval.train.epoch_record import EpochRecord, Gating, GradientSums, Histogram, LossDiagnostics, Quantiles
 
 __all__ = [
     "B_RANGE",

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from retrieval.core.epoch_record import METRICS_FILE, EpochRecord
 from retrieval.runtime.files import append_line, write_text
-from retrieval.train.epoch_record import METRICS_FILE, EpochRecord
 
 __all__ = ["RunFiles"]
 

@@ -32,6 +32,7 @@ from tqdm import tqdm
 
 from retrieval.checkpoint import Checkpoint, StateDict
 from retrieval.config import Config, ConfigDocument, ModelConfig, TrainConfig, config_to_dict
+from retrieval.core.epoch_record import EpochRecord, StepTimes
 from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
@@ -41,7 +42,6 @@ from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps
 from retrieval.train.builders import TrainingRun, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
-from retrieval.train.epoch_record import EpochRecord, StepTimes
 from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import epoch_samplers

@@ -10,7 +10,7 @@ import torch
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.config import load_config
-from retrieval.train.epoch_record import EpochRecord
+from retrieval.core.epoch_record import EpochRecord
 from retrieval.train.trainer import Trainer
 
 pytestmark = pytest.mark.slow

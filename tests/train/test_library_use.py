@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from retrieval.config import load_config
+from retrieval.core.epoch_record import EpochRecord
 from retrieval.errors import UserError
-from retrieval.train.epoch_record import EpochRecord
 from retrieval.train.run_files import RunFiles
 from retrieval.train.trainer import Trainer
 

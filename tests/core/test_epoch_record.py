@@ -7,8 +7,8 @@ import math
 
 import pytest
 
+from retrieval.core.epoch_record import EpochRecord, Quantiles
 from retrieval.errors import UserError
-from retrieval.train.epoch_record import EpochRecord, Quantiles
 
 # A line as the trainer of the diagnostics release wrote it (train.ema, fp16 and a gated proxy loss).
 WRITTEN = {

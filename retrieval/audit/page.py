@@ -14,9 +14,9 @@ import io
 from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from retrieval.audit.tables import SECTIONS, Section
+from retrieval.audit.tables import SECTIONS, Row, Section
 from retrieval.images import UnreadableImage, load_image
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ _PATH_COLUMNS = ("path", "partner_path")
 _CARD_COLUMNS = {"path": ("split", "label"), "partner_path": ("partner_split", "partner_label")}
 
 
-def render_page(tables: dict[str, list[dict[str, Any]]], summary: AuditSummary, limit: int, title: str) -> str:
+def render_page(tables: dict[str, list[Row]], summary: AuditSummary, limit: int, title: str) -> str:
     """The whole page: a summary, the left-out sections said once, and each present section's first findings."""
     thumbnail = _thumbnails()
     parts = [f"<p class='note'>{html.escape(note)}</p>" for note in summary.left_out]
@@ -63,9 +63,9 @@ def render_page(tables: dict[str, list[dict[str, Any]]], summary: AuditSummary, 
     )
 
 
-def _section(section: Section, rows: list[dict[str, Any]], limit: int, thumbnail: Callable[[str], str]) -> str:
+def _section(section: Section, rows: list[Row], limit: int, thumbnail: Callable[[str], str]) -> str:
     if section.name in _GROUPED:
-        items = [list(members) for _, members in groupby(rows, key=lambda row: row["group"])]
+        items = [list(members) for _, members in groupby(rows, key=lambda row: row.cell("group"))]
         unit = "group" if len(items) == 1 else "groups"
     else:
         items = [[row] for row in rows]
@@ -78,13 +78,13 @@ def _section(section: Section, rows: list[dict[str, Any]], limit: int, thumbnail
     )
 
 
-def _finding(section: Section, rows: list[dict[str, Any]], thumbnail: Callable[[str], str]) -> str:
+def _finding(section: Section, rows: list[Row], thumbnail: Callable[[str], str]) -> str:
     """One finding: the images it is about as cards, and its other cells."""
     cards = []
     for row in rows:
         for column in _PATH_COLUMNS:
-            for path in filter(None, str(row.get(column, "")).split("|")):
-                caption = " · ".join(str(row[name]) for name in _CARD_COLUMNS[column] if row.get(name, "") != "")
+            for path in filter(None, str(row.cell(column)).split("|")):
+                caption = " · ".join(str(row.cell(name)) for name in _CARD_COLUMNS[column] if row.cell(name) != "")
                 cards.append(
                     f"<figure class='result' title='{html.escape(path)}'><img alt='' src='{thumbnail(path)}'>"
                     f"<figcaption class='meta label'>{html.escape(caption)}</figcaption></figure>"
@@ -95,7 +95,7 @@ def _finding(section: Section, rows: list[dict[str, Any]], thumbnail: Callable[[
     shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
     fields = []
     for name in shown:
-        value = rows[0].get(name, "")
+        value = rows[0].cell(name)
         if value == "" or (section.name in _GROUPED and name == "score"):
             continue
         warn = " class='disagree'" if name == "labels_agree" and value == 0 else ""

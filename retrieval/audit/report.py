@@ -11,13 +11,12 @@ import csv
 import io
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from retrieval.audit.findings import AuditSummary, Findings
 from retrieval.audit.page import render_page
-from retrieval.audit.tables import SECTIONS, report_tables
+from retrieval.audit.tables import SECTIONS, Row, report_tables
 from retrieval.runtime.files import write_text
 
 __all__ = ["write_report"]
@@ -39,9 +38,10 @@ def write_report(
     return summary
 
 
-def _csv_text(columns: tuple[str, ...], rows: list[dict[str, Any]]) -> str:
+def _csv_text(columns: tuple[str, ...], rows: list[Row]) -> str:
+    """The section's CSV: a header of `columns`, then each row's cells in that order."""
     buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=columns, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows([row.cell(column) for column in columns] for row in rows)
     return buffer.getvalue()

@@ -8,15 +8,29 @@ outliers by strangeness (highest first), class pairs by cleanlab's joint share.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
 from retrieval.audit.duplicates import Groups
 from retrieval.audit.findings import Findings
 
-__all__ = ["SECTIONS", "Section", "report_tables"]
+__all__ = [
+    "SECTIONS",
+    "Cell",
+    "ConfusedPairRow",
+    "ExactDuplicateRow",
+    "LabelIssueRow",
+    "LeakRow",
+    "NearDuplicateRow",
+    "OutlierRow",
+    "Row",
+    "Section",
+    "report_tables",
+]
+
+Cell = str | int | float  # a CSV cell; "" where a value does not apply (no labels, no split column)
 
 _EXAMPLES = 4  # image paths per confused class pair
 
@@ -29,6 +43,81 @@ class Section:
     title: str
     columns: tuple[str, ...]
     about: str
+
+
+@dataclass(frozen=True)
+class Row:
+    """A row of a section's table: the CSV writer and the HTML page read its cells by column name."""
+
+    def cell(self, column: str) -> Cell:
+        """The cell of `column`; "" for a column this row has not (a path column of another section)."""
+        value: Cell = getattr(self, column, "")
+        return value
+
+
+@dataclass(frozen=True)
+class _ImageRow(Row):
+    path: str  # absolute, so the CSV is an exclusion list
+    split: str
+    label: str
+
+
+@dataclass(frozen=True)
+class ExactDuplicateRow(_ImageRow):
+    """A file of a group of identical files; `keep` is 1 for the group's first member."""
+
+    group: int
+    keep: int
+    labels_agree: int | str  # 1 when the group's labels agree, "" without labels
+
+
+@dataclass(frozen=True)
+class NearDuplicateRow(ExactDuplicateRow):
+    """An image of a group the embedding scores as copies; `score`: the best cosine within the group."""
+
+    score: float
+
+
+@dataclass(frozen=True)
+class LeakRow(_ImageRow):
+    """An image with a copy (`partner_*`) in an earlier split; `ratio`: lower is surer; `score`: thumbnails' cosine."""
+
+    partner_path: str
+    partner_split: str
+    partner_label: str
+    ratio: float
+    score: float
+
+
+@dataclass(frozen=True)
+class LabelIssueRow(_ImageRow):
+    """A likely label error, ranked from the most likely; `label_score` lower is more likely wrong."""
+
+    rank: int
+    suggested_label: str
+    label_score: float
+
+
+@dataclass(frozen=True)
+class OutlierRow(_ImageRow):
+    """An outlier, ranked strangest first; the nearest class and its cosine are "" without labels."""
+
+    rank: int
+    strangeness: float
+    outlier_score: float
+    nearest_class: str
+    class_score: float | str
+
+
+@dataclass(frozen=True)
+class ConfusedPairRow(Row):
+    """A pair of classes whose images are each other's neighbours; `path`: up to 4 examples, |-joined."""
+
+    class_a: str
+    class_b: str
+    count: int
+    joint: float
+    path: str
 
 
 SECTIONS = (
@@ -75,9 +164,9 @@ SECTIONS = (
 )
 
 
-def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[dict[str, Any]]]:
+def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[Row]]:
     """Rows of every section present (a missing label or split column leaves its sections out)."""
-    tables: dict[str, list[dict[str, Any]]] = {}
+    tables: dict[str, list[Row]] = {}
     if findings.exact is not None:
         tables["exact_duplicates"] = _group_rows(findings, findings.exact, with_score=False)
     tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
@@ -91,7 +180,8 @@ def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[
     return tables
 
 
-def _cells(findings: Findings, row: int) -> dict[str, Any]:
+def _cells(findings: Findings, row: int) -> dict[str, str]:
+    """The path, split and label of catalogue row `row` ("" for a column the catalogue has not)."""
     catalogue = findings.catalogue
     return {
         "path": str(catalogue.paths[row]),
@@ -100,69 +190,71 @@ def _cells(findings: Findings, row: int) -> dict[str, Any]:
     }
 
 
-def _group_rows(findings: Findings, groups: Groups, with_score: bool) -> list[dict[str, Any]]:
+def _group_rows(findings: Findings, groups: Groups, with_score: bool) -> list[Row]:
     labels = findings.catalogue.labels
-    rows = []
+    rows: list[Row] = []
     for number, members in enumerate(groups.members()):
         agree = "" if labels is None else int(len({labels[i] for i in members}) == 1)
         for position, member in enumerate(members):
-            row = {"group": number, "keep": int(position == 0), **_cells(findings, int(member)), "labels_agree": agree}
+            row = ExactDuplicateRow(
+                **_cells(findings, int(member)), group=number, keep=int(position == 0), labels_agree=agree
+            )
             if with_score:
-                row["score"] = round(float(groups.score[member]), 6)
+                row = NearDuplicateRow(**dataclasses.asdict(row), score=round(float(groups.score[member]), 6))
             rows.append(row)
     return rows
 
 
-def _leak_rows(findings: Findings) -> list[dict[str, Any]]:
+def _leak_rows(findings: Findings) -> list[Row]:
     leaks = findings.leaks
     assert leaks is not None  # report_tables asks only then
     leaked = np.flatnonzero(leaks.leaked)
-    rows = []
+    rows: list[Row] = []
     for row in leaked[np.argsort(leaks.ratio[leaked], kind="stable")]:
         partner = _cells(findings, int(leaks.partner[row]))
         rows.append(
-            {
+            LeakRow(
                 **_cells(findings, int(row)),
-                "partner_path": partner["path"],
-                "partner_split": partner["split"],
-                "partner_label": partner["label"],
-                "ratio": round(float(leaks.ratio[row]), 6),
-                "score": round(float(leaks.score[row]), 6),
-            }
+                partner_path=partner["path"],
+                partner_split=partner["split"],
+                partner_label=partner["label"],
+                ratio=round(float(leaks.ratio[row]), 6),
+                score=round(float(leaks.score[row]), 6),
+            )
         )
     return rows
 
 
-def _label_rows(findings: Findings) -> list[dict[str, Any]]:
+def _label_rows(findings: Findings) -> list[Row]:
     scores = findings.scores
     assert scores.label_score is not None and scores.is_label_issue is not None and scores.predicted is not None
     flagged = np.flatnonzero(scores.is_label_issue)
     ranked = flagged[np.argsort(scores.label_score[flagged], kind="stable")]
     return [
-        {
-            "rank": rank,
+        LabelIssueRow(
+            rank=rank,
             **_cells(findings, int(row)),
-            "suggested_label": findings.class_names[int(scores.predicted[row])],
-            "label_score": round(float(scores.label_score[row]), 6),
-        }
+            suggested_label=findings.class_names[int(scores.predicted[row])],
+            label_score=round(float(scores.label_score[row]), 6),
+        )
         for rank, row in enumerate(ranked, start=1)
     ]
 
 
-def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[dict[str, Any]]:
+def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[Row]:
     scores = findings.scores
     flagged = np.flatnonzero(scores.is_outlier)
     ranked = flagged[np.argsort(-scores.strangeness[flagged], kind="stable")]
     nearest, similarity = _class_similarity(findings, embeddings, ranked)
     return [
-        {
-            "rank": rank,
+        OutlierRow(
+            rank=rank,
             **_cells(findings, int(row)),
-            "strangeness": round(float(scores.strangeness[row]), 6),
-            "outlier_score": round(float(scores.outlier_score[row]), 6),
-            "nearest_class": "" if nearest is None else findings.class_names[int(nearest[rank - 1])],
-            "class_score": "" if similarity is None else round(float(similarity[rank - 1]), 6),
-        }
+            strangeness=round(float(scores.strangeness[row]), 6),
+            outlier_score=round(float(scores.outlier_score[row]), 6),
+            nearest_class="" if nearest is None else findings.class_names[int(nearest[rank - 1])],
+            class_score="" if similarity is None else round(float(similarity[rank - 1]), 6),
+        )
         for rank, row in enumerate(ranked, start=1)
     ]
 
@@ -181,23 +273,23 @@ def _class_similarity(
     return scores.argmax(axis=1), scores.max(axis=1)
 
 
-def _pair_rows(findings: Findings) -> list[dict[str, Any]]:
+def _pair_rows(findings: Findings) -> list[Row]:
     codes, names = findings.catalogue.label_codes()
     predicted = findings.scores.predicted
     assert predicted is not None  # labels were scored
-    rows = []
+    rows: list[Row] = []
     for pair in findings.scores.class_pairs:
         swapped = ((codes == pair.first) & (predicted == pair.second)) | (
             (codes == pair.second) & (predicted == pair.first)
         )
         examples = [str(findings.catalogue.paths[row]) for row in np.flatnonzero(swapped)[:_EXAMPLES]]
         rows.append(
-            {
-                "class_a": names[pair.first],
-                "class_b": names[pair.second],
-                "count": pair.count,
-                "joint": round(pair.joint, 6),
-                "path": "|".join(examples),
-            }
+            ConfusedPairRow(
+                class_a=names[pair.first],
+                class_b=names[pair.second],
+                count=pair.count,
+                joint=round(pair.joint, 6),
+                path="|".join(examples),
+            )
         )
     return rows

@@ -13,7 +13,6 @@ queries with their results (`--grid FILE.png`). This module parses and prints; t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -137,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if report.leak_warning:
         print(report.leak_warning, file=sys.stderr)
     if args.json:
-        write_text(with_folder(args.json), json.dumps(report.record(), indent=2) + "\n")
+        write_text(with_folder(args.json), report.record().json_text())
     print(report.text())
     return 0
 

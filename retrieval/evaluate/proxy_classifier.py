@@ -6,7 +6,6 @@ Used by `retrieval evaluate --classification` and `--calibrate` on closed-set da
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -16,10 +15,11 @@ from retrieval.data import EvalSplit
 from retrieval.errors import UserError
 from retrieval.losses import build_loss
 from retrieval.metrics.calibration import fit_temperature, temperature_softmax
-from retrieval.metrics.classification import calibration_summary
+from retrieval.metrics.classification import CalibrationSummary, calibration_summary
 from retrieval.metrics.groups import proxy_predictions
+from retrieval.validation import Record
 
-__all__ = ["ProxyClassifier", "calibrate", "closed_set_rows", "load_proxy_classifier"]
+__all__ = ["Calibration", "ProxyClassifier", "calibrate", "closed_set_rows", "load_proxy_classifier"]
 
 
 @dataclass(frozen=True)
@@ -62,11 +62,26 @@ def closed_set_rows(split: EvalSplit, what: str) -> np.ndarray:
     return np.flatnonzero(split.train_class >= 0)
 
 
+class Calibration(Record):
+    """A temperature fitted on held-out images, and the test images' calibration before and after it.
+
+    `evaluate --json` writes it as its `calibration` entry, with the share of the validation split
+    it was fitted on (`calibration_share`, set by the caller; unset, it is absent).
+    """
+
+    temperature: float
+    num_calibration_images: int
+    logit_scale: float  # the loss's scale s of softmax(s * cos(f, P)), the temperature's unit
+    before: CalibrationSummary
+    after: CalibrationSummary
+    calibration_share: float | None = None
+
+
 def calibrate(
     classifier: ProxyClassifier,
     calibration: tuple[np.ndarray, np.ndarray],
     test: tuple[np.ndarray, np.ndarray],
-) -> dict[str, Any]:
+) -> Calibration:
     """Fit a temperature on the calibration images; ECE, Brier and accuracy on test before and after.
 
     Args:
@@ -76,15 +91,15 @@ def calibrate(
         test: the same for the test images.
 
     Returns:
-        `temperature`, `num_calibration_images`, `logit_scale`, and `before` / `after` summaries
+        The record of `temperature`, `num_calibration_images`, `logit_scale`, and `before` / `after` summaries
         (`calibration_summary`) on the test images.
     """
     temperature = fit_temperature(classifier.logits(calibration[0]), calibration[1])
     test_logits = classifier.logits(test[0])
-    return {
-        "temperature": temperature,
-        "num_calibration_images": len(calibration[1]),
-        "logit_scale": classifier.scale,
-        "before": calibration_summary(temperature_softmax(test_logits), test[1]),
-        "after": calibration_summary(temperature_softmax(test_logits, temperature), test[1]),
-    }
+    return Calibration(
+        temperature=temperature,
+        num_calibration_images=len(calibration[1]),
+        logit_scale=classifier.scale,
+        before=calibration_summary(temperature_softmax(test_logits), test[1]),
+        after=calibration_summary(temperature_softmax(test_logits, temperature), test[1]),
+    )

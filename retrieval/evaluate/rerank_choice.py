@@ -8,15 +8,24 @@ method's published defaults and says so. The test split is scored once, with the
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
 from retrieval.core.rerank import RERANK_METHODS, Reranker, parse_rerank
 from retrieval.data import EvalSplit
 from retrieval.evaluate.evaluator import score_split
+from retrieval.validation import Record
 
-__all__ = ["RerankChoice", "choose_rerank"]
+__all__ = ["RerankChoice", "RerankRecord", "choose_rerank"]
+
+
+class RerankRecord(Record):
+    """The re-ranking applied to test, as the `rerank` entry of `evaluate --json` holds it."""
+
+    spec: str  # the method with its parameters, `qe:k=2,alpha=3.0`
+    chosen_on: str  # "given", "validation" or why the defaults were used
+    validation: dict[str, float] | None  # val MAP@R / Recall@1 with the choice and without re-ranking
 
 
 class RerankChoice(NamedTuple):
@@ -37,9 +46,9 @@ class RerankChoice(NamedTuple):
             f"Recall@1 {val['recall@1']:.4f} vs {val['recall@1_without']:.4f})"
         )
 
-    def record(self) -> dict[str, Any]:
-        """The choice as JSON."""
-        return {"spec": self.reranker.spec(), "chosen_on": self.chosen_on, "validation": self.validation}
+    def record(self) -> RerankRecord:
+        """The choice as the record `evaluate --json` writes."""
+        return RerankRecord(spec=self.reranker.spec(), chosen_on=self.chosen_on, validation=self.validation)
 
 
 def choose_rerank(spec: str, val: tuple[np.ndarray, EvalSplit] | None) -> RerankChoice:

@@ -12,11 +12,10 @@ draw a grid of queries (`grid`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,8 +29,10 @@ if TYPE_CHECKING:
     from retrieval.checkpoint import Checkpoint
     from retrieval.config import Config
     from retrieval.data import EvalSplit, RetrievalData
-    from retrieval.evaluate.proxy_classifier import ProxyClassifier
+    from retrieval.evaluate.proxy_classifier import Calibration, ProxyClassifier
+    from retrieval.evaluate.records import EvaluationRecord, ProxyClassification
     from retrieval.evaluate.uncertainty import Uncertainty
+    from retrieval.evaluate.verification import VerificationReport
     from retrieval.models import Embedder
 
 __all__ = ["EvaluationReport", "EvaluationRequest", "run_evaluation"]
@@ -102,22 +103,22 @@ class EvaluationReport:
 
     Attributes:
         metrics: Recall@K, MAP@R, R-precision (and per group, proxy accuracy where they apply).
-        extras: each option's results by name (`uncertainty`, `rerank`, `calibration`, `classification`,
-            `verification`, `leaks`), as the JSON record holds them.
+        extras: the record `evaluate --json` writes: the metrics and each option's results by name
+            (`uncertainty`, `rerank`, `calibration`, `classification`, `verification`, `leaks`).
         notes: one line per option, printed before the intervals and the metrics.
         uncertainty: the 95% intervals of Recall@1 and MAP@R.
         leak_warning: the line about test images that are copies of training ones, if any.
     """
 
     metrics: dict[str, float]
-    extras: dict[str, Any]
+    extras: EvaluationRecord
     notes: list[str]
     uncertainty: Uncertainty
     leak_warning: str | None
 
-    def record(self) -> dict[str, Any]:
-        """The metrics and the options' results in one mapping: `evaluate --json`'s file."""
-        return {**self.metrics, **self.extras}
+    def record(self) -> EvaluationRecord:
+        """The metrics and the options' results in one record: `evaluate --json`'s file (`.json_text()`)."""
+        return self.extras
 
     def text(self) -> str:
         """The lines `retrieval evaluate` prints: the notes, the intervals, then the metrics."""
@@ -140,6 +141,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     """
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_dataset, score_split
+    from retrieval.evaluate.records import ClassificationNote, EvaluationRecord, LeakNote
     from retrieval.evaluate.rerank_choice import choose_rerank
     from retrieval.evaluate.uncertainty import QueryValues, save_query_values, uncertainty_summary
     from retrieval.evaluate.verification import check_threshold_request
@@ -196,27 +198,28 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
         save_query_values(request.per_query, values)
     grouped = f"{GROUP_NAMES[0]}/recall@1" in metrics
     notes = [_group_line(metrics, _trained_elsewhere(request, checkpoint, config))] if grouped else []
-    extras: dict[str, Any] = {"uncertainty": uncertainty.as_dict()}
+    extras = EvaluationRecord(metrics=metrics, uncertainty=uncertainty)
     if rerank is not None:
         notes.append(rerank.line())
-        extras["rerank"] = rerank.record()
+        extras.rerank = rerank.record()
     calibrated = None
     if request.calibrate:
         assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
-        calibrated = extras["calibration"] = _calibration(request, embed, embeddings, data.test, data.val, classifier)
+        calibrated = extras.calibration = _calibration(request, embed, embeddings, data.test, data.val, classifier)
         notes.append(_calibration_line(calibrated))
     if request.classification:
         assert classifier is not None  # _check_requests refused the request otherwise
         report = _classification(request.classification, embeddings, data.test, classifier, calibrated)
-        extras["classification"] = {"directory": str(request.classification), "accuracy": report["accuracy"]}
-        notes.append(f"classification: accuracy {report['accuracy']:.4f}, written to {request.classification}")
+        extras.classification = ClassificationNote(directory=str(request.classification), accuracy=report.accuracy)
+        notes.append(f"classification: accuracy {report.accuracy:.4f}, written to {request.classification}")
     if request.verification or request.save_threshold is not None:
-        notes.extend(_verification(request, checkpoint, config, data, embeddings, embed, extras))
+        extras.verification, lines = _verification(request, checkpoint, config, data, embeddings, embed)
+        notes.extend(lines)
     if request.grid:
         _grid(request, embeddings, data.test, model)
         notes.append(f"grid of {request.grid_queries} queries written to {request.grid}")
     if leak_warning:
-        extras["leaks"] = {"warning": leak_warning, "excluded": request.exclude_leaks}
+        extras.leaks = LeakNote(warning=leak_warning, excluded=request.exclude_leaks)
     return EvaluationReport(metrics, extras, notes, uncertainty, leak_warning)
 
 
@@ -253,9 +256,8 @@ def _verification(
     data: RetrievalData,
     embeddings: np.ndarray,
     embed: Callable[[EvalSplit], np.ndarray],
-    extras: dict[str, Any],
-) -> list[str]:
-    """Verification into `extras`, the threshold of `--save-threshold` into the checkpoint; the lines to print."""
+) -> tuple[VerificationReport, list[str]]:
+    """Verification and the lines to print; the threshold of `--save-threshold` goes into the checkpoint."""
     from retrieval.evaluate.verification import (
         evaluate_verification,
         fmr_text,
@@ -267,7 +269,7 @@ def _verification(
     fmrs = sorted(
         {*FMR_TARGETS, *([request.save_threshold] if request.save_threshold is not None else [])}, reverse=True
     )
-    report = extras["verification"] = evaluate_verification(embeddings, data, config.train.select_on_test, embed, fmrs)
+    report = evaluate_verification(embeddings, data, config.train.select_on_test, embed, fmrs)
     lines = verification_lines(report)
     if request.save_threshold is not None:
         record = threshold_record(report, request.save_threshold, config.data.name)
@@ -277,7 +279,7 @@ def _verification(
             f"threshold {record.score:.4f} (FMR {fmr_text(request.save_threshold)}) saved to {request.checkpoint}; "
             "indexes built from it before have its old sha256: build them again to use it"
         )
-    return lines
+    return report, lines
 
 
 def _model_and_config(request: EvaluationRequest) -> tuple[Checkpoint, Config]:
@@ -341,7 +343,7 @@ def _calibration(
     test: EvalSplit,
     val: EvalSplit,
     classifier: ProxyClassifier,
-) -> dict[str, Any]:
+) -> Calibration:
     """Temperature fitted on (a share of) the validation split, scored on the closed-set test images."""
     from retrieval.evaluate.proxy_classifier import calibrate
 
@@ -356,7 +358,7 @@ def _calibration(
         (val_embeddings[val_rows], np.asarray(val.train_class)[val_rows]),
         (test_embeddings[test_rows], test_classes),
     )
-    return {**result, "calibration_share": request.calibration_share}
+    return result.model_copy(update={"calibration_share": request.calibration_share})
 
 
 def _closed_set(split: EvalSplit, what: str) -> tuple[np.ndarray, np.ndarray]:
@@ -372,23 +374,26 @@ def _classification(
     embeddings: np.ndarray,
     test: EvalSplit,
     classifier: ProxyClassifier,
-    calibrated: dict[str, Any] | None,
-) -> dict[str, Any]:
+    calibrated: Calibration | None,
+) -> ProxyClassification:
+    """The proxy classifier's report on the closed-set test images, written with its plots into `out_dir`."""
+    from retrieval.evaluate.records import CalibratedSummary, ProxyClassification
     from retrieval.metrics.calibration import temperature_softmax
     from retrieval.metrics.classification import calibration_summary, classification_report
     from retrieval.report.classification_plots import plot_classification
 
     rows, targets = _closed_set(test, "--classification")
     probabilities = temperature_softmax(classifier.logits(embeddings[rows]))
-    report = {"logit_scale": classifier.scale, **classification_report(probabilities, targets)}
+    fields = {"logit_scale": classifier.scale, **dict(classification_report(probabilities, targets))}
     after = None
     if calibrated is not None:
-        scaled = temperature_softmax(classifier.logits(embeddings[rows]), calibrated["temperature"])
+        scaled = temperature_softmax(classifier.logits(embeddings[rows]), calibrated.temperature)
         after = calibration_summary(scaled, targets)
-        report["calibrated"] = {"temperature": calibrated["temperature"], **after}
+        fields["calibrated"] = CalibratedSummary.model_validate({"temperature": calibrated.temperature, **dict(after)})
+    report = ProxyClassification.model_validate(fields)
     out_dir.mkdir(parents=True, exist_ok=True)
     plot_classification(report, out_dir, after)
-    write_text(out_dir / "classification.json", json.dumps(report) + "\n")
+    write_text(out_dir / "classification.json", report.model_dump_json(exclude_unset=True) + "\n")
     return report
 
 
@@ -426,7 +431,7 @@ def _trained_elsewhere(request: EvaluationRequest, checkpoint: Checkpoint, confi
     return f"the checkpoint trained on {source}, not on these classes"
 
 
-def _group_line(metrics: dict[str, Any], trained_elsewhere: str | None = None) -> str:
+def _group_line(metrics: dict[str, float], trained_elsewhere: str | None = None) -> str:
     """`by training frequency (head / mid / tail): Recall@1 a / b / c, proxy accuracy d / e / f`.
 
     With `trained_elsewhere` (`_trained_elsewhere`), the line ends by saying the groups are of classes the
@@ -446,10 +451,10 @@ def _group_line(metrics: dict[str, Any], trained_elsewhere: str | None = None) -
     return line
 
 
-def _calibration_line(calibration: dict[str, Any]) -> str:
-    before, after = calibration["before"], calibration["after"]
+def _calibration_line(calibration: Calibration) -> str:
+    before, after = calibration.before, calibration.after
     return (
-        f"calibration: temperature {calibration['temperature']:.4f} fitted on {calibration['num_calibration_images']} "
-        f"validation images; test ECE {before['ece']:.4f} -> {after['ece']:.4f}, "
-        f"Brier {before['brier']:.4f} -> {after['brier']:.4f}"
+        f"calibration: temperature {calibration.temperature:.4f} fitted on {calibration.num_calibration_images} "
+        f"validation images; test ECE {before.ece:.4f} -> {after.ece:.4f}, "
+        f"Brier {before.brier:.4f} -> {after.brier:.4f}"
     )

@@ -11,7 +11,7 @@ used when there is one, even with that opt-in: nothing is gained by choosing on 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Literal
 
 import numpy as np
 
@@ -19,8 +19,12 @@ from retrieval.core.match_threshold import MatchThreshold
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.errors import UserError
 from retrieval.metrics.verification import FMR_TARGETS, Pairs, pairs_of, rates_at, roc_auc, threshold_at_fmr
+from retrieval.validation import Record
 
 __all__ = [
+    "OperatingPoint",
+    "PairCounts",
+    "VerificationReport",
     "check_threshold_request",
     "evaluate_verification",
     "fmr_text",
@@ -36,7 +40,43 @@ _ADD_VALIDATION = (
 _NO_SELECTION = f"verification: no validation split, so no thresholds were chosen (ROC AUC only); {_ADD_VALIDATION}"
 
 
-def _selection(data: RetrievalData, select_on_test: bool) -> tuple[EvalSplit | None, str | None]:
+class PairCounts(Record):
+    """The pairs of a split that were scored: all of them, or a uniform sample of `total` when there are too many."""
+
+    scored: int
+    total: int
+    sampled: bool
+    genuine: int  # same-class pairs among those scored
+    impostor: int  # different-class pairs among those scored
+
+
+class OperatingPoint(Record):
+    """The threshold chosen for one target FMR on the selection split, and the rates it gives there and on test."""
+
+    target_fmr: float
+    threshold: float
+    selection_fmr: float
+    selection_fnmr: float
+    test_fmr: float
+    test_fnmr: float
+
+
+class VerificationReport(Record):
+    """What `evaluate --verification` measured, as the `verification` entry of `evaluate --json` holds it.
+
+    The selection fields are unset (absent from the file) when no split could choose thresholds
+    (`chosen_on` None); the record is written with `model_dump(exclude_unset=True)`.
+    """
+
+    roc_auc: float
+    test_pairs: PairCounts
+    chosen_on: Literal["val", "test"] | None
+    selection_pairs: PairCounts | None = None
+    selection_roc_auc: float | None = None
+    operating_points: list[OperatingPoint] | None = None
+
+
+def _selection(data: RetrievalData, select_on_test: bool) -> tuple[EvalSplit | None, Literal["val", "test"] | None]:
     """The split thresholds are chosen on and its name: validation, else test when opted in, else none."""
     if data.val is not None:
         return data.val, "val"
@@ -59,7 +99,7 @@ def evaluate_verification(
     select_on_test: bool,
     embed: Callable[[EvalSplit], np.ndarray],
     fmrs: Sequence[float] = FMR_TARGETS,
-) -> dict[str, Any]:
+) -> VerificationReport:
     """Test ROC AUC and, per target FMR, the selection split's threshold with the test FNMR and FMR it gives.
 
     Args:
@@ -70,79 +110,78 @@ def evaluate_verification(
         fmrs: target false match rates.
 
     Returns:
-        JSON-ready: `roc_auc`, `test_pairs`, `chosen_on` ("val", "test" or None) and, when chosen,
+        The record of `roc_auc`, `test_pairs`, `chosen_on` ("val", "test" or None) and, when chosen,
         `selection_pairs`, `selection_roc_auc` and `operating_points`, one per target FMR with
         `threshold`, `selection_fmr`, `selection_fnmr`, `test_fmr` and `test_fnmr`.
     """
     test = _split_pairs(test_embeddings, data.test)
-    report: dict[str, Any] = {"roc_auc": roc_auc(test), "test_pairs": _counts(test), "chosen_on": None}
     split, chosen_on = _selection(data, select_on_test)
     if split is None:
-        return report
+        return VerificationReport(roc_auc=roc_auc(test), test_pairs=_counts(test), chosen_on=None)
     selection = test if chosen_on == "test" else _split_pairs(embed(split), split)
     points = []
     for fmr in fmrs:
         point = threshold_at_fmr(selection, fmr)
         test_fmr, test_fnmr = rates_at(test, point.threshold)
         points.append(
-            {
-                "target_fmr": fmr,
-                "threshold": point.threshold,
-                "selection_fmr": point.fmr,
-                "selection_fnmr": point.fnmr,
-                "test_fmr": test_fmr,
-                "test_fnmr": test_fnmr,
-            }
+            OperatingPoint(
+                target_fmr=fmr,
+                threshold=point.threshold,
+                selection_fmr=point.fmr,
+                selection_fnmr=point.fnmr,
+                test_fmr=test_fmr,
+                test_fnmr=test_fnmr,
+            )
         )
-    return {
-        **report,
-        "chosen_on": chosen_on,
-        "selection_pairs": _counts(selection),
-        "selection_roc_auc": roc_auc(selection),
-        "operating_points": points,
-    }
+    return VerificationReport(
+        roc_auc=roc_auc(test),
+        test_pairs=_counts(test),
+        chosen_on=chosen_on,
+        selection_pairs=_counts(selection),
+        selection_roc_auc=roc_auc(selection),
+        operating_points=points,
+    )
 
 
-def verification_lines(report: dict[str, Any]) -> list[str]:
+def verification_lines(report: VerificationReport) -> list[str]:
     """The lines `evaluate` prints for `report`: ROC AUC, one line per target FMR, and notes."""
-    test = report["test_pairs"]
-    head = f"verification: ROC AUC {report['roc_auc']:.4f} on {_pairs_text(test, 'test')}"
-    if report["chosen_on"] is None:
+    head = f"verification: ROC AUC {report.roc_auc:.4f} on {_pairs_text(report.test_pairs, 'test')}"
+    selection, points = report.selection_pairs, report.operating_points
+    if report.chosen_on is None or selection is None or points is None:
         return [head, _NO_SELECTION]
-    selection = report["selection_pairs"]
-    if report["chosen_on"] == "val":
+    if report.chosen_on == "val":
         where = f"the {_pairs_text(selection, 'validation')}"
     else:
         where = "the TEST pairs themselves (train.select_on_test; optimistic)"
     lines = [f"{head}; thresholds chosen on {where}"]
-    label = "  (chosen on test)" if report["chosen_on"] == "test" else ""
-    for point in report["operating_points"]:
+    label = "  (chosen on test)" if report.chosen_on == "test" else ""
+    for point in points:
         lines.append(
-            f"verification at FMR {fmr_text(point['target_fmr'])}: threshold {point['threshold']:.4f}, "
-            f"test FNMR {point['test_fnmr']:.4f} at test FMR {point['test_fmr']:.4f}{label}"
+            f"verification at FMR {fmr_text(point.target_fmr)}: threshold {point.threshold:.4f}, "
+            f"test FNMR {point.test_fnmr:.4f} at test FMR {point.test_fmr:.4f}{label}"
         )
-    impostors = selection["impostor"]
-    for point in report["operating_points"]:
-        allowed = point["target_fmr"] * impostors
+    impostors = selection.impostor
+    for point in points:
+        allowed = point.target_fmr * impostors
         if allowed < _ROUGH_FALSE_MATCHES:
             lines.append(
-                f"note: FMR {fmr_text(point['target_fmr'])} allows {allowed:.1f} false matches among the "
+                f"note: FMR {fmr_text(point.target_fmr)} allows {allowed:.1f} false matches among the "
                 f"{impostors:,} different-class pairs it was chosen on: its threshold is rough"
             )
     return lines
 
 
-def threshold_record(report: dict[str, Any], fmr: float, dataset: str) -> MatchThreshold:
+def threshold_record(report: VerificationReport, fmr: float, dataset: str) -> MatchThreshold:
     """What a checkpoint stores of the threshold at `fmr`: `score` (a pair matches at >= score) and its provenance,
     every field of `MatchThreshold` set (`dataset` is the `data.name` it was measured on)."""
-    (point,) = [point for point in report["operating_points"] if point["target_fmr"] == fmr]
+    (point,) = [point for point in report.operating_points or () if point.target_fmr == fmr]
     return MatchThreshold(
-        score=point["threshold"],
+        score=point.threshold,
         target_fmr=fmr,
-        chosen_on=report["chosen_on"],
-        selection_fnmr=point["selection_fnmr"],
-        test_fmr=point["test_fmr"],
-        test_fnmr=point["test_fnmr"],
+        chosen_on=report.chosen_on,
+        selection_fnmr=point.selection_fnmr,
+        test_fmr=point.test_fmr,
+        test_fnmr=point.test_fnmr,
         dataset=dataset,
     )
 
@@ -160,17 +199,17 @@ def _split_pairs(embeddings: np.ndarray, split: EvalSplit) -> Pairs:
     return pairs_of(embeddings[kept], split.labels[kept], query_mask, gallery_mask)
 
 
-def _counts(pairs: Pairs) -> dict[str, Any]:
-    return {
-        "scored": len(pairs.scores),
-        "total": pairs.total,
-        "sampled": pairs.sampled,
-        "genuine": pairs.num_genuine,
-        "impostor": pairs.num_impostor,
-    }
+def _counts(pairs: Pairs) -> PairCounts:
+    return PairCounts(
+        scored=len(pairs.scores),
+        total=pairs.total,
+        sampled=pairs.sampled,
+        genuine=pairs.num_genuine,
+        impostor=pairs.num_impostor,
+    )
 
 
-def _pairs_text(counts: dict[str, Any], which: str) -> str:
+def _pairs_text(counts: PairCounts, which: str) -> str:
     """`403,651 test pairs (39,972 same-class)`, or `4,999,499 test pairs (sampled uniformly from 49,995,000; ...)`."""
-    sampled = f"sampled uniformly from {counts['total']:,}; " if counts["sampled"] else ""
-    return f"{counts['scored']:,} {which} pairs ({sampled}{counts['genuine']:,} same-class)"
+    sampled = f"sampled uniformly from {counts.total:,}; " if counts.sampled else ""
+    return f"{counts.scored:,} {which} pairs ({sampled}{counts.genuine:,} same-class)"

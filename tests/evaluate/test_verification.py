@@ -97,12 +97,13 @@ def test_without_a_validation_split_or_the_opt_in_only_roc_auc_is_reported() -> 
         raise AssertionError("no split but test should be embedded")
 
     report = evaluate_verification(embeddings, data, select_on_test=False, embed=embed)
-    assert report["chosen_on"] is None and "operating_points" not in report
-    assert report["roc_auc"] == pytest.approx(roc_auc(pairs_of(embeddings, labels)))
+    assert report.chosen_on is None and "operating_points" not in report.model_dump(exclude_unset=True)
+    assert report.roc_auc == pytest.approx(roc_auc(pairs_of(embeddings, labels)))
     head, reason = verification_lines(report)
     assert head.startswith("verification: ROC AUC ") and head.endswith("on 190 test pairs (40 same-class)")
     assert reason.startswith("verification: no validation split, so no thresholds were chosen (ROC AUC only)")
-    sampled = {**report, "test_pairs": {**report["test_pairs"], "scored": 180, "total": 5000, "sampled": True}}
+    counts = report.test_pairs.model_copy(update={"scored": 180, "total": 5000, "sampled": True})
+    sampled = report.model_copy(update={"test_pairs": counts})
     assert verification_lines(sampled)[0].endswith("on 180 test pairs (sampled uniformly from 5,000; 40 same-class)")
 
 

@@ -24,12 +24,12 @@ def test_confusion_matrix_and_accuracy_equal_loops():
     counts = np.zeros((4, 4), int)
     for y, p in zip(targets, predictions, strict=True):
         counts[y, p] += 1
-    assert report["confusion"] == counts.tolist()
-    for row, normalized in zip(counts, report["confusion_normalized"], strict=True):
+    assert report.confusion == counts.tolist()
+    for row, normalized in zip(counts, report.confusion_normalized, strict=True):
         expected = row / row.sum() if row.sum() else np.zeros(4)
         np.testing.assert_allclose(normalized, expected)
-    assert report["accuracy"] == pytest.approx(np.trace(counts) / len(targets))
-    assert report["average_precision"][3] is None and report["pr_curves"][3] is None
+    assert report.accuracy == pytest.approx(np.trace(counts) / len(targets))
+    assert report.average_precision[3] is None and report.pr_curves[3] is None
 
 
 def test_pr_curves_are_interpolated_one_vs_rest_curves():
@@ -37,8 +37,8 @@ def test_pr_curves_are_interpolated_one_vs_rest_curves():
     report = classification_report(probabilities, targets)
     for k in range(3):
         precision, recall, _ = precision_recall_curve(targets == k, probabilities[:, k])
-        curve = report["pr_curves"][k]
-        assert np.all(np.diff(curve["precision"]) <= 1e-12)  # interpolated precision never rises with recall
-        for level, value in zip(curve["recall"], curve["precision"], strict=True):  # max precision at recall >= level
+        curve = report.pr_curves[k]
+        assert np.all(np.diff(curve.precision) <= 1e-12)  # interpolated precision never rises with recall
+        for level, value in zip(curve.recall, curve.precision, strict=True):  # max precision at recall >= level
             assert value == pytest.approx(precision[recall >= level - 1e-12].max())
-        assert auc(curve["recall"], curve["precision"]) == pytest.approx(report["average_precision"][k], abs=0.05)
+        assert auc(curve.recall, curve.precision) == pytest.approx(report.average_precision[k], abs=0.05)

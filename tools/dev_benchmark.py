@@ -269,7 +269,7 @@ def _rerank_seed(row: Row, seed: int, args: argparse.Namespace, command: list[st
             scores = per_query_scores(embeddings[split], rows.labels, KS, rows.query_mask, rows.gallery_mask,
                                       rerank=choice.reranker)  # fmt: skip
             _record(run_dir, split, QueryValues.from_scores(scores), result)
-    result.update(seconds=time.perf_counter() - start, rerank=choice.record())
+    result.update(seconds=time.perf_counter() - start, rerank=choice.record().model_dump())
     write_text(run_dir / "result.json", json.dumps(result, indent=2))
     print(f"[{row.name} seed {seed}] {choice.line()}; {_brief(result)}", flush=True)
     return result

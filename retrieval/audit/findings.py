@@ -14,10 +14,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.audit.catalogue import Catalogue
-from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
-from retrieval.audit.leaks import MAX_RATIO, Leaks, find_leaks
+from retrieval.audit.leaks import MAX_RATIO, Leaks, copy_leaks
 from retrieval.audit.scoring import Scores, score_issues
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record
@@ -137,8 +136,7 @@ def audit_embeddings(
     near = near_duplicate_groups(graph, settings.threshold)
     leaks = None
     if catalogue.splits is not None:
-        copies = copy_graph(copy_descriptors(catalogue.paths, progress), len(catalogue), k)
-        leaks = find_leaks(copies, graph.neighbours[:, 0], catalogue.splits, settings.leak_ratio)
+        leaks = copy_leaks(catalogue.paths, catalogue.splits, graph.neighbours[:, 0], settings.leak_ratio, progress)
     _log.info("scoring label issues and outliers with cleanlab")
     if catalogue.labels is None:
         return Findings(catalogue, settings, graph, exact, near, leaks, score_issues(graph, embeddings, None), [])

@@ -9,24 +9,26 @@ A fixed similarity cannot tell a copy from a look-alike of the same class (a pla
 many), a ratio can: the planted copies score a median 0.1, distinct images rarely below 0.6. The
 leak is reported on the later split's row, the one to drop from evaluation or re-split. The
 headline is the share of test rows whose nearest neighbour in the embedding is their copy (the
-rows whose Recall@1 the leak hands over). `rows_with_copies` answers the embedding-threshold
-question for `retrieval evaluate` from two embedding sets, without a graph.
+rows whose Recall@1 the leak hands over). `copy_leaks` runs the check from image files for `retrieval audit`
+and `retrieval evaluate --exclude-leaks` alike, so the two commands flag the same test images.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
-import faiss
 import numpy as np
 
+from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.knn_graph import KnnGraph
 
-__all__ = ["MAX_RATIO", "SPLIT_ORDER", "Leaks", "find_leaks", "rows_with_copies"]
+__all__ = ["COPY_NEIGHBOURS", "MAX_RATIO", "SPLIT_ORDER", "Leaks", "copy_leaks", "find_leaks"]
 
 SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # a leak is reported on the row of the later split
 # Default of the ratio rule, chosen on a validation half of the planted Fashion-MNIST set (docs/audit.md).
 MAX_RATIO = 0.5
+COPY_NEIGHBOURS = 10  # images of the copy graph per row; the ratio's reference is among them
 _EPSILON = 1e-6  # distance below which two descriptors are the same picture
 _FARTHEST = 2.0  # distance of unit vectors pointing apart: the reference of a row with no other neighbour
 
@@ -47,10 +49,10 @@ class Leaks:
         return self.ratio <= self.max_ratio
 
 
-def find_leaks(copies: KnnGraph, nearest: np.ndarray, splits: list[str], max_ratio: float = MAX_RATIO) -> Leaks:
+def find_leaks(copies: KnnGraph, nearest: np.ndarray | None, splits: list[str], max_ratio: float = MAX_RATIO) -> Leaks:
     """The leaks of the copy graph (rows padded with -1 where fewer neighbours were found).
 
-    `nearest` is each row's nearest neighbour in the embedding's graph, for the headline share.
+    `nearest` is each row's nearest neighbour in the embedding's graph, for the headline share (None: no share).
     """
     n = len(copies.neighbours)
     order = np.array([SPLIT_ORDER[split] for split in splits])
@@ -75,15 +77,18 @@ def find_leaks(copies: KnnGraph, nearest: np.ndarray, splits: list[str], max_rat
     ratio = np.where(has_partner, ratio, np.inf)
     test = order == SPLIT_ORDER["test"]
     leaked = ratio <= max_ratio
-    share = float((leaked & (partner == nearest))[test].mean()) if test.any() else float("nan")
+    share = float("nan") if nearest is None or not test.any() else float((leaked & (partner == nearest))[test].mean())
     return Leaks(partner, score, ratio, max_ratio, share)
 
 
-def rows_with_copies(queries: np.ndarray, others: np.ndarray, threshold: float) -> np.ndarray:
-    """`(Q,)` bool: the query rows whose most similar row of `others` (unit embeddings) scores >= `threshold`."""
-    if len(others) == 0 or len(queries) == 0:
-        return np.zeros(len(queries), dtype=bool)
-    index = faiss.IndexFlatIP(others.shape[1])
-    index.add(np.ascontiguousarray(others, dtype=np.float32))
-    best, _ = index.search(np.ascontiguousarray(queries, dtype=np.float32), 1)
-    return np.nan_to_num(best[:, 0], nan=-np.inf) >= threshold
+def copy_leaks(
+    paths: list[Path],
+    splits: list[str],
+    nearest: np.ndarray | None = None,
+    max_ratio: float = MAX_RATIO,
+    progress: bool = True,
+) -> Leaks:
+    """The leaks among image files by the copy check: what `retrieval audit` reports and `evaluate --exclude-leaks`
+    leaves out (`nearest` as for `find_leaks`)."""
+    k = min(COPY_NEIGHBOURS, max(len(paths) - 1, 1))
+    return find_leaks(copy_graph(copy_descriptors(paths, progress), len(paths), k), nearest, splits, max_ratio)

@@ -89,14 +89,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--exclude-leaks",
         action="store_true",
-        help="embed the train/val images too and score without the test images that are near-copies of one "
-        "(identical files are always checked, with a warning)",
+        help="score without the test images that copy a train/val image (re-encoded, resized, cropped, recoloured) "
+        "by retrieval audit's copy check; identical files are always checked, with a warning",
     )
     parser.add_argument(
-        "--leak-threshold",
+        "--leak-ratio",
         type=float,
-        metavar="S",
-        help="cosine at which --exclude-leaks counts a test image as a copy (default: 0.95, as retrieval audit)",
+        metavar="R",
+        help="distance ratio at which --exclude-leaks counts a test image as a copy (default: 0.5, as retrieval audit)",
     )
 
 
@@ -126,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         verification=args.verification,
         save_threshold=args.save_threshold,
         exclude_leaks=args.exclude_leaks,
-        leak_threshold=args.leak_threshold,
+        leak_ratio=args.leak_ratio,
         grid=None if args.grid is None else with_folder(args.grid),
         grid_queries=args.grid_queries,
         grid_rows=args.grid_rows,

@@ -2,11 +2,11 @@
 
 Every evaluation of a dataset of image files compares the test files' sha256 with the train and
 val files' (reading them, no model): identical files are a leak it warns about in one line. A
-near-copy (re-encoded, resized, cropped) needs the embedding: `--exclude-leaks` embeds the train
-and val images with the evaluation transform and flags the test images whose best cosine to any
-of them is at least the leak threshold, then scores Recall@K and MAP@R without them (neither as
-queries nor in the gallery). The threshold defaults to `retrieval audit`'s 0.95 rather than a stored
-match threshold: that one answers "same class", which in closed-set data every test image passes.
+near-copy (re-encoded, resized, cropped, recoloured) needs a closer look: `--exclude-leaks` runs
+`retrieval audit`'s copy check on the image files (`audit.leaks.copy_leaks`, no model) and scores
+Recall@K and MAP@R without the test images it flags (neither as queries nor in the gallery), so the
+two commands leave out the same images. An embedding cosine cannot do this on category data: most
+pairs of a class pass any threshold that catches the copies (docs/audit.md).
 
 The sha256 of every file is kept in a small cache, so a second evaluation of the same data reads
 no image: `$XDG_CACHE_HOME/retrieval/file-hashes/` (`~/.cache/...` without it), one JSON file per
@@ -25,18 +25,16 @@ import json
 import os
 import stat as stat_module
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-from torch.utils.data import Dataset
 
-from retrieval.audit.leaks import rows_with_copies
+from retrieval.audit.leaks import SPLIT_ORDER, copy_leaks
 from retrieval.config import DataConfig
-from retrieval.data import EvalSplit, ImageDataset, dataset_spec, read_splits
+from retrieval.data import EvalSplit, dataset_spec, read_splits
 from retrieval.runtime.files import file_sha256, write_text
 
-__all__ = ["HASH_CACHE_ENV", "identical_test_rows", "near_copy_test_rows", "without_rows", "warning_line"]
+__all__ = ["HASH_CACHE_ENV", "copied_test_rows", "identical_test_rows", "without_rows", "warning_line"]
 
 HASH_CACHE_ENV = "RETRIEVAL_HASH_CACHE"  # "0" turns the file hash cache off
 _CACHE_FORMAT = 1
@@ -55,29 +53,16 @@ def identical_test_rows(config: DataConfig) -> np.ndarray | None:
     return np.array([digest in earlier for digest in digests[len(earlier_paths) :]], dtype=bool)
 
 
-def near_copy_test_rows(
-    config: DataConfig,
-    test: EvalSplit,
-    test_embeddings: np.ndarray,
-    embed: Callable[[Dataset], np.ndarray],
-    threshold: float,
-) -> np.ndarray | None:
-    """`(N_test,)` bool: test rows whose best cosine to a train or val image is >= `threshold`; None without files.
-
-    `embed` embeds a dataset as evaluation does (NaN rows for unreadable images, left out); the train and
-    val images go through the test split's evaluation transform.
-    """
-    if dataset_spec(config.name).read_files is None or not isinstance(test.dataset, ImageDataset):
+def copied_test_rows(config: DataConfig, max_ratio: float) -> np.ndarray | None:
+    """`(N_test,)` bool: test images that copy a train or val image by the audit's copy check; None without files."""
+    if dataset_spec(config.name).read_files is None:
         return None
     splits = read_splits(config)
-    paths = [path for name in ("train", "val") if name in splits for path in splits[name].paths]
-    labels = np.zeros(len(paths), dtype=np.int64)  # unused: only the images are embedded
-    earlier = embed(ImageDataset(paths, labels, test.dataset.transform, config.on_bad_image))
-    earlier = earlier[np.isfinite(earlier).all(axis=1)]
-    readable = np.isfinite(test_embeddings).all(axis=1)
-    leaked = np.zeros(len(test_embeddings), dtype=bool)
-    leaked[readable] = rows_with_copies(test_embeddings[readable], earlier, threshold)
-    return leaked
+    names = [name for name in SPLIT_ORDER if name in splits]
+    paths = [path for name in names for path in splits[name].paths]
+    of_split = [name for name in names for _ in splits[name].paths]
+    leaked = copy_leaks(paths, of_split, max_ratio=max_ratio).leaked
+    return leaked[len(paths) - len(splits["test"].paths) :]
 
 
 def without_rows(split: EvalSplit, rows: np.ndarray) -> EvalSplit:

@@ -37,8 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["EvaluationReport", "EvaluationRequest", "run_evaluation"]
 
-DEFAULT_LEAK_THRESHOLD = 0.95  # as `retrieval audit`'s near-copy cosine
-
 
 @dataclass(frozen=True)
 class EvaluationRequest:
@@ -55,8 +53,8 @@ class EvaluationRequest:
             temperature on (`calibration_share` of) the validation split.
         verification: pair-level verification; `save_threshold`: the false match rate whose threshold
             is stored in the checkpoint (implies verification).
-        exclude_leaks: score without test images that are near-copies (cosine >= `leak_threshold`,
-            0.95 when None) of train/val images.
+        exclude_leaks: score without the test images that copy a train/val image by `retrieval audit`'s copy
+            check (`leak_ratio`: its distance ratio, the audit's default when None).
         grid: draw `grid_rows` queries (`grid_queries`: worst or random) with their top-5 results here.
 
     A request that cannot apply (a `UserError` from `run_evaluation`) is worded with the flag of
@@ -79,7 +77,7 @@ class EvaluationRequest:
     verification: bool = False
     save_threshold: float | None = None
     exclude_leaks: bool = False
-    leak_threshold: float | None = None
+    leak_ratio: float | None = None
     grid: Path | None = None
     grid_queries: str = "worst"
     grid_rows: int = 8
@@ -91,6 +89,8 @@ class EvaluationRequest:
             raise ValueError(f"calibration_share must lie in (0, 1], got {self.calibration_share}")
         if self.save_threshold is not None and not 0 < self.save_threshold < 1:
             raise ValueError(f"save_threshold is a false match rate in (0, 1), got {self.save_threshold}")
+        if self.leak_ratio is not None and not 0 <= self.leak_ratio < 1:
+            raise ValueError(f"leak_ratio must lie in [0, 1), got {self.leak_ratio}")
         if self.grid_rows < 1:
             raise ValueError(f"grid_rows must be >= 1, got {self.grid_rows}")
         if self.grid_queries not in GRID_MODES:
@@ -179,12 +179,12 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     classifier = _classifier_for(checkpoint, config, data)
     _check_requests(request, classifier, data)  # before any image is embedded
     check_threshold_request(request.save_threshold, data, config.train.select_on_test)
+    scored_test, leak_warning = _leak_check(request, config, data)
     embeddings = embed(data.test)
     class_groups = frequency_groups(data.train_labels, data.num_classes)
     rerank = None
     if request.rerank:
         rerank = choose_rerank(request.rerank, None if data.val is None else (embed(data.val), data.val))
-    scored_test, leak_warning = _leak_check(request, config, data, embeddings, embed_data)
     metrics, scores = score_split(
         embeddings,
         scored_test,
@@ -223,30 +223,26 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     return EvaluationReport(metrics, extras, notes, uncertainty, leak_warning)
 
 
-def _leak_check(
-    request: EvaluationRequest,
-    config: Config,
-    data: RetrievalData,
-    embeddings: np.ndarray,
-    embed_data: Callable[[Dataset], np.ndarray],
-) -> tuple[EvalSplit, str | None]:
-    """The test split to score (without near-copies of train/val images with --exclude-leaks) and a warning line."""
-    from retrieval.evaluate.leak_check import identical_test_rows, near_copy_test_rows, warning_line, without_rows
+def _leak_check(request: EvaluationRequest, config: Config, data: RetrievalData) -> tuple[EvalSplit, str | None]:
+    """The test split to score (without copies of train/val images with --exclude-leaks) and a warning line."""
+    from retrieval.audit.leaks import MAX_RATIO
+    from retrieval.evaluate.leak_check import copied_test_rows, identical_test_rows, warning_line, without_rows
 
-    if request.leak_threshold is not None and not request.exclude_leaks:
-        raise UserError("--leak-threshold sets the cosine of --exclude-leaks; add --exclude-leaks")
+    if request.leak_ratio is not None and not request.exclude_leaks:
+        raise UserError("--leak-ratio sets the copy check of --exclude-leaks; add --exclude-leaks")
     if not request.exclude_leaks:
         identical = identical_test_rows(config.data)
         if identical is None or not identical.any():
             return data.test, None
         return data.test, warning_line(identical, "identical files to", excluded=False)
-    threshold = DEFAULT_LEAK_THRESHOLD if request.leak_threshold is None else request.leak_threshold
-    leaked = near_copy_test_rows(config.data, data.test, embeddings, embed_data, threshold)
+    ratio = MAX_RATIO if request.leak_ratio is None else request.leak_ratio
+    leaked = copied_test_rows(config.data, ratio)
     if leaked is None:
         raise UserError(f"--exclude-leaks compares image files; data.name {config.data.name} has none")
     if not leaked.any():
         return data.test, None
-    return without_rows(data.test, leaked), warning_line(leaked, f"near-copies (cosine >= {threshold}) of", True)
+    line = warning_line(leaked, f"copies (the audit's copy check, ratio <= {ratio}) of", excluded=True)
+    return without_rows(data.test, leaked), line
 
 
 def _verification(

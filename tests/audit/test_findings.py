@@ -10,7 +10,7 @@ from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshol
 from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
-from retrieval.audit.leaks import find_leaks, rows_with_copies
+from retrieval.audit.leaks import find_leaks
 from retrieval.core.match_threshold import MatchThreshold
 
 
@@ -90,13 +90,6 @@ def test_the_copy_check_finds_a_crop_and_a_recolouring_of_a_textured_image(tmp_p
     splits = ["train"] * 6 + ["test", "test", "test"]
     leaks = find_leaks(graph, graph.neighbours[:, 0], splits)
     assert np.flatnonzero(leaks.leaked).tolist() == [6, 7]
-
-
-def test_rows_with_copies_compares_with_the_best_other_row():
-    queries = np.eye(3, dtype=np.float32)
-    others = np.array([[1, 0, 0], [0, 0.6, 0.8]], dtype=np.float32)
-    assert rows_with_copies(queries, others, 0.95).tolist() == [True, False, False]
-    assert rows_with_copies(queries, others[:0], 0.95).tolist() == [False, False, False]
 
 
 def test_threshold_comes_from_the_flag_then_the_model_then_the_default():

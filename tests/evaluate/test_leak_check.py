@@ -149,7 +149,10 @@ def test_evaluate_warns_about_a_copied_file_and_scores_without_it_when_asked(
     assert warned.err.count("warning: 1 of 13 test images (7.69%) are identical files to train/val images") == 1
     assert main([*base, "--exclude-leaks", "--json", str(tmp_path / "clean.json")]) == 0
     excluded = capsys.readouterr()
-    assert "are near-copies (cosine >= 0.95) of train/val images; the metrics below leave them out" in excluded.err
+    assert (
+        "warning: 1 of 13 test images (7.69%) are copies (the audit's copy check, ratio <= 0.5) of train/val images; "
+        "the metrics below leave them out" in excluded.err
+    )
     assert json.loads((tmp_path / "clean.json").read_text())["leaks"]["excluded"] is True
-    assert main([*base, "--leak-threshold", "0.9"]) == 2
+    assert main([*base, "--leak-ratio", "0.4"]) == 2
     assert "add --exclude-leaks" in capsys.readouterr().err

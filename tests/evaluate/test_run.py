@@ -35,11 +35,13 @@ def test_a_request_out_of_range_is_a_value_error_naming_the_range(tiny_checkpoin
         EvaluationRequest(checkpoint=tiny_checkpoint, calibration_share=0)
     with pytest.raises(ValueError, match=r"false match rate in \(0, 1\)"):
         EvaluationRequest(checkpoint=tiny_checkpoint, save_threshold=1.0)
+    with pytest.raises(ValueError, match=r"leak_ratio must lie in \[0, 1\)"):
+        EvaluationRequest(checkpoint=tiny_checkpoint, exclude_leaks=True, leak_ratio=1.0)
     with pytest.raises(ValueError, match="grid_queries must be one of"):
         EvaluationRequest(checkpoint=tiny_checkpoint, grid_queries="best")
 
 
 def test_a_request_that_cannot_apply_is_a_user_error(tiny_checkpoint, csv_dataset):
-    request = EvaluationRequest(checkpoint=tiny_checkpoint, overrides=_overrides(csv_dataset), leak_threshold=0.9)
+    request = EvaluationRequest(checkpoint=tiny_checkpoint, overrides=_overrides(csv_dataset), leak_ratio=0.4)
     with pytest.raises(UserError, match="add --exclude-leaks"):
         run_evaluation(request)

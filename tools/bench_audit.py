@@ -334,7 +334,7 @@ def table(results: dict[str, Any]) -> str:
 
 def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     """The audit of `n` synthetic clustered unit embeddings with labels (5% flipped) and splits, in this process."""
-    from retrieval.audit import AuditSettings, Catalogue, audit_embeddings
+    from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, leaks
     from retrieval.audit.knn_graph import graph_recall
 
     rng = np.random.default_rng(0)
@@ -347,22 +347,82 @@ def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     given[flip] = (given[flip] + 1) % classes
     splits = rng.choice(["train", "val", "test"], size=n, p=[0.8, 0.1, 0.1]).tolist()
     catalogue = Catalogue([Path(f"/synthetic/{i}.png") for i in range(n)], [str(c) for c in given], splits)
+    # No image files: the copy check gets synthetic thumbnails of the same count and shape (its image reading,
+    # linear in N, is timed on real files by `_copy_reading`); its FAISS graph is timed on its own.
+    real_descriptors, real_graph, timed = leaks.copy_descriptors, leaks.copy_graph, {"copy_graph": 0.0}
+
+    def timed_copy_graph(*args: Any) -> Any:
+        start = time.perf_counter()
+        graph = real_graph(*args)
+        timed["copy_graph"] += time.perf_counter() - start
+        return graph
+
+    leaks.copy_descriptors = lambda paths, progress=True: _synthetic_thumbnails(splits, rng)  # type: ignore[attr-defined]
+    leaks.copy_graph = timed_copy_graph  # type: ignore[attr-defined]
     started = time.perf_counter()
-    findings = audit_embeddings(embeddings, catalogue, AuditSettings(k=10, hash_files=False), progress=False)
+    try:
+        findings = audit_embeddings(embeddings, catalogue, AuditSettings(k=10, hash_files=False), progress=False)
+    finally:
+        leaks.copy_descriptors, leaks.copy_graph = real_descriptors, real_graph  # type: ignore[attr-defined]
     seconds = time.perf_counter() - started
     recall = graph_recall(findings.graph, embeddings, sample=500)
+    assert findings.leaks is not None
     return {
         "n": n,
         "seconds": seconds,
+        "copy_graph_seconds": timed["copy_graph"],
         "exact_graph": findings.graph.exact,
         "graph_recall@10": recall,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "label_issues": int(findings.scores.is_label_issue.sum()),
+        "leaks_found": int(findings.leaks.leaked.sum()),
+        "leaks_planted": int(round(0.02 * n)),
     }
 
 
+def _synthetic_thumbnails(splits: list[str], rng: np.random.Generator) -> Any:
+    """Copy-check descriptors of N made-up images: a whole thumbnail and 25 crop thumbnails near it each, and 2% of
+    N test rows made copies of a train row (their thumbnail one of its crops, slightly changed)."""
+    from retrieval.audit.copies import CopyDescriptors
+
+    n, dim, per_image = len(splits), 64, 26
+    whole = _unit(rng.normal(size=(n, dim)).astype(np.float32))
+    database = _unit(
+        np.repeat(whole, per_image, axis=0) + 0.3 * rng.normal(size=(n * per_image, dim)).astype(np.float32)
+    )
+    database[::per_image] = whole
+    test, train = np.flatnonzero(np.array(splits) == "test"), np.flatnonzero(np.array(splits) == "train")
+    copies = rng.choice(test, size=min(len(test), round(0.02 * n)), replace=False)
+    sources = rng.choice(train, size=len(copies))
+    crop = sources * per_image + rng.integers(1, per_image, size=len(copies))
+    whole[copies] = _unit(database[crop] + 0.05 * rng.normal(size=(len(copies), dim)).astype(np.float32))
+    database[copies * per_image] = whole[copies]
+    return CopyDescriptors(np.arange(n), whole, database, np.repeat(np.arange(n), per_image))
+
+
+def _unit(vectors: np.ndarray) -> np.ndarray:
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _copy_reading(images: int = 500, side: int = 64) -> float:
+    """Seconds an image of the copy check's reading (decode, thumbnail, 25 crop thumbnails): PNG files in a temp dir."""
+    import tempfile
+
+    from retrieval.audit.copies import copy_descriptors
+
+    rng = np.random.default_rng(0)
+    with tempfile.TemporaryDirectory() as folder:
+        paths = [Path(folder) / f"{i}.png" for i in range(images)]
+        for path in paths:
+            Image.fromarray(rng.integers(0, 256, size=(side, side, 3), dtype=np.uint8)).save(path)
+        started = time.perf_counter()
+        copy_descriptors(paths, progress=False)
+        return (time.perf_counter() - started) / images
+
+
 def scale(sizes: list[int], dim: int, classes: int) -> list[dict[str, Any]]:
-    """`_scale_one` of each size in a fresh interpreter (its own peak memory)."""
+    """`_scale_one` of each size in a fresh interpreter (its own peak memory), after the copy check's reading time."""
+    print(json.dumps({"copy_reading_seconds_per_64px_image": _copy_reading()}), flush=True)
     results = []
     for n in sizes:
         code = f"import json, bench_audit as b; print(json.dumps(b._scale_one({n}, {dim}, {classes})))"

@@ -3,7 +3,8 @@
 `plant` writes a Fashion-MNIST subset (Debian's `dataset-fashion-mnist`) with known faults: 5% of
 the training labels flipped to another class, near-copies of 2% as many training images added as
 test rows (re-encoded JPEG, resized, a small crop or a colour shift, in turn) and 1% out-of-domain
-images (scikit-learn's handwritten digits, upscaled), with `truth.json` naming each.
+images (scikit-learn's handwritten digits, upscaled), with `truth.json` naming each; `plant --csv`
+plants the same faults in a dataset CSV's images, its splits kept (the colour set: the emoji maker's).
 
 `score` runs the audit pipeline on several embeddings of the planted CSV (a trained checkpoint,
 the same architecture untrained, raw pixels) and cleanlab's own default path (`Datalab.find_issues`
@@ -25,13 +26,14 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
 import io
 import json
 import resource
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -52,25 +54,29 @@ _CLASSES = ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt"
 
 
 def _copy_of(image: Image.Image, kind: int, rng: np.random.Generator) -> Image.Image:
-    """A near-copy: JPEG re-encoded, resized down and up, a small crop resized back, or a brightness shift."""
+    """A near-copy: JPEG re-encoded, resized down to 5/7 and up, a crop of up to 1/9 of the side resized back, or a
+    brightness shift."""
     size = image.size
     if kind == 0:
         buffer = io.BytesIO()
         image.save(buffer, format="JPEG", quality=int(rng.integers(60, 85)))
         return Image.open(io.BytesIO(buffer.getvalue())).convert(image.mode)
     if kind == 1:
-        return image.resize((20, 20), Image.BILINEAR).resize(size, Image.BILINEAR)
+        small = (max(1, size[0] * 5 // 7), max(1, size[1] * 5 // 7))
+        return image.resize(small, Image.BILINEAR).resize(size, Image.BILINEAR)
     if kind == 2:
-        left, top = (int(v) for v in rng.integers(0, 3, size=2))
-        return image.crop((left, top, left + size[0] - 3, top + size[1] - 3)).resize(size, Image.BILINEAR)
+        cut = max(1, size[0] // 9)
+        left, top = (int(v) for v in rng.integers(0, cut, size=2))
+        return image.crop((left, top, left + size[0] - cut, top + size[1] - cut)).resize(size, Image.BILINEAR)
     pixels = np.asarray(image, dtype=np.float32) * float(rng.uniform(0.8, 0.9)) + float(rng.uniform(10, 25))
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
-def plant(out: Path, train: int, val: int, test: int, seed: int) -> dict[str, Any]:
-    """Write the planted dataset (images/, dataset.csv, truth.json) and return the truth."""
-    from sklearn.datasets import load_digits
+_Source = tuple[Callable[[], Image.Image], str, str, str]  # the image (read when written), label, split, file name
 
+
+def plant(out: Path, train: int, val: int, test: int, seed: int) -> dict[str, Any]:
+    """A Fashion-MNIST subset with planted faults: write images/, dataset.csv and truth.json; return the truth."""
     rng = np.random.default_rng(seed)
     train_images = read_idx(IDX_DIR / "train-images-idx3-ubyte.gz")
     train_labels = read_idx(IDX_DIR / "train-labels-idx1-ubyte.gz")
@@ -78,44 +84,70 @@ def plant(out: Path, train: int, val: int, test: int, seed: int) -> dict[str, An
     test_labels = read_idx(IDX_DIR / "t10k-labels-idx1-ubyte.gz")
     chosen = rng.permutation(len(train_images))[: train + val]
     picked_test = rng.permutation(len(test_images))[:test]
+    sources: list[_Source] = []
+    for number, index in enumerate(chosen):
+        split = "train" if number < train else "val"
+        image = functools.partial(Image.fromarray, train_images[index])
+        sources.append((image, _CLASSES[train_labels[index]], split, f"{split}_{index}"))
+    for index in picked_test:
+        image = functools.partial(Image.fromarray, test_images[index])
+        sources.append((image, _CLASSES[test_labels[index]], "test", f"test_{index}"))
+    return _plant_faults(out, sources, list(_CLASSES), rng, seed)
+
+
+def plant_csv(out: Path, dataset: Path, seed: int) -> dict[str, Any]:
+    """The same faults planted in a dataset CSV's images, its splits kept (a colour set: the emoji maker's)."""
+    from retrieval.images import load_image
+
+    with dataset.open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    sources: list[_Source] = [
+        (functools.partial(load_image, dataset.parent / row["path"], "RGB"), row["label"], row["split"], f"{i:05d}")
+        for i, row in enumerate(rows)
+    ]
+    classes = sorted({source[1] for source in sources if source[2] == "train"})
+    return _plant_faults(out, sources, classes, np.random.default_rng(seed), seed)
+
+
+def _plant_faults(
+    out: Path, sources: list[_Source], classes: list[str], rng: np.random.Generator, seed: int
+) -> dict[str, Any]:
+    """Write `sources` with 2% of their count as near-copies of training images added as test rows, 1% out-of-domain
+    images (scikit-learn's digits, random labels of `classes` and splits) and 5% of the training labels moved to
+    another of `classes`; images/, dataset.csv, truth.json."""
+    from sklearn.datasets import load_digits
+
     (out / "images").mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, str]] = []
 
-    def add(image: Image.Image, label: int | str, split: str, name: str) -> str:
+    def add(image: Image.Image, label: str, split: str, name: str) -> str:
         path = f"images/{name}.png"
         image.save(out / path)
-        rows.append({"path": path, "label": str(label), "split": split})
+        rows.append({"path": path, "label": label, "split": split})
         return path
 
-    sources: list[tuple[int, str]] = []
-    for number, index in enumerate(chosen):
-        split = "train" if number < train else "val"
-        path = add(Image.fromarray(train_images[index]), _CLASSES[train_labels[index]], split, f"{split}_{index}")
-        if split == "train":
-            sources.append((int(index), path))
-    for index in picked_test:
-        add(Image.fromarray(test_images[index]), _CLASSES[test_labels[index]], "test", f"test_{index}")
-    total = train + val + test
+    written = [add(image(), label, split, name) for image, label, split, name in sources]
+    train_sources = [i for i, (_, _, split, _) in enumerate(sources) if split == "train"]
     copies = []
-    for number, position in enumerate(rng.permutation(len(sources))[: round(0.02 * total)]):
-        index, source = sources[position]
-        copy = _copy_of(Image.fromarray(train_images[index]), number % 4, rng)
-        path = add(copy, _CLASSES[train_labels[index]], "test", f"copy_{index}")
-        copies.append({"copy": path, "source": source, "kind": ("jpeg", "resize", "crop", "colour")[number % 4]})
+    for number, position in enumerate(rng.permutation(len(train_sources))[: round(0.02 * len(sources))]):
+        image, label, _, name = sources[train_sources[position]]
+        kind = ("jpeg", "resize", "crop", "colour")[number % 4]
+        path = add(_copy_of(image(), number % 4, rng), label, "test", f"copy_{name}")
+        copies.append({"copy": path, "source": written[train_sources[position]], "kind": kind})
+    first = sources[0][0]()
+    counts = {split: sum(source[2] == split for source in sources) for split in ("train", "val", "test")}
+    share = np.array(list(counts.values()), dtype=np.float64) / len(sources)
     digits = load_digits()
     outliers = []
-    for number in range(round(0.01 * total)):
-        digit = (digits.images[number] * 255 / 16).astype(np.uint8)
-        image = Image.fromarray(digit).resize((28, 28), Image.BILINEAR)
-        split = str(rng.choice(["train", "val", "test"], p=[train / total, val / total, test / total]))
-        outliers.append(add(image, _CLASSES[int(rng.integers(10))], split, f"ood_{number}"))
-    train_rows = [
-        i for i, row in enumerate(rows) if row["split"] == "train" and not row["path"].startswith("images/ood")
-    ]
+    for number in range(round(0.01 * len(sources))):
+        digit = Image.fromarray((digits.images[number] * 255 / 16).astype(np.uint8)).resize(first.size, Image.BILINEAR)
+        split = str(rng.choice(list(counts), p=share))
+        label = classes[int(rng.integers(len(classes)))]
+        outliers.append(add(digit.convert(first.mode), label, split, f"ood_{number}"))
     flipped = []
-    for i in rng.permutation(train_rows)[: round(0.05 * train)]:
-        label = _CLASSES.index(rows[i]["label"])
-        rows[i]["label"] = _CLASSES[(label + int(rng.integers(1, 10))) % 10]
+    for i in rng.permutation(train_sources)[: round(0.05 * len(train_sources))]:
+        label = classes.index(rows[i]["label"])
+        rows[i]["label"] = classes[(label + int(rng.integers(1, len(classes)))) % len(classes)]
         flipped.append(rows[i]["path"])
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["path", "label", "split"], lineterminator="\n")
@@ -132,11 +164,11 @@ def _unit(features: np.ndarray) -> np.ndarray:
     return features / np.maximum(np.linalg.norm(features, axis=1, keepdims=True), 1e-12)
 
 
-def _pixels(paths: list[Path]) -> np.ndarray:
-    """Raw pixels, centred per dimension, as unit vectors."""
+def _pixels(paths: list[Path], mode: str) -> np.ndarray:
+    """Raw pixels (`mode`: "L" or "RGB", as the model reads them), centred per dimension, as unit vectors."""
     from retrieval.images import load_image
 
-    pixels = np.stack([np.asarray(load_image(path, "L"), dtype=np.float32).ravel() for path in paths])
+    pixels = np.stack([np.asarray(load_image(path, mode), dtype=np.float32).ravel() for path in paths])
     return _unit(pixels - pixels.mean(axis=0))
 
 
@@ -288,6 +320,7 @@ def score(csv_path: Path, checkpoint: Path, threshold: float, part: str, saved: 
     import warnings
 
     from retrieval.audit import read_catalogue
+    from retrieval.checkpoint import Checkpoint
 
     warnings.filterwarnings("ignore", module=r"cleanlab\.")
     catalogue = read_catalogue(csv_path)
@@ -297,10 +330,11 @@ def score(csv_path: Path, checkpoint: Path, threshold: float, part: str, saved: 
         with np.load(saved) as cached:
             features = {name: cached[name] for name in ("trained", "untrained", "pixels")}
     else:
+        mode = "RGB" if Checkpoint.read(checkpoint).model_config.in_chans == 3 else "L"
         features = {
             "trained": _network_features(checkpoint, catalogue.paths, trained=True),
             "untrained": _network_features(checkpoint, catalogue.paths, trained=False),
-            "pixels": _pixels(catalogue.paths),
+            "pixels": _pixels(catalogue.paths, mode),
         }
         if saved is not None:
             np.savez(saved, **features)
@@ -440,8 +474,11 @@ def scale(sizes: list[int], dim: int, classes: int) -> list[dict[str, Any]]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    planting = commands.add_parser("plant", help="write a Fashion-MNIST subset with planted faults")
+    planting = commands.add_parser("plant", help="write a Fashion-MNIST subset (or --csv's images) with planted faults")
     planting.add_argument("--out", type=Path, required=True)
+    planting.add_argument(
+        "--csv", type=Path, help="plant into this dataset's images, its splits kept (--train etc. unused)"
+    )
     planting.add_argument("--train", type=int, default=6000)
     planting.add_argument("--val", type=int, default=1000)
     planting.add_argument("--test", type=int, default=2000)
@@ -471,7 +508,10 @@ def main(argv: Sequence[str] | None = None) -> None:
             write_text(args.json, json.dumps(results, indent=1) + "\n")
         print(table(results))
     if args.command == "plant":
-        truth = plant(args.out, args.train, args.val, args.test, args.seed)
+        if args.csv is not None:
+            truth = plant_csv(args.out, args.csv, args.seed)
+        else:
+            truth = plant(args.out, args.train, args.val, args.test, args.seed)
         print(
             f"{truth['rows']} rows: {len(truth['flipped'])} flipped, {len(truth['copies'])} copies, "
             f"{len(truth['outliers'])} out-of-domain"

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import csv
+
+import numpy as np
+from PIL import Image
+
 from tests.tools.tool_modules import load_tool
 
 bench_audit = load_tool("bench_audit")
@@ -16,3 +21,28 @@ def test_the_scale_audit_times_the_copy_check_and_finds_its_planted_copies():
 
 def test_the_copy_checks_reading_is_timed_on_real_files():
     assert 0 < bench_audit._copy_reading(images=5, side=32) < 1
+
+
+def test_faults_are_planted_in_a_csvs_colour_images_with_its_splits_kept(tmp_path):
+    rng = np.random.default_rng(0)
+    source = tmp_path / "source"
+    (source / "images").mkdir(parents=True)
+    rows = []
+    for i in range(200):
+        split = ("train", "train", "train", "val", "test")[i % 5]
+        Image.fromarray(rng.integers(0, 256, size=(18, 18, 3), dtype=np.uint8)).save(source / f"images/{i}.png")
+        rows.append(f"images/{i}.png,{split}{i % 7},{split}")
+    (source / "dataset.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    truth = bench_audit.plant_csv(tmp_path / "planted", source / "dataset.csv", seed=0)
+    with (tmp_path / "planted" / "dataset.csv").open(newline="") as handle:
+        planted = {row["path"]: row for row in csv.DictReader(handle)}
+    assert (len(truth["copies"]), len(truth["outliers"]), len(truth["flipped"])) == (4, 2, 6)
+    assert len(planted) == 206
+    assert all(planted[copy["copy"]]["split"] == "test" for copy in truth["copies"])
+    assert all(planted[copy["source"]]["split"] == "train" for copy in truth["copies"])
+    original = {f"images/{i:05d}.png": row.split(",")[1] for i, row in enumerate(rows)}
+    assert all(planted[path]["label"] != original[path] for path in truth["flipped"])
+    assert all(planted[path]["label"].startswith("train") for path in truth["flipped"])
+    assert sum(planted[path]["label"] != label for path, label in original.items()) == 6
+    image = Image.open(tmp_path / "planted" / truth["outliers"][0])
+    assert (image.mode, image.size) == ("RGB", (18, 18))

@@ -434,10 +434,6 @@ def _synthetic_thumbnails(splits: list[str], rng: np.random.Generator) -> Any:
     return CopyDescriptors(np.arange(n), whole, database, np.repeat(np.arange(n), per_image))
 
 
-def _unit(vectors: np.ndarray) -> np.ndarray:
-    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
-
-
 def _copy_reading(images: int = 500, side: int = 64) -> float:
     """Seconds an image of the copy check's reading (decode, thumbnail, 25 crop thumbnails): PNG files in a temp dir."""
     import tempfile

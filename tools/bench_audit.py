@@ -421,10 +421,12 @@ def _synthetic_thumbnails(splits: list[str], rng: np.random.Generator) -> Any:
 
     n, dim, per_image = len(splits), 64, 26
     whole = _unit(rng.normal(size=(n, dim)).astype(np.float32))
-    database = _unit(
-        np.repeat(whole, per_image, axis=0) + 0.3 * rng.normal(size=(n * per_image, dim)).astype(np.float32)
-    )
-    database[::per_image] = whole
+    database = np.empty((n * per_image, dim), dtype=np.float32)  # filled in blocks: no full-size temporaries
+    for start in range(0, n, 8192):
+        block = whole[start : start + 8192]
+        near = np.repeat(block, per_image, axis=0) + 0.3 * rng.normal(size=(len(block) * per_image, dim))
+        near[::per_image] = block
+        database[start * per_image : (start + len(block)) * per_image] = _unit(near)
     test, train = np.flatnonzero(np.array(splits) == "test"), np.flatnonzero(np.array(splits) == "train")
     copies = rng.choice(test, size=min(len(test), round(0.02 * n)), replace=False)
     sources = rng.choice(train, size=len(copies))

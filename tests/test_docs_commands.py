@@ -105,6 +105,10 @@ _FASHION_AUDIT = (
     "pipeline on planted synthetic faults"
 )
 
+_PRETRAIN_GLYPHS = (
+    "pretrains a ResNet-18 for 8 epochs on thousands of glyphs, an hour on a CPU; the documented `retrieval "
+    "pretrain` command of training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+)
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "retrieval train": Skip(_DEMO),
@@ -365,8 +369,61 @@ COMMANDS: dict[str, Run | Skip] = {
         "python tools/bench_audit.py score --csv /data/audit_fmnist/dataset.csv"
         " --checkpoint runs/audit/checkpoints/best.pt --part scored"
     ): Skip(_FASHION_AUDIT),
-    "python tools/bench_audit.py scale --sizes 10000,30000,100000,300000,1000000": Skip(
-        "audits up to 1M synthetic embeddings for many minutes; tests/audit/test_knn_graph.py runs the IVF graph small"
+    "python tools/bench_audit.py scale --sizes 10000,30000,100000,300000": Skip(
+        "audits up to 300k synthetic embeddings for many minutes; tests/tools/test_bench_audit.py runs the scale "
+        "audit at 2,000 rows and tests/audit/test_knn_graph.py the IVF graph small"
+    ),
+    "python tools/bench_audit.py plant --csv emoji64/dataset.csv --out emoji_planted": Skip(
+        "reads the emoji set rendered from Debian artwork CI does not install; tests/tools/test_bench_audit.py "
+        "plants the same faults in a generated colour CSV"
+    ),
+    (
+        "retrieval train --config configs/csv_artwork.yaml --set data.path=emoji_planted/dataset.csv"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --output-dir runs/audit_emoji"
+    ): Skip("trains for many minutes on the planted emoji set the row above writes"),
+    (
+        "python tools/bench_audit.py score --csv emoji_planted/dataset.csv"
+        " --checkpoint runs/audit_emoji/checkpoints/best.pt --part scored --label-rows train"
+    ): Skip("scores the run above; tests/audit runs the same pipeline on planted synthetic faults"),
+    (
+        "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --seeds 0 --peer proxy_nca proxy_anchor circle triplet arcface cosface"
+        " --toolkit anchor proxy_nca proxy_anchor triplet arcface cosface"
+        " --variant circle=circle:loss.m=0.4,loss.gamma=80 --pair toolkit-anchor peer-proxy_nca"
+        " --pair toolkit-anchor peer-proxy_anchor --pair toolkit-proxy_nca peer-proxy_nca"
+        " --pair toolkit-proxy_anchor peer-proxy_anchor --pair circle peer-circle --pair toolkit-triplet peer-triplet"
+        " --pair toolkit-arcface peer-arcface --pair toolkit-cosface peer-cosface"
+    ): Skip(
+        "trains 13 runs for hours; tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on "
+        "tiny data"
+    ),
+    (
+        "python tools/make_glyph_dataset.py --out glyphs64x --size 64 --train-classes 306 --val-classes 80"
+        ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'
+    ): Skip("renders 7,400 glyphs for a minute; the glyphs64 row above runs the same maker"),
+    (
+        "python tools/pretrain_pool.py --dataset glyphs64/dataset.csv --extra glyphs64x/dataset.csv --out glyph_c.csv"
+    ): Skip("reads the glyphs64x set the row above renders; tests/tools/test_pretrain_pool.py runs the tool"),
+    (
+        "retrieval pretrain --csv glyphs64/dataset.csv --split train --config configs/csv_glyph.yaml"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=8"
+        " --set pretrain.batch_size=128 --output-dir pre_glyph_b"
+    ): Skip(_PRETRAIN_GLYPHS),
+    (
+        "retrieval pretrain --csv glyph_c.csv --config configs/csv_glyph.yaml"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=8"
+        " --set pretrain.batch_size=128 --output-dir pre_glyph_c"
+    ): Skip(_PRETRAIN_GLYPHS),
+    (
+        "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out glyph --image-size 32 --epochs 4 --threads 1"
+        " --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor --config configs/csv_glyph.yaml"
+        " --variant b=anchor:model.weights=pre_glyph_b/backbone.safetensors"
+        " --variant c=anchor:model.weights=pre_glyph_c/backbone.safetensors --variant a_eq=anchor:train.epochs=23"
+        " --pair c toolkit-anchor --pair b toolkit-anchor --pair c b --pair c peer-proxy_anchor"
+        " --pair toolkit-anchor peer-proxy_anchor"
+    ): Skip(
+        "trains 15 runs for hours on the pretrained backbones above; tests/tools/test_dev_benchmark.py checks its "
+        "rows and runs the peer script on tiny data"
     ),
     "retrieval compare untrained_test.npz pixels_test.npz": Skip(
         "pairs the files the two commands above write; the glyph-gamma `retrieval compare` row above runs compare"

@@ -61,6 +61,17 @@ def seed_list(text: str) -> list[int]:
     return seeds
 
 
+def distance_ratio(text: str) -> float:
+    """A copy check's distance ratio in [0, 1) (`audit --leak-ratio`, `evaluate --leak-ratio`)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value < 1.0:
+        raise argparse.ArgumentTypeError(f"takes a distance ratio in [0, 1), like 0.5, got {text!r}")
+    return value
+
+
 def output_file(text: str) -> Path:
     """An argument naming a file the command writes at its end (`--json FILE`): refused at once if it is a folder.
 

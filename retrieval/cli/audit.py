@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_embedding_arguments
+from retrieval.cli._common import add_embedding_arguments, distance_ratio
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -61,7 +61,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--leak-ratio",
-        type=_ratio,
+        type=distance_ratio,
         metavar="R",
         help="a cross-split pair is a copy when its distance is at most R times the next image's (default 0.5, "
         "chosen on validation: docs/audit.md)",
@@ -152,16 +152,6 @@ def _cosine(text: str) -> float:
         value = float("nan")
     if not -1.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"takes a cosine in [-1, 1], like 0.95, got {text!r}")
-    return value
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0.0 <= value < 1.0:
-        raise argparse.ArgumentTypeError(f"takes a distance ratio in [0, 1), like 0.5, got {text!r}")
     return value
 
 

@@ -16,7 +16,13 @@ import argparse
 import sys
 from pathlib import Path
 
-from retrieval.cli._common import add_config_arguments, existing_checkpoint, output_file, with_folder
+from retrieval.cli._common import (
+    add_config_arguments,
+    distance_ratio,
+    existing_checkpoint,
+    output_file,
+    with_folder,
+)
 from retrieval.cli._progress import showing_progress
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -94,7 +100,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--leak-ratio",
-        type=float,
+        type=distance_ratio,
         metavar="R",
         help="distance ratio at which --exclude-leaks counts a test image as a copy (default: 0.5, as retrieval audit)",
     )

@@ -156,3 +156,9 @@ def test_evaluate_warns_about_a_copied_file_and_scores_without_it_when_asked(
     assert json.loads((tmp_path / "clean.json").read_text())["leaks"]["excluded"] is True
     assert main([*base, "--leak-ratio", "0.4"]) == 2
     assert "add --exclude-leaks" in capsys.readouterr().err
+    for bad in ("1.5", "-0.1", "nan", "half"):
+        with pytest.raises(SystemExit) as exited:
+            main([*base, "--exclude-leaks", "--leak-ratio", bad])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "takes a distance ratio in [0, 1)" in err and "Traceback" not in err

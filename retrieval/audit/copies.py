@@ -60,26 +60,28 @@ def _crops(image: Image.Image) -> list[Image.Image]:
 
 
 def copy_descriptors(paths: list[Path], progress: bool = True) -> CopyDescriptors:
-    """The descriptors of every readable image (an unreadable one is nobody's copy)."""
-    rows, queries, database, owner = [], [], [], []
+    """The descriptors of every readable image (an unreadable one is nobody's copy).
+
+    Written into arrays sized for every image up front (pages never written cost no memory): a list of one
+    small array per descriptor peaked at 2.6x the bytes (241 against 92 MiB for 20,000 images).
+    """
+    dim, most = SIZE * SIZE, 1 + _POSITIONS**2
+    rows = np.empty(len(paths), dtype=np.int64)
+    queries = np.empty((len(paths), dim), dtype=np.float32)
+    database = np.empty((len(paths) * most, dim), dtype=np.float32)
+    owner = np.empty(len(paths) * most, dtype=np.int64)
+    readable = stored = 0
     for row, path in enumerate(tqdm(paths, desc="copy check", unit="image", disable=None if progress else True)):
         try:
             image = load_image(path, "L")
         except UnreadableImage:
             continue
-        whole = _thumbnail(image)
-        rows.append(row)
-        queries.append(whole)
-        described = [whole, *(_thumbnail(crop) for crop in _crops(image))]  # fewer crops on a tiny image
-        database.extend(described)
-        owner.extend([row] * len(described))
-    dim = SIZE * SIZE
-    return CopyDescriptors(
-        np.asarray(rows, dtype=np.int64),
-        np.asarray(queries, dtype=np.float32).reshape(-1, dim),
-        np.asarray(database, dtype=np.float32).reshape(-1, dim),
-        np.asarray(owner, dtype=np.int64),
-    )
+        described = [_thumbnail(image), *(_thumbnail(crop) for crop in _crops(image))]  # fewer crops on a tiny image
+        rows[readable], queries[readable] = row, described[0]
+        database[stored : stored + len(described)] = described
+        owner[stored : stored + len(described)] = row
+        readable, stored = readable + 1, stored + len(described)
+    return CopyDescriptors(rows[:readable], queries[:readable], database[:stored], owner[:stored])
 
 
 def copy_graph(descriptors: CopyDescriptors, n: int, k: int) -> KnnGraph:

@@ -209,7 +209,8 @@ def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
     print(f"[{row.name} seed {seed}] {' '.join(command)}", flush=True)
     start = time.perf_counter()
     with (run_dir / "log.txt").open("w") as log:
-        code = subprocess.run(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
+        # In the caller's folder: a relative path in --variant or --toolkit-set means what was typed.
+        code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT).returncode
     seconds = time.perf_counter() - start
     output = (run_dir / "log.txt").read_text()
     result: dict = {"row": row.name, "seed": seed, "seconds": seconds, "exit_code": code, "command": command}

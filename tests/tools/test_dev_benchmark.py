@@ -58,6 +58,17 @@ def test_rows_share_the_budget_and_seed_their_commands(tmp_path: Path) -> None:
     assert command[-2:] == ["--output-dir", str(tmp_path / "v" / "run")]
 
 
+def test_runs_start_in_the_callers_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative path in a --variant (model.weights=pre/backbone.safetensors) is read where it was typed."""
+    monkeypatch.chdir(tmp_path)
+    writes_here = "import pathlib, sys; pathlib.Path('ran_here').touch(); sys.exit(3)"
+    row = bench.Row("probe", "probe", [sys.executable, "-c", writes_here], peer=True)
+    args = argparse.Namespace(out=tmp_path / "out", force=False, threads=1, csv=tmp_path / "d.csv")
+    result = bench.run_seed(row, 0, args)
+    assert result["exit_code"] == 3
+    assert (tmp_path / "ran_here").is_file()
+
+
 def _tiny_csv(tmp_path: Path) -> Path:
     rows = ["path,label,split,is_query,is_gallery"]
     rows += [f"images/t{i}.png,{label},test,{int(i < 3)},{int(i >= 3)}" for i, label in enumerate("abcabc")]

@@ -332,6 +332,15 @@ COMMANDS: dict[str, Run | Skip] = {
         "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
     ),
     (
+        "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"
+        " --image-size 32 --epochs 12 --threads 1 --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor"
+        " --toolkit-set augment.preset=artwork --variant a_glyph=anchor:augment.preset=glyph"
+        " --pair a_glyph toolkit-anchor --pair a_glyph peer-proxy_anchor"
+    ): Skip(
+        "trains 9 runs (3 rows x 3 seeds) for over an hour on the emoji artwork CI does not install; "
+        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
+    ),
+    (
         "python tools/digits_pixel_baseline.py --csv emoji64/dataset.csv --split test --size 64"
         " --per-query pixels_test.npz"
     ): Run(r"Recall@1", {"emoji64/dataset.csv": f"{SHOP}/dataset.csv"}),

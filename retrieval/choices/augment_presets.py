@@ -45,8 +45,9 @@ PRESETS: dict[PresetName, dict[str, Any]] = {
     },
     # Colour artwork drawn in several styles (emoji from several vendors, icons, logos, clip art): the
     # glyph geometry with a wider affine (renders differ in size, angle and position), and photometric
-    # noise that teaches style invariance: colour jitter with a small hue shift, grayscale, blur and
-    # random erasing (docs/benchmarks.md, "Unseen colour emoji at 64 px").
+    # noise meant to teach style invariance: colour jitter with a small hue shift, grayscale, blur and
+    # random erasing. An option, not `csv_artwork.yaml`'s default: on the emoji benchmark it tied the glyph
+    # geometry at 64 px and lost to it at 32 px (docs/experiments/emoji.md, "The style augmentation at 32 px").
     "artwork": {
         "affine_degrees": 10.0,
         "affine_translate": 0.08,

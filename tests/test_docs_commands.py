@@ -407,6 +407,23 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set data.image_size=32"
+        " --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=30 --set pretrain.batch_size=128"
+        " --output-dir pre_emoji_c30"
+    ): Skip(
+        "pretrains a ResNet-18 for 30 epochs on 6,780 emoji, over an hour on a CPU, from artwork CI does not "
+        "install; tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+    ),
+    (
+        "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"
+        " --image-size 32 --epochs 12 --threads 1 --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor"
+        " --variant c30=anchor:model.weights=pre_emoji_c30/backbone.safetensors --pair c30 toolkit-anchor"
+        " --pair c30 peer-proxy_anchor --pair toolkit-anchor peer-proxy_anchor"
+    ): Skip(
+        "trains 9 runs (3 rows x 3 seeds) for over an hour on the emoji artwork CI does not install; "
+        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
+    ),
+    (
         "python tools/make_glyph_dataset.py --out glyphs64x --size 64 --train-classes 306 --val-classes 80"
         ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'
     ): Skip("renders 7,400 glyphs for a minute; the glyphs64 row above runs the same maker"),

@@ -105,6 +105,10 @@ _FASHION_AUDIT = (
     "pipeline on planted synthetic faults"
 )
 
+_EMOJI_BENCH = (
+    "trains 9 runs (3 rows x 3 seeds) for an hour or more on the emoji artwork CI does not install; "
+    "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
+)
 _PRETRAIN_GLYPHS = (
     "pretrains a ResNet-18 for 8 epochs on thousands of glyphs, an hour on a CPU; the documented `retrieval "
     "pretrain` command of training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
@@ -327,19 +331,13 @@ COMMANDS: dict[str, Run | Skip] = {
         " --rerank art-dba=toolkit-anchor:dba --rerank peer-dba=peer-proxy_anchor:dba"
         " --pair toolkit-anchor peer-proxy_anchor --pair toolkit-proxy_anchor toolkit-anchor"
         " --pair art-dba peer-proxy_anchor"
-    ): Skip(
-        "trains 9 runs (3 rows x 3 seeds) for hours on the emoji artwork CI does not install; "
-        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
-    ),
+    ): Skip(_EMOJI_BENCH),
     (
         "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"
         " --image-size 32 --epochs 12 --threads 1 --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor"
         " --toolkit-set augment.preset=artwork --variant a_glyph=anchor:augment.preset=glyph"
         " --pair a_glyph toolkit-anchor --pair a_glyph peer-proxy_anchor"
-    ): Skip(
-        "trains 9 runs (3 rows x 3 seeds) for over an hour on the emoji artwork CI does not install; "
-        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
-    ),
+    ): Skip(_EMOJI_BENCH),
     (
         "python tools/digits_pixel_baseline.py --csv emoji64/dataset.csv --split test --size 64"
         " --per-query pixels_test.npz"
@@ -407,9 +405,9 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
-        "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set data.image_size=32"
-        " --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=30 --set pretrain.batch_size=128"
-        " --output-dir pre_emoji_c30"
+        "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set augment.preset=artwork"
+        " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=30"
+        " --set pretrain.batch_size=128 --output-dir pre_emoji_c30"
     ): Skip(
         "pretrains a ResNet-18 for 30 epochs on 6,780 emoji, over an hour on a CPU, from artwork CI does not "
         "install; tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
@@ -419,10 +417,7 @@ COMMANDS: dict[str, Run | Skip] = {
         " --image-size 32 --epochs 12 --threads 1 --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor"
         " --variant c30=anchor:model.weights=pre_emoji_c30/backbone.safetensors --pair c30 toolkit-anchor"
         " --pair c30 peer-proxy_anchor --pair toolkit-anchor peer-proxy_anchor"
-    ): Skip(
-        "trains 9 runs (3 rows x 3 seeds) for over an hour on the emoji artwork CI does not install; "
-        "tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on tiny data"
-    ),
+    ): Skip(_EMOJI_BENCH),
     (
         "python tools/make_glyph_dataset.py --out glyphs64x --size 64 --train-classes 306 --val-classes 80"
         ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'

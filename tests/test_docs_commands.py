@@ -380,6 +380,9 @@ COMMANDS: dict[str, Run | Skip] = {
         "audits up to 300k synthetic embeddings for many minutes; tests/tools/test_bench_audit.py runs the scale "
         "audit at 2,000 rows and tests/audit/test_knn_graph.py the IVF graph small"
     ),
+    "python tools/bench_audit.py scale --sizes 1000000": Skip(
+        "audits a million synthetic embeddings: half an hour and 18 GiB; the 300k row above is skipped likewise"
+    ),
     "python tools/bench_audit.py plant --csv emoji64/dataset.csv --out emoji_planted": Skip(
         "reads the emoji set rendered from Debian artwork CI does not install; tests/tools/test_bench_audit.py "
         "plants the same faults in a generated colour CSV"

@@ -23,8 +23,10 @@ arithmetic), per seed and on the per-query values averaged over the seeds, for v
 for test: decide on the validation columns, report the test ones.
 
 Results are kept in OUT/runs/<row>-s<seed>/ (log, command, per_query_val.npz,
-per_query_test.npz, result.json) and reused on the next call unless `--force`; OUT/table.md
-and OUT/results.json collect them.
+per_query_test.npz, result.json) and reused on the next call unless `--force`, when the command
+and the bytes of every file it names (the config, the CSV, `model.weights`, the plain script)
+are the same: a run of an edited config is run again, never paired as if current (a change to
+the toolkit's own code is not seen: `--force`). OUT/table.md and OUT/results.json collect them.
 
     python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench64 --image-size 64 \\
         --epochs 6 --seeds 0 1 2 --peer proxy_nca --toolkit proxy_nca \\
@@ -61,13 +63,14 @@ from retrieval.evaluate.rerank_choice import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.metrics import per_query_scores
-from retrieval.runtime.files import write_text
+from retrieval.runtime.files import file_sha256, write_text
 
 __all__ = [
     "Row",
     "average_values",
     "build_rows",
     "main",
+    "named_files",
     "parse_metrics",
     "parse_rerank_row",
     "parse_variant",
@@ -98,6 +101,16 @@ class Row:
         if self.peer:
             return [*self.command, f"--seed={seed}", f"--embeddings-out={run_dir}", f"--json={run_dir / 'peer.json'}"]
         return [*self.command, "--set", f"train.seed={seed}", "--output-dir", str(run_dir / "run")]
+
+
+def named_files(command: Sequence[str]) -> dict[str, str]:
+    """sha256 of every file the command names, as an argument or as a `KEY=PATH` value (the program itself aside)."""
+    files = {}
+    for token in command[1:]:
+        path = Path(token.rpartition("=")[2])
+        if path.is_file():
+            files[str(path)] = file_sha256(path)
+    return files
 
 
 def parse_metrics(output: str) -> dict[str, float]:
@@ -196,9 +209,10 @@ def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
     """Run one row at one seed (or reuse its saved result when its command was the same)."""
     run_dir = args.out / "runs" / f"{row.name}-s{seed}"
     result_path, command = run_dir / "result.json", row.seeded(seed, run_dir)
+    files = named_files(row.command)  # the inputs: the seeded command also names this run's own outputs
     if result_path.is_file() and not args.force:
         saved = json.loads(result_path.read_text())
-        if saved.get("command") == command:
+        if saved.get("command") == command and saved.get("files", {}) == files:
             return saved
     run_dir.mkdir(parents=True, exist_ok=True)
     if row.rerank is not None:
@@ -214,6 +228,7 @@ def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
     seconds = time.perf_counter() - start
     output = (run_dir / "log.txt").read_text()
     result: dict = {"row": row.name, "seed": seed, "seconds": seconds, "exit_code": code, "command": command}
+    result["files"] = files
     if code != 0:
         result["error"] = (output.strip().splitlines() or ["no output"])[-1]
     else:

@@ -69,6 +69,25 @@ def test_runs_start_in_the_callers_folder(tmp_path: Path, monkeypatch: pytest.Mo
     assert (tmp_path / "ran_here").is_file()
 
 
+def test_a_saved_run_is_reused_only_while_the_files_it_names_are_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An edited config under the same command is run again, not paired as if it were the current one."""
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "c.yaml"
+    config.write_text("augment: {preset: artwork}\n")
+    counts = "import sys; open('runs.txt', 'a').write('x'); sys.exit(3)"
+    row = bench.Row("probe", "probe", [sys.executable, "-c", counts, "--set", f"config={config}"], peer=True)
+    args = argparse.Namespace(out=tmp_path / "out", force=False, threads=1, csv=tmp_path / "d.csv")
+    bench.run_seed(row, 0, args)
+    bench.run_seed(row, 0, args)
+    assert (tmp_path / "runs.txt").read_text() == "x"  # the same command and config: reused
+    config.write_text("augment: {preset: glyph}\n")
+    result = bench.run_seed(row, 0, args)
+    assert (tmp_path / "runs.txt").read_text() == "xx"
+    assert result["files"] == {str(config): bench.file_sha256(config)}
+
+
 def _tiny_csv(tmp_path: Path) -> Path:
     rows = ["path,label,split,is_query,is_gallery"]
     rows += [f"images/t{i}.png,{label},test,{int(i < 3)},{int(i >= 3)}" for i, label in enumerate("abcabc")]

@@ -422,6 +422,15 @@ COMMANDS: dict[str, Run | Skip] = {
         " --pair c30 peer-proxy_anchor --pair toolkit-anchor peer-proxy_anchor"
     ): Skip(_EMOJI_BENCH),
     (
+        "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"
+        " --image-size 32 --epochs 12 --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_anchor"
+        " --toolkit anchor --variant c30=anchor:model.weights=pre_emoji_c30/backbone.safetensors"
+        " --variant c30f=anchor:model.weights=pre_emoji_c30/backbone.safetensors,train.freeze_backbone_epochs=1"
+        " --variant c30l=anchor:model.weights=pre_emoji_c30/backbone.safetensors,train.lr=0.0003,"
+        "train.proxy_lr_mult=33.3 --pair c30f toolkit-anchor --pair c30l toolkit-anchor --pair c30f c30"
+        " --pair c30f peer-proxy_anchor"
+    ): Skip(_EMOJI_BENCH),
+    (
         "python tools/make_glyph_dataset.py --out glyphs64x --size 64 --train-classes 306 --val-classes 80"
         ' --test-classes 80 --train-per-class 20 --query-family "DejaVu Serif" --gallery-per-class 6'
     ): Skip("renders 7,400 glyphs for a minute; the glyphs64 row above runs the same maker"),

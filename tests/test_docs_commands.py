@@ -408,6 +408,16 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer arcface --toolkit arcface"
+        " --variant af64=arcface:loss.scale=64 --variant af_p1=arcface:train.proxy_lr_mult=1"
+        " --pair toolkit-arcface peer-arcface --pair af64 toolkit-arcface --pair af_p1 toolkit-arcface"
+        " --pair af_p1 peer-arcface"
+    ): Skip(
+        "trains 12 runs for an hour; tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on "
+        "tiny data"
+    ),
+    (
         "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set augment.preset=artwork"
         " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=30"
         " --set pretrain.batch_size=128 --output-dir pre_emoji_c30"

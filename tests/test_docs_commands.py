@@ -461,7 +461,8 @@ COMMANDS: dict[str, Run | Skip] = {
         "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out glyph --image-size 32 --epochs 4 --threads 1"
         " --workers 1 --seeds 0 1 2 --peer proxy_anchor --toolkit anchor --config configs/csv_glyph.yaml"
         " --variant b=anchor:model.weights=pre_glyph_b/backbone.safetensors"
-        " --variant c=anchor:model.weights=pre_glyph_c/backbone.safetensors --variant a_eq=anchor:train.epochs=23,train.eval_every=23"
+        " --variant c=anchor:model.weights=pre_glyph_c/backbone.safetensors"
+        " --variant a_eq=anchor:train.epochs=23,train.eval_every=23"
         " --pair c toolkit-anchor --pair b toolkit-anchor --pair c b --pair c peer-proxy_anchor"
         " --pair toolkit-anchor peer-proxy_anchor"
     ): Skip(

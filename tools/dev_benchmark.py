@@ -206,7 +206,7 @@ def _toolkit_embeddings(encoder: ImageEncoder, rows: CsvSplit) -> np.ndarray:
 
 
 def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
-    """Run one row at one seed (or reuse its saved result when its command was the same)."""
+    """Run one row at one seed (or reuse its saved result: the same command, the files it names unchanged)."""
     run_dir = args.out / "runs" / f"{row.name}-s{seed}"
     result_path, command = run_dir / "result.json", row.seeded(seed, run_dir)
     files = named_files(row.command)  # the inputs: the seeded command also names this run's own outputs

@@ -418,6 +418,32 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short_p1 --image-size 32 --epochs 4"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --toolkit anchor cosface"
+        " --variant anc_p1=anchor:train.proxy_lr_mult=1 --variant cf_p1=cosface:train.proxy_lr_mult=1"
+        " --pair anc_p1 toolkit-anchor --pair cf_p1 toolkit-cosface"
+    ): Skip("trains 12 runs for half an hour; tests/tools/test_dev_benchmark.py checks its rows and variants"),
+    (
+        "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out e8 --image-size 32 --epochs 8"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer arcface --toolkit arcface"
+        " --variant af_p1=arcface:train.proxy_lr_mult=1"
+        " --pair af_p1 toolkit-arcface --pair af_p1 peer-arcface --pair toolkit-arcface peer-arcface"
+    ): Skip(
+        "trains 9 runs for half an hour; tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on "
+        "tiny data"
+    ),
+    (
+        "retrieval train --config configs/digits_arcface.yaml --set train.threads=1 --set train.seed=0"
+        " --output-dir arcface-p1-s0"
+    ): Run(RECALL, train=True),
+    (
+        "retrieval train --config configs/digits_arcface.yaml --set train.threads=1 --set train.seed=0"
+        " --set train.proxy_lr_mult=100 --output-dir arcface-p100-s0"
+    ): Skip("the command above with another proxy rate, which it runs"),
+    "retrieval compare arcface-p1-s0 arcface-p100-s0": Skip(
+        "pairs the two runs above; the glyph-gamma `retrieval compare` row runs compare"
+    ),
+    (
         "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set augment.preset=artwork"
         " --set data.image_size=32 --set train.threads=1 --set data.num_workers=1 --set pretrain.epochs=30"
         " --set pretrain.batch_size=128 --output-dir pre_emoji_c30"

@@ -206,13 +206,14 @@ def _toolkit_embeddings(encoder: ImageEncoder, rows: CsvSplit) -> np.ndarray:
 
 
 def run_seed(row: Row, seed: int, args: argparse.Namespace) -> dict:
-    """Run one row at one seed (or reuse its saved result: the same command, the files it names unchanged)."""
+    """Run one row at one seed, or reuse its saved result: the same command, the files it names unchanged,
+    and not killed by a signal (an interrupted run says nothing about its inputs; a failure that exits does)."""
     run_dir = args.out / "runs" / f"{row.name}-s{seed}"
     result_path, command = run_dir / "result.json", row.seeded(seed, run_dir)
     files = named_files(row.command)  # the inputs: the seeded command also names this run's own outputs
     if result_path.is_file() and not args.force:
         saved = json.loads(result_path.read_text())
-        if saved.get("command") == command and saved.get("files", {}) == files:
+        if saved.get("command") == command and saved.get("files", {}) == files and saved["exit_code"] >= 0:
             return saved
     run_dir.mkdir(parents=True, exist_ok=True)
     if row.rerank is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import ast
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -86,6 +87,17 @@ def test_a_saved_run_is_reused_only_while_the_files_it_names_are_unchanged(
     result = bench.run_seed(row, 0, args)
     assert (tmp_path / "runs.txt").read_text() == "xx"
     assert result["files"] == {str(config): bench.file_sha256(config)}
+
+
+def test_a_run_killed_by_a_signal_is_run_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An interrupted run (SIGTERM, Ctrl-C) is not a result: the next call runs it, where an exit code stays."""
+    counts = "import os, signal; open('runs.txt', 'a').write('x'); os.kill(os.getpid(), signal.SIGTERM)"
+    row = bench.Row("probe", "probe", [sys.executable, "-c", counts], peer=True)
+    args = argparse.Namespace(out=tmp_path / "out", force=False, threads=1, csv=tmp_path / "d.csv")
+    monkeypatch.chdir(tmp_path)
+    assert bench.run_seed(row, 0, args)["exit_code"] == -signal.SIGTERM
+    bench.run_seed(row, 0, args)
+    assert (tmp_path / "runs.txt").read_text() == "xx"
 
 
 def _tiny_csv(tmp_path: Path) -> Path:

@@ -418,6 +418,19 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "python tools/make_glyph_dataset.py --out glyphs48x40 --size 48 --train-classes 280 --val-classes 80"
+        ' --test-classes 80 --train-per-class 40 --seed 1 --query-family "Liberation Sans" --gallery-per-class 6'
+    ): Skip("the glyphs32x40 command above at another size, which runs here"),
+    (
+        "python tools/dev_benchmark.py --csv glyphs48x40/dataset.csv --out short48 --image-size 48 --epochs 4"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_anchor proxy_nca --toolkit anchor proxy_nca"
+        " --pair toolkit-anchor peer-proxy_anchor --pair toolkit-anchor peer-proxy_nca"
+        " --pair toolkit-proxy_nca peer-proxy_nca"
+    ): Skip(
+        "trains 12 runs for an hour; tests/tools/test_dev_benchmark.py checks its rows and runs the peer script on "
+        "tiny data"
+    ),
+    (
         "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short_p1 --image-size 32 --epochs 4"
         " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --toolkit anchor cosface"
         " --variant anc_p1=anchor:train.proxy_lr_mult=1 --variant cf_p1=cosface:train.proxy_lr_mult=1"

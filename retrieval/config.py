@@ -314,6 +314,9 @@ class PretrainConfig(_Section):
     hue_jitter: Annotated[float, accepts(lambda value: 0.0 <= value <= 0.5, "a hue shift in [0, 0.5]")] = 0.1
     grayscale: Annotated[float, _PROBABILITY] = 0.2  # probability of a gray view (RGB models)
     blur: Annotated[float, _PROBABILITY] = 0.2  # probability of a Gaussian blur of a view
+    # probability of redrawing a view in one random ink on plain paper before the rest of its pipeline
+    # (artwork in several styles: a colour drawing and a monochrome rendering of it become positives)
+    one_ink: Annotated[float, _PROBABILITY] = 0.0
 
 
 class Config(BaseModel):

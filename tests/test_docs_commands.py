@@ -431,6 +431,22 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set augment.preset=artwork"
+        " --set data.image_size=32 --set train.threads=2 --set data.num_workers=1 --set pretrain.epochs=30"
+        " --set pretrain.batch_size=128 --output-dir pre_emoji_mono30"
+    ): Skip(
+        "pretrains a ResNet-18 for 30 epochs on 6,780 emoji, an hour on a CPU; the documented `retrieval pretrain` "
+        "command of training.md runs here with csv_artwork.yaml's one_ink, and tests/pretrain/test_views.py checks "
+        "the redrawn views"
+    ),
+    (
+        "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"
+        " --image-size 32 --epochs 12 --threads 1 --workers 1 --jobs 3 --seeds 0 1 2 --peer proxy_anchor"
+        " --toolkit anchor --variant c30=anchor:model.weights=pre_emoji_c30/backbone.safetensors"
+        " --variant cmono=anchor:model.weights=pre_emoji_mono30/backbone.safetensors"
+        " --pair cmono toolkit-anchor --pair cmono c30 --pair cmono peer-proxy_anchor"
+    ): Skip(_EMOJI_BENCH),
+    (
         "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short_p1 --image-size 32 --epochs 4"
         " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --toolkit anchor cosface"
         " --variant anc_p1=anchor:train.proxy_lr_mult=1 --variant cf_p1=cosface:train.proxy_lr_mult=1"

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from PIL import Image
 from torch import Tensor
 
 from retrieval.config import AugmentConfig, PretrainConfig
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.transforms import ModelDataConfig, build_train_transform
 
-__all__ = ["TwoViews", "view_augment", "views_dataset"]
+__all__ = ["TwoViews", "one_ink", "view_augment", "views_dataset"]
+
+# A pixel is drawn where its colour is this far (sum over R, G, B) from the background's.
+_DRAWN_DISTANCE = 60.0
 
 
 def view_augment(augment: AugmentConfig, pretrain: PretrainConfig) -> AugmentConfig:
@@ -35,14 +40,41 @@ def view_augment(augment: AugmentConfig, pretrain: PretrainConfig) -> AugmentCon
     )
 
 
-class TwoViews:
-    """A picture -> `(2, C, H, W)`: the same random pipeline applied twice."""
+def one_ink(image: Image.Image) -> Image.Image:
+    """The drawing in one random ink on random light paper: the way a monochrome artwork set draws it.
 
-    def __init__(self, transform: Callable[[Any], Tensor]) -> None:
+    The background is the median of the four corners; a pixel is ink where it is away from that colour
+    and not among the drawing's lightest (a random 0-30%, so highlights and windows stay paper). The
+    draws come from Python's `random`, as timm's transforms take theirs: the loader seeds it per worker.
+    """
+    rgb = np.asarray(image.convert("RGB"), dtype=np.float32)
+    corners = np.stack([rgb[0, 0], rgb[0, -1], rgb[-1, 0], rgb[-1, -1]])
+    drawn = np.abs(rgb - np.median(corners, axis=0)).sum(axis=2) > _DRAWN_DISTANCE
+    if drawn.any():
+        gray = rgb.mean(axis=2)
+        drawn &= gray <= np.quantile(gray[drawn], random.uniform(0.7, 1.0))
+    ink = np.array([random.randint(0, 140) for _ in range(3)], dtype=np.uint8)
+    paper = np.array([random.randint(190, 255) for _ in range(3)], dtype=np.uint8)
+    return Image.fromarray(np.where(drawn[..., None], ink, paper))
+
+
+class TwoViews:
+    """A picture -> `(2, C, H, W)`: the same random pipeline applied twice, each view first redrawn in
+    one ink with probability `one_ink_probability` (`pretrain.one_ink`)."""
+
+    def __init__(self, transform: Callable[[Any], Tensor], one_ink_probability: float = 0.0) -> None:
         self.transform = transform
+        self.one_ink_probability = one_ink_probability
 
     def __call__(self, image: Any) -> Tensor:
-        return torch.stack([self.transform(image), self.transform(image)])
+        first = self.transform(self._drawing(image))
+        return torch.stack([first, self.transform(self._drawing(image))])
+
+    def _drawing(self, image: Any) -> Any:
+        """The image, or with probability `one_ink_probability` its one-ink redrawing."""
+        if self.one_ink_probability > 0.0 and random.random() < self.one_ink_probability:
+            return one_ink(image)
+        return image
 
 
 def views_dataset(
@@ -56,4 +88,4 @@ def views_dataset(
 ) -> ImageDataset:
     """Items `((2, C, H, W) views, index)`: the image's position is its label (each image its own class)."""
     transform = build_train_transform(view_augment(augment, pretrain), image_size, data_config, in_chans)
-    return ImageDataset(paths, np.arange(len(paths)), TwoViews(transform), on_bad_image)
+    return ImageDataset(paths, np.arange(len(paths)), TwoViews(transform, pretrain.one_ink), on_bad_image)

@@ -431,6 +431,17 @@ COMMANDS: dict[str, Run | Skip] = {
         "tiny data"
     ),
     (
+        "python tools/dev_benchmark.py --csv glyphs48x40/dataset.csv --out short48 --image-size 48 --epochs 4"
+        " --threads 1 --workers 1 --jobs 2 --seeds 0 1 2 --peer proxy_anchor circle triplet arcface cosface"
+        " --toolkit proxy_anchor triplet arcface cosface --variant circle=circle:loss.m=0.4,loss.gamma=80"
+        " --variant af_p1=arcface:train.proxy_lr_mult=1 --pair toolkit-proxy_anchor peer-proxy_anchor"
+        " --pair circle peer-circle --pair toolkit-triplet peer-triplet --pair toolkit-arcface peer-arcface"
+        " --pair af_p1 peer-arcface --pair toolkit-cosface peer-cosface"
+    ): Skip(
+        "trains 33 runs (11 rows x 3 seeds) for hours; tests/tools/test_dev_benchmark.py checks its rows and runs the "
+        "peer script on tiny data"
+    ),
+    (
         "retrieval pretrain --csv emoji_c.csv --config configs/csv_artwork.yaml --set augment.preset=artwork"
         " --set data.image_size=32 --set train.threads=2 --set data.num_workers=1 --set pretrain.epochs=30"
         " --set pretrain.batch_size=128 --output-dir pre_emoji_mono30"

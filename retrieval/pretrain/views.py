@@ -15,6 +15,7 @@ from torch import Tensor
 from retrieval.config import AugmentConfig, PretrainConfig
 from retrieval.data.image_dataset import ImageDataset
 from retrieval.data.transforms import ModelDataConfig, build_train_transform
+from retrieval.images import border_colour
 
 __all__ = ["TwoViews", "one_ink", "view_augment", "views_dataset"]
 
@@ -43,13 +44,14 @@ def view_augment(augment: AugmentConfig, pretrain: PretrainConfig) -> AugmentCon
 def one_ink(image: Image.Image) -> Image.Image:
     """The drawing in one random ink on random light paper: the way a monochrome artwork set draws it.
 
-    The background is the median of the four corners; a pixel is ink where it is away from that colour
-    and not among the drawing's lightest (a random 0-30%, so highlights and windows stay paper). The
-    draws come from Python's `random`, as timm's transforms take theirs: the loader seeds it per worker.
+    The background is the border's colour (`border_colour`, as `augment.fill: auto` reads it); a pixel
+    is ink where it is away from that colour and not among the drawing's lightest (a random 0-30%, so
+    highlights and windows stay paper). The draws come from Python's `random`, as timm's transforms
+    take theirs: the loader seeds it per worker.
     """
-    rgb = np.asarray(image.convert("RGB"), dtype=np.float32)
-    corners = np.stack([rgb[0, 0], rgb[0, -1], rgb[-1, 0], rgb[-1, -1]])
-    drawn = np.abs(rgb - np.median(corners, axis=0)).sum(axis=2) > _DRAWN_DISTANCE
+    picture = image.convert("RGB")
+    rgb = np.asarray(picture, dtype=np.float32)
+    drawn = np.abs(rgb - np.asarray(border_colour(picture), dtype=np.float32)).sum(axis=2) > _DRAWN_DISTANCE
     if drawn.any():
         gray = rgb.mean(axis=2)
         drawn &= gray <= np.quantile(gray[drawn], random.uniform(0.7, 1.0))

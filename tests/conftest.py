@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+import tests.properties  # noqa: F401  # registers the Hypothesis profiles before the plugin loads one
+
 
 def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3, per_class: int = 4) -> Path:
     """Class c is a noisy image of one flat colour; train and test classes are disjoint (zero-shot)."""

@@ -201,19 +201,25 @@ class KReciprocal(_Spec):
         return np.take_along_axis(scores, first, axis=1)[:, :k], np.take_along_axis(ids, first, axis=1)[:, :k]
 
     def _order(self, points: np.ndarray, valid: np.ndarray) -> np.ndarray:
-        """`(B, L)` new order of each query's L shortlisted items, from `(B, 1 + L, D)` query + items."""
+        """`(B, L)` new order of each query's L shortlisted items, from `(B, 1 + L, D)` query + items.
+
+        Padding (ids -1, where fewer than L items exist or pass the filter) is left out of every neighbour
+        set, so it weighs nothing and sorts last; a zero weight sum never divides (it made NaNs that sorted
+        the padding first and dropped real items).
+        """
+        present = np.concatenate([np.ones((len(valid), 1), bool), valid], axis=1)
+        pairs = present[:, :, None] & present[:, None, :]  # both ends real: the query or a stored item
         distances = np.maximum(2.0 - 2.0 * np.einsum("bid,bjd->bij", points, points), 0.0)
-        missing = np.concatenate([np.zeros((len(valid), 1), bool), ~valid], axis=1)
-        distances[missing[:, :, None] | missing[:, None, :]] = 4.0  # padding: as far as unit vectors can be
+        distances[~pairs] = 4.0  # padding: as far as unit vectors can be
         ranks = np.argsort(distances, axis=2, kind="stable")
-        reciprocal = _reciprocal(ranks, self.k1)
-        half = _reciprocal(ranks, int(np.around(self.k1 / 2)))
+        reciprocal = _reciprocal(ranks, self.k1) & pairs
+        half = _reciprocal(ranks, int(np.around(self.k1 / 2))) & pairs
         expanded = _expand(reciprocal, half)
         weights = np.exp(-distances) * expanded
-        weights /= weights.sum(axis=2, keepdims=True)
+        weights /= np.maximum(weights.sum(axis=2, keepdims=True), np.finfo(np.float32).tiny)
         if self.k2 > 1:
-            local = _nearest_mask(ranks, self.k2).astype(np.float32)
-            weights = np.einsum("bij,bjk->bik", local, weights) / local.sum(axis=2, keepdims=True)
+            local = (_nearest_mask(ranks, self.k2) & pairs).astype(np.float32)
+            weights = np.einsum("bij,bjk->bik", local, weights) / np.maximum(local.sum(axis=2, keepdims=True), 1.0)
         query = weights[:, :1, :]
         shared = np.minimum(query, weights).sum(axis=2)
         jaccard = 1.0 - shared / np.maximum(query, weights).sum(axis=2)

@@ -175,3 +175,24 @@ def test_identical_results_go_first_and_the_rest_keep_the_reranked_order():
     scores, ids = QueryExpansion(k=5, alpha=0.0).search(_Exact(gallery), query[None].astype(np.float32), 6)
     assert list(ids[0, :2]) == [3, 5] and sorted(ids[0, 2:5]) == [0, 1, 2] and ids[0, 5] == 4
     np.testing.assert_allclose(scores[0], gallery[ids[0]] @ query, atol=1e-6)  # cosines with the query
+
+
+@pytest.mark.parametrize(("stored", "passing"), [(30, None), (6, None), (2000, 50), (6, 2)])
+def test_kreciprocal_returns_every_item_when_fewer_than_its_shortlist_exist_or_pass(stored, passing):
+    """Issue 47.1: padding ids (-1) made a weight sum zero, the NaN spread to the real items and the padding sorted
+    first: a 30-item index returned 1 of 10 results, 2,000 items with a filter that 50 pass returned none."""
+    from retrieval.index import SearchIndex
+    from retrieval.index.filter_language import parse_where
+    from retrieval.index.gallery import IndexGallery
+
+    vectors, _ = clustered_unit_vectors(stored, dim=16, n_clusters=4, seed=5)
+    index = SearchIndex.build(vectors, {"group": [int(i < (passing or stored)) for i in range(stored)]}, kind="flat")
+    where = parse_where("group = 1") if passing else None
+    k, found = min(10, stored), min(10, passing or stored)
+    queries = vectors[:2]  # stored items that pass the filter
+    for method in (KReciprocal(), KReciprocal(k1=10, k2=3, lam=0.1)):
+        scores, ids = method.search(IndexGallery(index, where), queries, k)
+        assert (ids[:, :found] >= 0).all() and (ids[:, found:] == -1).all(), method.spec()
+        assert ids[:, 0].tolist() == [0, 1]  # each query's own image first
+        assert np.isfinite(scores[:, :found]).all()
+        assert all(len(set(row[:found])) == found for row in ids.tolist())

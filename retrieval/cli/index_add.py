@@ -25,17 +25,20 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """`index add`: embed before taking the writer lock, so a long embedding does not hold other writers up.
 
-    `SearchIndex.add` augments the new vectors as the index's build did (database-side augmentation).
+    `SearchIndex.add` augments the new vectors as the index's build did (database-side augmentation). The
+    columns the index has are read as the index stores them (a string column keeps `1.10` as written).
     """
-    from retrieval.core.column_types import parse_column_types
+    from retrieval.core.column_types import column_types_of, parse_column_types
     from retrieval.export.index_encoder import encoder_for_index
     from retrieval.index import SearchIndex
-    from retrieval.index.storage import read_manifest
+    from retrieval.index.metadata import Metadata
+    from retrieval.index.storage import METADATA_FILE, read_manifest
     from retrieval.inference.sources import embed_source, read_source
 
     model = read_manifest(args.index).model  # checked against the verified load under the lock
     encoder = encoder_for_index(model.record(), args.checkpoint, device=args.device, model_dir=args.model)
-    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
+    stored = column_types_of(Metadata.read(args.index / METADATA_FILE).table.schema)
+    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types), stored)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     with writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
         if index.manifest.model != model:

@@ -20,7 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from retrieval.core.column_types import ARROW_TYPES, ColumnType, typed_cells
+from retrieval.core.column_types import ARROW_TYPES, ColumnType, kept_type_fix, typed_cells
 from retrieval.errors import UserError
 
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
@@ -132,10 +132,7 @@ def _conformed(table: pa.Table, schema: pa.Schema) -> pa.Table:
         if name not in schema.names or table.schema.field(name).type == schema.field(name).type:
             continue
         source, target = table.schema.field(name).type, schema.field(name).type
-        fix = (
-            "fix the values; an index keeps the column types it was built with (to change one, "
-            f"build the index again with --column-types {name}=str)"
-        )
+        fix = kept_type_fix(name)
         kind: ColumnType | None = "int" if target == ARROW_TYPES["int"] else None
         kind = "float" if target == ARROW_TYPES["float"] else kind
         if kind is not None and (pa.types.is_string(source) or pa.types.is_large_string(source)):

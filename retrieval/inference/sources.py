@@ -54,15 +54,18 @@ def read_source(
     images_dir: Path | None,
     split: str = "all",
     column_types: dict[str, ColumnType] | None = None,
+    stored_types: dict[str, ColumnType] | None = None,
 ) -> ImageSource:
     """Images of `--csv FILE` (rows of `split`) or of `--images DIR` (labels: first-level subfolder names).
 
-    `column_types`: declared metadata types (`--column-types`); other columns are inferred.
+    `column_types`: declared metadata types (`--column-types`); other columns are inferred, except those
+    of `stored_types` (an index's own columns, for `index add`), read as the index stores them.
     """
+    declared, stored = column_types or {}, stored_types or {}
     if csv_path is not None:
-        source, where = _read_csv(csv_path, split, column_types or {}), f"{csv_path} (split={split})"
+        source, where = _read_csv(csv_path, split, declared, stored), f"{csv_path} (split={split})"
     elif images_dir is not None:
-        source, where = _read_folder(images_dir, column_types or {}), str(images_dir)
+        source, where = _read_folder(images_dir, declared, stored), str(images_dir)
     else:
         raise UserError("no images given; pass --csv FILE or --images DIR")
     if not source.paths:
@@ -151,14 +154,16 @@ def report_unreadable(failures: list[tuple[str, str]]) -> None:
         print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
 
 
-def _read_folder(directory: Path, column_types: dict[str, ColumnType]) -> ImageSource:
+def _read_folder(directory: Path, declared: dict[str, ColumnType], stored: dict[str, ColumnType]) -> ImageSource:
     paths = image_files(directory)
     labels = [p.relative_to(directory).parts[0] if len(p.relative_to(directory).parts) > 1 else "" for p in paths]
     columns = {"path": [str(p.resolve()) for p in paths], "label": labels}
-    return ImageSource([p.resolve() for p in paths], typed_table(columns, column_types, str(directory)))
+    return ImageSource([p.resolve() for p in paths], typed_table(columns, declared, str(directory), stored))
 
 
-def _read_csv(csv_path: Path, split: str, column_types: dict[str, ColumnType]) -> ImageSource:
+def _read_csv(
+    csv_path: Path, split: str, declared: dict[str, ColumnType], stored: dict[str, ColumnType]
+) -> ImageSource:
     """The rows of `split` in a CSV read by the one strict reader (only `path` is required)."""
     if split not in SPLITS:
         raise UserError(f"unknown --split {split!r}; use one of: {', '.join(SPLITS)}")
@@ -169,7 +174,7 @@ def _read_csv(csv_path: Path, split: str, column_types: dict[str, ColumnType]) -
     paths = [(csv_path.parent / row["path"]).resolve() for row in rows]
     metadata = {"path": [str(p) for p in paths], "label": [row.get("label", "") for row in rows]}
     metadata.update({name: [row[name] for row in rows] for name in columns if name not in metadata})
-    return ImageSource(paths, typed_table(metadata, column_types, str(csv_path)))
+    return ImageSource(paths, typed_table(metadata, declared, str(csv_path), stored))
 
 
 def _in_split(row: dict[str, str], split: str) -> bool:

@@ -172,7 +172,7 @@ def test_a_where_with_an_integer_past_int64_is_one_line(priced, capsys) -> None:
     [
         ("nan", "not a decimal number"),  # `index build` keeps such a cell as text; `add` stored NaN
         ("1e309", "not finite"),  # stored inf, then every search returning it was a 500
-        ("9007199254740993", "an integer that float64 would round"),  # beside 0.5: stored ...992.0
+        ("9007199254740993", "float64 would store 9007199254740992.0"),  # beside 0.5: stored ...992.0
     ],
 )
 def test_add_refuses_a_cell_the_index_float_column_cannot_hold(priced, tmp_path, capsys, price, why) -> None:

@@ -16,19 +16,27 @@ from retrieval.index.metadata import Metadata
     [
         (["3", "-5", "", "0"], "int"),
         (["+7", "3"], "str"),  # an integer would lose the + (phone numbers: +44...)
-        (["-0", "3"], "float"),  # -0 as an integer would lose its sign; a float keeps it
+        (["-0", "3"], "str"),  # -0 is not the text of 0: the number would lose its sign
         (["9223372036854775807", "-9223372036854775808"], "int"),
         (["9223372036854775808"], "str"),  # past int64: float64 would round it
         (["1234567890123456789012345", "1234567890123456789012346"], "str"),  # 25-digit codes stay distinct
         (["9007199254740993", "0.5"], "str"),  # 2**53 + 1 beside a float: float64 would round it
         (["9007199254740992", "0.5"], "float"),  # 2**53: held exactly
-        (["1.5e3", "-2.5"], "float"),
+        (["1.5e3", "-2.5"], "str"),  # 1.5e3 is the number 1500, whose text is 1500
+        (["-2.5", "1e-05", "1.5e-300"], "float"),  # each exactly the shortest text of its float
         (["+1.5"], "str"),
         (["1٣"], "str"),  # non-ASCII digits are text
         (["١٢"], "str"),
-        (["2.5", "3", "1e3", ".5", ""], "float"),
+        (["2.5", "3", "0.5", ""], "float"),
+        (["2.5", "3", "1e3", ""], "str"),  # 1e3 reads back as 1000
+        ([".5"], "str"),  # reads back as 0.5
+        (["1.0"], "str"),  # the number 1, whose text is 1
         (["007", "12"], "str"),  # leading zeros are part of the value (SKUs, zip codes)
         (["0.07", "0"], "float"),
+        (["1.1", "1.10"], "str"),  # issue 47.4: both were 1.1, so `ver = 1.1` matched the 1.10 row
+        (["9007199254740993.0"], "str"),  # was 2**53
+        (["1e-400"], "str"),  # was 0.0
+        (["0.1000000000000000000001"], "str"),  # was 0.1
         (["nan", "1"], "str"),
         (["inf"], "str"),
         (["1e999"], "str"),  # not finite
@@ -90,7 +98,7 @@ def test_bad_declarations_are_user_errors(declared: str, message: str) -> None:
 def test_declarations_parse_and_cells_that_do_not_fit_are_named() -> None:
     assert parse_column_types(" price=float, sku=str ,") == {"price": "float", "sku": "str"}
     assert parse_column_types(None) == {}
-    with pytest.raises(UserError, match=r"column 'price' of a.csv is declared int, but holds '2.5'"):
+    with pytest.raises(UserError, match=r"column 'price' of a.csv is declared int, but row 2 holds '2.5'"):
         typed_table({"price": ["1", "2.5"]}, {"price": "int"}, "a.csv")
     with pytest.raises(UserError, match=r"--column-types names 'prize', not a column of a.csv; its columns: price"):
         typed_table({"price": ["1"]}, {"prize": "int"}, "a.csv")
@@ -105,7 +113,7 @@ def test_rows_added_to_an_index_take_the_index_types() -> None:
     assert merged.table["label"].to_pylist() == ["3", "4", "5", None]
     assert merged.table["price"].to_pylist() == [1.5, 2.0, 7.0, 8.0]
     bad = Metadata.from_rows(np.arange(4, 5), typed_table({"price": ["cheap"]}))
-    with pytest.raises(UserError, match=r"'price' goes into the index's float column, but holds 'cheap'"):
+    with pytest.raises(UserError, match=r"'price' goes into the index's float column, but row 1 holds 'cheap'"):
         old.appended(bad)
 
 
@@ -114,7 +122,7 @@ def test_rows_added_to_an_index_take_the_index_types() -> None:
     [
         (["nan"], "not a decimal number"),
         (["1e309"], "not finite"),
-        (["9007199254740993", "0.5"], "an integer that float64 would round"),
+        (["9007199254740993", "0.5"], "float64 would store 9007199254740992.0"),
     ],
 )
 def test_added_text_cells_a_float_column_cannot_hold_are_refused_not_stored(cells: list[str], why: str) -> None:
@@ -149,3 +157,35 @@ def test_declared_columns_read_ascii_digits_only() -> None:
         with pytest.raises(UserError, match="ASCII digits"):
             typed_table({"n": [cell]}, {"n": kind})
     assert typed_table({"n": ["+7", "007"]}, {"n": "int"})["n"].to_pylist() == [7, 7]
+
+
+@pytest.mark.parametrize(
+    ("cell", "stored"),
+    [("9007199254740995.0", "9007199254740996.0"), ("1e-999", "0.0"), ("0.1000000000000000000001", "0.1")],
+)
+def test_a_declared_or_stored_float_refuses_a_cell_it_would_round(cell: str, stored: str) -> None:
+    """Issue 47.5: `index add` refused 9007199254740995 but stored 9007199254740995.0 as ...996.0 and 1e-999 as 0.0."""
+    for declared, kept in (({"x": "float"}, None), (None, {"x": "float"})):
+        with pytest.raises(UserError) as refused:
+            typed_table({"x": ["1.5", cell]}, declared, "a.csv", kept)
+        message = str(refused.value)
+        assert "a.csv" in message and "'x'" in message
+        assert f"row 2 holds '{cell}' (float64 would store {stored}, another number)" in message
+    assert typed_table({"x": ["1.10", "1e3", "+2"]}, {"x": "float"})["x"].to_pylist() == [1.1, 1000.0, 2.0]
+
+
+def test_index_add_reads_an_index_string_column_as_written(tmp_path) -> None:
+    """Issue 47.6: new cells were inferred as floats and cast back, so `1.10` was stored as "1.1", `1e3` as "1000"."""
+    from retrieval.core.column_types import column_types_of
+    from retrieval.inference.sources import read_source
+
+    index = Metadata.from_rows(np.arange(2), typed_table({"code": ["A1", "B2"], "n": ["1", "2"]}))
+    (tmp_path / "a.png").write_bytes(b"")
+    (tmp_path / "new.csv").write_text("path,code,n\na.png,1.10,3\na.png,2.50,4\na.png,1e3,5\n")
+    stored = column_types_of(index.table.schema)
+    assert stored == {"id": "int", "code": "str", "n": "int"}
+    added = read_source(tmp_path / "new.csv", None, "all", None, stored).rows(np.arange(3))
+    merged = index.appended(Metadata.from_rows(np.arange(2, 5), added))
+    assert merged.table["code"].to_pylist() == ["A1", "B2", "1.10", "2.50", "1e3"]
+    with pytest.raises(UserError, match=r"declares 'code' float, but the index stores it as str"):
+        read_source(tmp_path / "new.csv", None, "all", {"code": "float"}, stored)

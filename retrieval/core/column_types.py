@@ -198,14 +198,14 @@ def _int_problem(cell: str) -> str | None:
 
 
 def _float_problem(cell: str) -> str | None:
-    """Why float64 cannot hold the decimal number `cell` exactly (its shortest text has another value); None when it
-    can (`1.10` is 1.1: the same value)."""
+    """Why float64 cannot hold the decimal number `cell` exactly; None when it can: the cell's value is the float's
+    shortest text (`1.10` is 1.1) or its exact binary value (`-9223372036854775808` is -2**63)."""
     if not _FLOAT.fullmatch(cell):
         return "not a decimal number in ASCII digits"
     value = float(cell)
     if not math.isfinite(value):
         return "not finite: JSON and the vector database cannot store it"
-    if Decimal(repr(value)) != Decimal(cell):
+    if Decimal(cell) not in (Decimal(repr(value)), Decimal(value)):  # its shortest text, or its exact binary value
         return f"float64 would store {value!r}, another number"
     return None
 

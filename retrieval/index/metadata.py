@@ -26,6 +26,13 @@ from retrieval.errors import UserError
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
 
 ID_COLUMN = "id"
+# Names a search result gives its own fields beside the row's columns (`index query --json`), so a column of that
+# name would be silently replaced in every result.
+_RESERVED = {
+    ID_COLUMN: "the index assigns ids",
+    "rank": "index query reports each result's rank under that name",
+    "score": "search results report their score under that name",
+}
 # Rows given for new vectors: an Arrow table, a dict of columns, or None for ids only.
 MetadataInput: TypeAlias = "pa.Table | Mapping[str, Sequence[Any]] | None"
 
@@ -42,16 +49,16 @@ class Metadata:
         """Metadata for new vectors: `rows` (N rows, any columns but `id`) keyed by `ids` (N,).
 
         Raises:
-            UserError: `rows` has an `id` column, a number of rows other than `len(ids)`, or a float
+            UserError: `rows` has an `id`, `rank` or `score` column, a number of rows other than `len(ids)`, or a float
                 column holding NaN or infinity.
         """
         ids = np.asarray(ids, dtype=np.int64)
         table = pa.table({}) if rows is None else rows if isinstance(rows, pa.Table) else pa.table(dict(rows))
-        if ID_COLUMN in table.column_names:
-            raise UserError(
-                f"metadata must not have an {ID_COLUMN!r} column: the index assigns ids; "
-                f"rename that column (e.g. to item_{ID_COLUMN})"
-            )
+        for name, why in _RESERVED.items():
+            if name in table.column_names:
+                raise UserError(
+                    f"metadata must not have a column named {name!r}: {why}; rename it (e.g. to item_{name})"
+                )
         _check_finite(table)
         if rows is not None and table.num_rows != len(ids):
             raise UserError(f"metadata has {table.num_rows} rows for {len(ids)} vectors; give one row per vector")

@@ -148,8 +148,16 @@ def test_metadata_refuses_nan_and_infinity_which_json_cannot_write() -> None:
 
 
 def test_an_id_column_is_refused_with_the_rename_that_fixes_it() -> None:
-    with pytest.raises(UserError, match=r"'id' column: the index assigns ids; rename that column \(e.g. to item_id\)"):
+    with pytest.raises(UserError, match=r"named 'id': the index assigns ids; rename it \(e.g. to item_id\)"):
         Metadata.from_rows(np.arange(1), {"id": [7]})
+
+
+@pytest.mark.parametrize("name", ["rank", "score"])
+def test_a_column_a_search_result_would_overwrite_is_refused(name: str) -> None:
+    """`index query --json` gives each result's rank and score beside the row's columns: a `score` column of the
+    user's was silently replaced by the search score in every result."""
+    with pytest.raises(UserError, match=rf"a column named '{name}': .*; rename it \(e.g. to item_{name}\)"):
+        Metadata.from_rows(np.arange(1), {name: [0.5]})
 
 
 def test_declared_columns_read_ascii_digits_only() -> None:

@@ -147,7 +147,7 @@ def test_metadata_rows_come_back_by_id_with_extra_columns(data) -> None:
     assert index.metadata_for(ids) == [{"id": i, "path": f"p{i}", "label": i % 7, "width": 2 * i} for i in ids]
     with pytest.raises(UserError, match="metadata has 3 rows for 4000 vectors"):
         SearchIndex.build(vectors, {"path": ["a", "b", "c"]}, kind="flat", progress=False)
-    with pytest.raises(UserError, match="must not have an 'id' column"):
+    with pytest.raises(UserError, match="must not have a column named 'id'"):
         SearchIndex.build(vectors, {"id": np.arange(N)}, kind="flat", progress=False)
 
 

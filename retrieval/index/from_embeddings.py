@@ -38,6 +38,7 @@ from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECK
 from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_success
 from retrieval.errors import UserError
 from retrieval.index.manifest import ShardInput, SourceRecord
+from retrieval.index.metadata_types import check_metadata, check_metadata_schema
 from retrieval.index.streaming import VectorStream
 from retrieval.runtime.files import file_sha256, sampled_sha256
 
@@ -216,8 +217,14 @@ class EmbeddingFiles:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
 
         None when no file has any (plain `.npy` arrays): the index then stores ids only.
+
+        Raises:
+            UserError: a value an index does not store (a uint64 past 2**63 - 1), naming its file and row.
         """
-        table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
+        tables = [file.metadata() for file in self.files]
+        for file, table in zip(self.files, tables, strict=True):
+            check_metadata(table, str(file.path))  # the values, naming the file (the headers were checked on opening)
+        table = pa.concat_tables(tables, promote_options="permissive")
         return table if table.column_names else None
 
     def sources(self) -> list[SourceRecord]:
@@ -242,7 +249,8 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
 
     Raises:
         UserError: a path is missing, of an unknown format, without embeddings, an unfinished parts
-            directory, of another dimension than the first, or made by another checkpoint than another path.
+            directory, of another dimension than the first, made by another checkpoint than another path,
+            or holding a metadata column of a type an index does not store (`retrieval.index.metadata_types`).
     """
     if not paths:
         raise UserError("--embeddings needs at least one file or directory")
@@ -266,8 +274,11 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
         raise UserError(f"the embedding files hold no rows: {', '.join(map(str, paths))}")
     if len(checkpoints) > 1:
         raise UserError("the embedding files were made by different checkpoints; index one model's only")
+    schemas = [(str(file.path), file.schema()) for file in files]
+    for source, schema in schemas:
+        check_metadata_schema(schema, source)
     check_column_types(
-        [(str(file.path), file.schema()) for file in files],
+        schemas,
         "embed every file with the same --column-types, or index them apart",
     )
     return EmbeddingFiles(tuple(files), rows, dims.pop(), checkpoints.pop() if checkpoints else None)

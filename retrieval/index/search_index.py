@@ -286,6 +286,11 @@ class SearchIndex:
         return self._metadata.table.schema
 
     @property
+    def metadata_table(self) -> pa.Table:
+        """Every metadata row as one Arrow table (`id` and the other columns), as stored: read it, never change it."""
+        return self._metadata.table
+
+    @property
     def ids(self) -> np.ndarray:
         """`(ntotal,)` ascending ids of the searchable vectors."""
         return self._metadata.ids

@@ -229,8 +229,10 @@ def _float_range(op: Op, value: int | float) -> tuple[Op, float]:
 
 
 def _integer_limits(column_type: pa.DataType) -> tuple[int, int]:
+    """The values an integer column holds: its type's range, uint64's cut at 2**63 - 1 (an index stores no more,
+    `retrieval.index.metadata_types`), so that a typed bound is an int64, as every condition's is."""
     limits = np.iinfo(column_type.to_pandas_dtype())
-    return int(limits.min), int(limits.max)
+    return int(limits.min), min(int(limits.max), _INT64_MAX)
 
 
 @dataclass(frozen=True)

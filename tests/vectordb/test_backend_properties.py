@@ -17,10 +17,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import numpy as np
 import pytest
 from hypothesis import assume, given
-from hypothesis import strategies as st
 
 from retrieval.index import SearchIndex
 from retrieval.vectordb import parse_database_uri

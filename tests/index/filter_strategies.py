@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+from hypothesis import event
 from hypothesis import strategies as st
 
 from retrieval.index.filter_language import Filter, parse_filter, parse_where
@@ -324,6 +325,21 @@ def _literal(value: Any) -> str | None:
     if isinstance(value, str):
         return f"'{value}'" if "'" not in value else f'"{value}"' if '"' not in value else None
     return repr(value)
+
+
+def record_coverage(data: Drawn, nodes: list[Node]) -> None:
+    """Hypothesis events for the column types and operators drawn, so `--hypothesis-show-statistics` shows reach."""
+    for kind in set(data.kinds.values()):
+        event(f"column type {kind}")
+    stack: list[Node] = list(nodes)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Cond):
+            for op, _ in node.ops:
+                event(f"operator {op}{' on id' if node.column == 'id' else ''}")
+        else:
+            event(f"combined with {node.how}")
+            stack.extend(node.parts)
 
 
 def passing_ids(answer: tuple[np.ndarray, np.ndarray]) -> list[int]:

@@ -12,7 +12,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from retrieval.index import SearchIndex
-from tests.index.filter_strategies import Drawn, Node, filters, oracle, parsed, passing_ids, tables
+from tests.index.filter_strategies import Drawn, Node, filters, oracle, parsed, passing_ids, record_coverage, tables
 from tests.properties import examples
 
 DIM = 4
@@ -37,6 +37,7 @@ def tables_and_filters(draw: st.DrawFn, max_filters: int = 6) -> tuple[Drawn, li
 def test_faiss_passes_the_rows_the_oracle_passes(case: tuple[Drawn, list[Node]]) -> None:
     data, drawn = case
     rows = data.rows
+    record_coverage(data, drawn)
     index = SearchIndex.build(unit_vectors(len(rows)), data.table, kind="flat", progress=False)
     for node in drawn:
         where = parsed(node)

@@ -32,7 +32,7 @@ def tables_and_filters(draw: st.DrawFn, max_filters: int = 6) -> tuple[Drawn, li
 
 
 @pytest.mark.property
-@examples(1.0)
+@examples(0.5)
 @given(tables_and_filters())
 def test_faiss_passes_the_rows_the_oracle_passes(case: tuple[Drawn, list[Node]]) -> None:
     data, drawn = case

@@ -48,7 +48,7 @@ def exported(index: SearchIndex) -> Iterator[CollectionIndex]:
 
 
 @pytest.mark.property
-@examples(0.25)
+@examples(0.2)
 @given(tables_and_filters(max_filters=10))
 def test_faiss_and_qdrant_pass_the_rows_the_oracle_passes(case: tuple[Drawn, list[Node]]) -> None:
     data, drawn = case
@@ -88,7 +88,7 @@ def _unit(rows: np.ndarray) -> np.ndarray:
 
 
 @pytest.mark.property
-@examples(0.25)
+@examples(0.2)
 @given(searches())
 def test_faiss_and_qdrant_return_the_same_top_k_in_the_same_order(
     case: tuple[Drawn, np.ndarray, np.ndarray, int, list[Node | None]],

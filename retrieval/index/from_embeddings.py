@@ -22,7 +22,6 @@ sha256 that made them; querying or adding images later needs that model (`--chec
 from __future__ import annotations
 
 import hashlib
-import json
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
-from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_success
+from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_part_record, read_success
 from retrieval.errors import UserError
 from retrieval.index.manifest import ShardInput, SourceRecord
 from retrieval.index.metadata_types import check_metadata, check_metadata_schema
@@ -68,8 +67,7 @@ class _File:
             for part in iter_embedding_parts(self.path):  # each part whole (embed's --part-rows), its sha256 checked
                 yield from _slices(part["embeddings"], chunk_rows)
             return
-        if self.sha256 is not None and file_sha256(self.path) != self.sha256:
-            raise UserError(f"embedding part {self.path} does not match its .json (sha256); rerun embed to rewrite it")
+        self._check_sha256()
         if suffix == ".parquet":
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=chunk_rows, columns=[_VECTOR_COLUMN])
             for batch in batches:
@@ -81,14 +79,21 @@ class _File:
         with np.load(self.path) as loaded:
             yield from _slices(loaded["embeddings"], chunk_rows)
 
+    def _check_sha256(self) -> None:
+        """`UserError` if this is a part whose bytes are not the ones its `.json` records."""
+        if self.sha256 is not None and (not self.path.is_file() or file_sha256(self.path) != self.sha256):
+            raise UserError(
+                f"embedding part {self.path} is missing or does not match its .json (sha256); rerun embed to rewrite it"
+            )
+
     def units(self) -> list[_File]:
         """What a shard takes whole: the file itself, or each part of a parts directory (as a parquet file)."""
         if not self.path.is_dir():
             return [self]
         parts = []
         for name in read_success(self.path).parts:
-            record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
-            parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
+            record = read_part_record(self.path / name)
+            parts.append(_File(self.path / name, record.rows, self.dim, record.sha256))
         return parts
 
     def fingerprint(self) -> str:
@@ -125,11 +130,15 @@ class _File:
         return pa.schema([field.with_name(_RENAMED.get(field.name, field.name)) for field in kept])
 
     def metadata(self) -> pa.Table:
-        """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
+        """The file's rows without their vectors, columns renamed for the index (`id` -> `path`).
+
+        A parts directory's parts are read as the parquet files they are (each checked against its
+        `.json`), never through numpy, which would turn an int64 column holding a null into float64 NaN.
+        """
         if self.path.is_dir():
-            parts = iter_embedding_parts(self.path)
-            table = pa.concat_tables([pa.table({k: v for k, v in part.items() if k != "embeddings"}) for part in parts])
-        elif self.path.suffix == ".parquet":
+            return pa.concat_tables([part.metadata() for part in self.units()])
+        if self.path.suffix == ".parquet":
+            self._check_sha256()
             names = [name for name in pq.ParquetFile(self.path).schema_arrow.names if name != _VECTOR_COLUMN]
             table = pq.read_table(self.path, columns=names)
         elif self.path.suffix == ".npy":

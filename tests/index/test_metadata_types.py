@@ -6,6 +6,7 @@ calls null) and a binary column were accepted and answered differently on Qdrant
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.index.filter_language import parse_where
 from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.metadata_types import check_metadata, check_metadata_schema
+from retrieval.runtime.files import file_sha256
 
 N = 6
 VECTORS = clustered_unit_vectors(N, 8, n_clusters=2, seed=0)[0]
@@ -124,3 +126,22 @@ def test_a_list_column_of_a_numpy_embedding_file_is_refused_from_its_header(tmp_
 def test_the_schema_check_reads_types_only() -> None:
     check_metadata_schema(pa.table(ACCEPTED).schema, "x")
     check_metadata_schema(pa.schema([("u64", pa.uint64())]), "x")  # values are checked where rows are read
+
+
+def test_a_parts_directory_keeps_each_columns_type_and_nulls(tmp_path: Path) -> None:
+    """Found while checking where types enter: parts were read through numpy, so an int64 column with a null came
+    back float64 holding NaN (refused as NaN, and 2**60 + 1 rounded), where the part's parquet says int64."""
+    parts = tmp_path / "parts"
+    parts.mkdir()
+    path = parts / "part-00000.parquet"
+    columns = {"n": pa.array([1, None, 3, 2**60 + 1, 5, 6]), "u": pa.array(range(N), pa.uint8()), "s": ACCEPTED["s"]}
+    write_embeddings(path, VECTORS, [f"/{i}.png" for i in range(N)], pa.array(range(N)), columns)
+    record = {"part": 0, "first_row": 0, "rows": N, "sha256": file_sha256(path), "dim": 8}
+    path.with_suffix(".json").write_text(json.dumps(record))
+    (parts / "_SUCCESS").write_text(json.dumps({"rows": N, "dim": 8, "parts": [path.name]}))
+    files = open_embedding_files([parts])
+    table = files.metadata()
+    assert table is not None and table.schema == files.files[0].schema()
+    assert (
+        table["n"].to_pylist() == [1, None, 3, 2**60 + 1, 5, 6] and table["s"].to_pylist() == ACCEPTED["s"].to_pylist()
+    )

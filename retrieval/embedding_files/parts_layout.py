@@ -46,6 +46,7 @@ __all__ = [
     "part_finished",
     "part_path",
     "read_embedding_parts",
+    "read_part_record",
     "read_success",
     "start_parts",
     "write_part",
@@ -262,6 +263,18 @@ def read_success(directory: str | Path) -> EmbedSuccess:
     if not path.is_file():
         raise UserError(f"embedding {directory} is incomplete: rerun the same embed command to resume it")
     return _read_record(EmbedSuccess, path)
+
+
+def read_part_record(part: Path) -> PartRecord:
+    """The `.json` of the parquet part `part` (its rows and sha256).
+
+    Raises:
+        UserError: the `.json` is missing or damaged.
+    """
+    record = _read_manifest(part)
+    if record is None:
+        raise UserError(f"embedding part {part} has no .json; rerun the same embed command to rewrite it")
+    return record
 
 
 def _read_manifest(part: Path) -> PartRecord | None:

@@ -25,7 +25,9 @@ Limits, so that a request cannot hold the parser or the server: a filter is at m
 deep; parsing is linear in its length. Integers must fit int64.
 
 Columns and types are checked against the metadata when the filter is applied (`Filter.check`):
-numbers compare with numeric columns, strings with string columns, booleans with boolean columns.
+numbers compare with numeric columns, strings with string columns, booleans with boolean columns
+(any value with a column of type null, which passes no comparison). Ranges (`<` `<=` `>` `>=`)
+compare numbers only: a vector database has no order on strings, so every backend refuses them.
 Numbers compare by their exact values, whatever their spelling: `3`, `3.0` and `3e0` are the
 same number, `-0.0` is `0`, `x < 9007199254740993` on an int64 column is exact (the bound never
 passes through a float), and a fraction compares with an integer column as a number would
@@ -73,6 +75,7 @@ MAX_DEPTH = 32
 
 _OPS: tuple[str, ...] = get_args(Op)
 _LIST_OPS = ("in", "nin")
+_RANGE_SYMBOLS = {"lt": "<", "lte": "<=", "gt": ">", "gte": ">="}
 _SYMBOLS: dict[str, Op] = {
     "=": "eq",
     "==": "eq",
@@ -123,8 +126,12 @@ class Condition:
             kinds = {_kind_of_value(self.column, v) for v in self.value}
             if len(kinds) > 1:
                 raise UserError(f"filter on {self.column!r}: '{self.op}' values mix {' and '.join(sorted(kinds))}")
-        else:
-            _kind_of_value(self.column, self.value)
+        elif _kind_of_value(self.column, self.value) != "number" and self.op in _RANGE_SYMBOLS:
+            raise UserError(
+                f"filter on {self.column!r}: '{_RANGE_SYMBOLS[self.op]}' ({self.op}) compares numbers; strings and "
+                "booleans take "
+                "=, !=, in and not in (a vector database has no order on text)"
+            )
 
     @property
     def kind(self) -> str | None:
@@ -144,6 +151,8 @@ class Condition:
         if typed.op == "is_null":
             passed = pc.is_null(column) if typed.value else pc.is_valid(column)
             return np.asarray(passed.to_numpy(zero_copy_only=False), dtype=bool)
+        if pa.types.is_null(column.type):  # a column without values: no comparison passes
+            return np.zeros(len(column), dtype=bool)
         if pa.types.is_floating(column.type):
             # float64 holds every float32 exactly; adding +0.0 turns -0.0 into 0.0, which hashing (`is_in`) tells apart
             column = pc.add(column.cast(pa.float64()), 0.0)
@@ -220,8 +229,10 @@ def _float_range(op: Op, value: int | float) -> tuple[Op, float]:
 
 
 def _integer_limits(column_type: pa.DataType) -> tuple[int, int]:
+    """The values an integer column holds: its type's range, uint64's cut at 2**63 - 1 (an index stores no more,
+    `retrieval.index.metadata_types`), so that a typed bound is an int64, as every condition's is."""
     limits = np.iinfo(column_type.to_pandas_dtype())
-    return int(limits.min), int(limits.max)
+    return int(limits.min), min(int(limits.max), _INT64_MAX)
 
 
 @dataclass(frozen=True)
@@ -264,6 +275,8 @@ class Filter:
             if condition.kind is None:
                 continue
             column_kind = _kind_of_type(schema.field(condition.column).type)
+            if column_kind == "null":  # no values: any comparison is well typed, and passes nothing
+                continue
             if column_kind is None:
                 raise UserError(
                     f"filter column {condition.column!r} has type {schema.field(condition.column).type}; "
@@ -458,8 +471,11 @@ def _check_text(text: str, what: str) -> None:
 
 
 def _kind_of_type(arrow_type: pa.DataType) -> str | None:
+    """`boolean`, `number`, `string` or `null` (a column without values): what a column holds; None for other types."""
     if pa.types.is_dictionary(arrow_type):
         arrow_type = arrow_type.value_type
+    if pa.types.is_null(arrow_type):
+        return "null"
     if pa.types.is_boolean(arrow_type):
         return "boolean"
     if pa.types.is_integer(arrow_type) or pa.types.is_floating(arrow_type):

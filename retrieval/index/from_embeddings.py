@@ -22,7 +22,6 @@ sha256 that made them; querying or adding images later needs that model (`--chec
 from __future__ import annotations
 
 import hashlib
-import json
 import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -35,9 +34,10 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES, NPZ_CHECKPOINT_MEMBER, read_checkpoint_sha256
-from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_success
+from retrieval.embedding_files.parts_layout import iter_embedding_parts, read_part_record, read_success
 from retrieval.errors import UserError
 from retrieval.index.manifest import ShardInput, SourceRecord
+from retrieval.index.metadata_types import check_metadata, check_metadata_schema
 from retrieval.index.streaming import VectorStream
 from retrieval.runtime.files import file_sha256, sampled_sha256
 
@@ -67,8 +67,7 @@ class _File:
             for part in iter_embedding_parts(self.path):  # each part whole (embed's --part-rows), its sha256 checked
                 yield from _slices(part["embeddings"], chunk_rows)
             return
-        if self.sha256 is not None and file_sha256(self.path) != self.sha256:
-            raise UserError(f"embedding part {self.path} does not match its .json (sha256); rerun embed to rewrite it")
+        self._check_sha256()
         if suffix == ".parquet":
             batches = pq.ParquetFile(self.path).iter_batches(batch_size=chunk_rows, columns=[_VECTOR_COLUMN])
             for batch in batches:
@@ -80,14 +79,21 @@ class _File:
         with np.load(self.path) as loaded:
             yield from _slices(loaded["embeddings"], chunk_rows)
 
+    def _check_sha256(self) -> None:
+        """`UserError` if this is a part whose bytes are not the ones its `.json` records."""
+        if self.sha256 is not None and (not self.path.is_file() or file_sha256(self.path) != self.sha256):
+            raise UserError(
+                f"embedding part {self.path} is missing or does not match its .json (sha256); rerun embed to rewrite it"
+            )
+
     def units(self) -> list[_File]:
         """What a shard takes whole: the file itself, or each part of a parts directory (as a parquet file)."""
         if not self.path.is_dir():
             return [self]
         parts = []
         for name in read_success(self.path).parts:
-            record = json.loads((self.path / name).with_suffix(".json").read_text(encoding="utf-8"))
-            parts.append(_File(self.path / name, int(record["rows"]), self.dim, str(record["sha256"])))
+            record = read_part_record(self.path / name)
+            parts.append(_File(self.path / name, record.rows, self.dim, record.sha256))
         return parts
 
     def fingerprint(self) -> str:
@@ -124,11 +130,15 @@ class _File:
         return pa.schema([field.with_name(_RENAMED.get(field.name, field.name)) for field in kept])
 
     def metadata(self) -> pa.Table:
-        """The file's rows without their vectors, columns renamed for the index (`id` -> `path`)."""
+        """The file's rows without their vectors, columns renamed for the index (`id` -> `path`).
+
+        A parts directory's parts are read as the parquet files they are (each checked against its
+        `.json`), never through numpy, which would turn an int64 column holding a null into float64 NaN.
+        """
         if self.path.is_dir():
-            parts = iter_embedding_parts(self.path)
-            table = pa.concat_tables([pa.table({k: v for k, v in part.items() if k != "embeddings"}) for part in parts])
-        elif self.path.suffix == ".parquet":
+            return pa.concat_tables([part.metadata() for part in self.units()])
+        if self.path.suffix == ".parquet":
+            self._check_sha256()
             names = [name for name in pq.ParquetFile(self.path).schema_arrow.names if name != _VECTOR_COLUMN]
             table = pq.read_table(self.path, columns=names)
         elif self.path.suffix == ".npy":
@@ -216,8 +226,14 @@ class EmbeddingFiles:
         """The N rows' metadata (`path`, `label`, extras); a column one file lacks is null in its rows.
 
         None when no file has any (plain `.npy` arrays): the index then stores ids only.
+
+        Raises:
+            UserError: a value an index does not store (a uint64 past 2**63 - 1), naming its file and row.
         """
-        table = pa.concat_tables([file.metadata() for file in self.files], promote_options="permissive")
+        tables = [file.metadata() for file in self.files]
+        for file, table in zip(self.files, tables, strict=True):
+            check_metadata(table, str(file.path))  # the values, naming the file (the headers were checked on opening)
+        table = pa.concat_tables(tables, promote_options="permissive")
         return table if table.column_names else None
 
     def sources(self) -> list[SourceRecord]:
@@ -242,7 +258,8 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
 
     Raises:
         UserError: a path is missing, of an unknown format, without embeddings, an unfinished parts
-            directory, of another dimension than the first, or made by another checkpoint than another path.
+            directory, of another dimension than the first, made by another checkpoint than another path,
+            or holding a metadata column of a type an index does not store (`retrieval.index.metadata_types`).
     """
     if not paths:
         raise UserError("--embeddings needs at least one file or directory")
@@ -266,8 +283,11 @@ def open_embedding_files(paths: Sequence[str | Path]) -> EmbeddingFiles:
         raise UserError(f"the embedding files hold no rows: {', '.join(map(str, paths))}")
     if len(checkpoints) > 1:
         raise UserError("the embedding files were made by different checkpoints; index one model's only")
+    schemas = [(str(file.path), file.schema()) for file in files]
+    for source, schema in schemas:
+        check_metadata_schema(schema, source)
     check_column_types(
-        [(str(file.path), file.schema()) for file in files],
+        schemas,
         "embed every file with the same --column-types, or index them apart",
     )
     return EmbeddingFiles(tuple(files), rows, dims.pop(), checkpoints.pop() if checkpoints else None)

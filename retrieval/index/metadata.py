@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from retrieval.core.column_types import ARROW_TYPES, ColumnType, kept_type_fix, typed_cells
 from retrieval.errors import UserError
+from retrieval.index.metadata_types import check_metadata
 
 __all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
 
@@ -49,8 +50,9 @@ class Metadata:
         """Metadata for new vectors: `rows` (N rows, any columns but `id`) keyed by `ids` (N,).
 
         Raises:
-            UserError: `rows` has an `id`, `rank` or `score` column, a number of rows other than `len(ids)`, or a float
-                column holding NaN or infinity.
+            UserError: `rows` has an `id`, `rank` or `score` column, a number of rows other than `len(ids)`, a
+                column of a type an index does not store (`retrieval.index.metadata_types`), or a float column
+                holding NaN or infinity.
         """
         ids = np.asarray(ids, dtype=np.int64)
         table = pa.table({}) if rows is None else rows if isinstance(rows, pa.Table) else pa.table(dict(rows))
@@ -59,6 +61,7 @@ class Metadata:
                 raise UserError(
                     f"metadata must not have a column named {name!r}: {why}; rename it (e.g. to item_{name})"
                 )
+        check_metadata(table, "the metadata")
         _check_finite(table)
         if rows is not None and table.num_rows != len(ids):
             raise UserError(f"metadata has {table.num_rows} rows for {len(ids)} vectors; give one row per vector")

@@ -28,7 +28,7 @@ from retrieval.index.build.pipeline import BuiltIndex, build_index
 from retrieval.index.choice import KINDS, IndexKind
 from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
-from retrieval.index.filtered_search import LabelSpace, search_passing
+from retrieval.index.filtered_search import EXACT_MAX_PASSING, LabelSpace, search_passing
 from retrieval.index.gallery import IndexGallery
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.manifest import IndexManifest, Measured
@@ -44,6 +44,7 @@ from retrieval.index.storage import (
 )
 from retrieval.index.stored_rows import ivf_directory, stored_rows
 from retrieval.index.streaming import VectorStream, unit_rows
+from retrieval.index.tie_order import ranked
 from retrieval.index.tuning import TUNED_K, set_search_parameters
 
 __all__ = ["SearchIndex"]
@@ -203,9 +204,9 @@ class SearchIndex:
                 for flat, the tuned recall for the other kinds. `None` or no conditions: all vectors.
 
         Returns:
-            `(scores, ids)`: `(Q, k)` float32 inner products, best first, and `(Q, k)` int64 ids;
-            fewer than k matches (fewer stored, or fewer passing the filter) are padded with id -1
-            and score -inf.
+            `(scores, ids)`: `(Q, k)` float32 inner products, best first (equal scores by the smaller
+            id, `retrieval.index.tie_order`), and `(Q, k)` int64 ids; fewer than k matches (fewer stored,
+            or fewer passing the filter) are padded with id -1 and score -inf.
 
         Raises:
             UserError: bad queries or k; a filter naming an unknown column or comparing a column
@@ -214,12 +215,13 @@ class SearchIndex:
         queries, _ = unit_rows(np.atleast_2d(vectors), "query vectors", self.dim)
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
+        exact = self.kind == "flat"
         if filter is not None and filter.conditions:
-            scores, ids = self._search_filtered(queries, int(k), filter)
+            mask = filter.mask(self._metadata.table)  # once, however often `ranked` searches
+            exact = exact or int(mask.sum()) <= EXACT_MAX_PASSING  # `search_passing` scans them
+            scores, ids = ranked(lambda width: self._search_filtered(queries, width, mask), int(k), exact)
         else:
-            scores, ids = self._search_all(queries, int(k))
-        scores, ids = _padded(scores[:, :k], ids[:, :k], k)
-        scores[ids < 0] = -np.inf
+            scores, ids = ranked(lambda width: self._search_all(queries, width), int(k), exact)
         return scores.astype(np.float32, copy=False), ids.astype(np.int64, copy=False)
 
     def _search_all(self, queries: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -236,9 +238,9 @@ class SearchIndex:
             ids[~np.take_along_axis(keep, order, axis=1)] = -1
         return scores, ids
 
-    def _search_filtered(self, queries: np.ndarray, k: int, filter: Filter) -> tuple[np.ndarray, np.ndarray]:
-        """FAISS's `(scores, ids)` among the vectors whose metadata passes `filter` (removed ones have no row)."""
-        passing = self._metadata.ids[filter.mask(self._metadata.table)]
+    def _search_filtered(self, queries: np.ndarray, k: int, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """FAISS's `(scores, ids)` among the vectors whose metadata rows `mask` keeps (removed ones have no row)."""
+        passing = self._metadata.ids[mask]
         if len(passing) == 0:
             return np.zeros((len(queries), 0), np.float32), np.zeros((len(queries), 0), np.int64)
         if self._labels is None:
@@ -284,6 +286,11 @@ class SearchIndex:
     def metadata_schema(self) -> pa.Schema:
         """The metadata's Arrow schema (`id` and the other columns): what a filter may name."""
         return self._metadata.table.schema
+
+    @property
+    def metadata_table(self) -> pa.Table:
+        """Every metadata row as one Arrow table (`id` and the other columns), as stored: read it, never change it."""
+        return self._metadata.table
 
     @property
     def ids(self) -> np.ndarray:
@@ -538,17 +545,6 @@ def _identity(directory: str | Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return status.st_dev, status.st_ino
-
-
-def _padded(scores: np.ndarray, ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    missing = k - ids.shape[1]
-    if missing <= 0:
-        return scores.copy(), ids.copy()
-    rows = ids.shape[0]
-    return (
-        np.hstack([scores, np.full((rows, missing), -np.inf, dtype=np.float32)]),
-        np.hstack([ids, np.full((rows, missing), -1, dtype=np.int64)]),
-    )
 
 
 def _options(options: IndexBuildOptions | None, settings: dict[str, Any]) -> IndexBuildOptions:

@@ -16,6 +16,7 @@ import pyarrow as pa
 from retrieval.errors import UserError
 from retrieval.index.filter_language import Filter
 from retrieval.index.metadata import ID_COLUMN
+from retrieval.index.tie_order import ranked
 from retrieval.vectordb.qdrant_filters import to_qdrant_filter
 from retrieval.vectordb.qdrant_store import QdrantStore
 from retrieval.vectordb.record import CollectionRecord, ExportedManifest
@@ -105,7 +106,8 @@ class CollectionIndex:
 
         Returns:
             `(scores, ids)` as `SearchIndex.search` returns them: `(Q, k)` float32 cosine
-            similarities, best first, and `(Q, k)` int64 ids, padded with -inf / -1.
+            similarities, best first (equal scores by the smaller id), and `(Q, k)` int64 ids, padded
+            with -inf / -1.
 
         Raises:
             UserError: queries of another dimension or not finite, a bad k, or a filter that does
@@ -117,7 +119,7 @@ class CollectionIndex:
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
             raise UserError(f"k must be a positive integer, got {k!r}")
         query_filter = to_qdrant_filter(filter, self._schema, self.manifest.next_id) if filter is not None else None
-        return self._store.search(queries, int(k), query_filter)
+        return ranked(lambda width: self._store.search(queries, width, query_filter), int(k))
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
         """Metadata rows of `ids` as dicts (`id` first, then the payload), in order; `UserError` on an unknown id.

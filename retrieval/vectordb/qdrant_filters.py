@@ -11,8 +11,8 @@ between that float and the bound. Floats compare with `Range`s (an `eq` is `gte 
 an `in` a nested `should` of those); strings and booleans match exactly. A missing or null
 payload value passes no comparison, as a null metadata value passes none in FAISS: `!=` and
 `not in` are `must_not` of the match and of `is_empty`; `is null` is `is_empty` (missing, null
-or []). Qdrant ranges are numeric only, so a string compared with `<` is refused here, where
-FAISS would compare it lexicographically.
+or []: an index stores no lists, so missing or null). Qdrant ranges are numeric only, as the filter
+language's are.
 
 A column is named by its JSON path, quoted unless plain ASCII (`"a.b"`), so `.`, `[]`, spaces, `:` and `$` are part of
 the name, not a nested path; a name holding `"` or `\\` (or an empty name), which Qdrant's paths
@@ -57,7 +57,7 @@ def to_qdrant_filter(where: Filter, schema: pa.Schema, next_id: int) -> models.F
         next_id: every exported id is below it (the index manifest's `next_id`), for ranges on `id`.
 
     Raises:
-        UserError: an unknown column, a value of the wrong type, or a range on strings.
+        UserError: an unknown column, or a value of the wrong type.
     """
     where.check(schema)
     if not where.conditions:
@@ -157,12 +157,7 @@ def _clause(key: str, condition: Condition, column_type: pa.DataType) -> models.
     integers = condition.kind == "number" and pa.types.is_integer(
         column_type.value_type if pa.types.is_dictionary(column_type) else column_type
     )
-    if op in _RANGE_OPS:
-        if condition.kind != "number":
-            raise UserError(
-                f"filter on {condition.column!r}: the Qdrant backend compares {condition.kind}s with = and in only, "
-                f"not {op}"
-            )
+    if op in _RANGE_OPS:  # numbers only (`Condition` refuses a range on strings or booleans)
         return _integer_range(key, op, value) if integers else _range(key, **{op: value})
     values = value if op == "in" else (value,)
     if condition.kind == "number" and not integers:  # floats: a range holding the one value (-0.0 included)

@@ -24,6 +24,7 @@ from tqdm.auto import tqdm
 from retrieval.errors import UserError
 from retrieval.index import SearchIndex
 from retrieval.index.metadata import ID_COLUMN
+from retrieval.index.metadata_types import check_metadata
 from retrieval.vectordb import DEFAULT_BATCH_SIZE
 from retrieval.vectordb.qdrant_filters import check_payload_keys, payload_index_kinds
 from retrieval.vectordb.qdrant_store import QdrantStore
@@ -70,13 +71,14 @@ def export_index(
 
     Raises:
         UserError: the index cannot be loaded, has a metadata column a Qdrant filter cannot name
-            (`check_payload_keys`), the collection holds something else (without `recreate`), or the
-            database refuses a request.
+            (`check_payload_keys`) or of a type an index does not store (`check_metadata`), the collection
+            holds something else (without `recreate`), or the database refuses a request.
     """
     if batch_size < 1:
         raise UserError(f"batch size must be >= 1, got {batch_size}")
     index = SearchIndex.load(index_dir, mmap=True)
     check_payload_keys(index.metadata_schema)  # before the collection is touched
+    check_metadata(index.metadata_table, f"index {index_dir}")  # an earlier version built it with any type
     ids, vectors = index.all_vectors()
     record = export_record(index.manifest, index_version(index.manifest.as_dict()), index.metadata_schema)
     with QdrantStore.open(location) as store:

@@ -121,7 +121,8 @@ def test_add_reuses_the_trained_quantizer(kind: str, data) -> None:
     index.add(np.vstack([queries] * 3))
     np.testing.assert_array_equal(ivf.quantizer.reconstruct_n(0, ivf.nlist), centroids)
     truth = brute_force(np.vstack([vectors, *[queries] * 3]), np.arange(N + 3 * len(queries)), queries, 1)
-    assert np.all(np.isin(index.search(queries, 3)[1][:, 0], [truth[:, 0] + m * len(queries) for m in range(4)]))
+    own = N + (truth[:, 0] - N) % len(queries)  # the first copy: numpy's float32 may score a later one higher
+    assert np.all(np.isin(index.search(queries, 3)[1][:, 0], [own + m * len(queries) for m in range(3)]))
 
 
 def test_too_few_training_vectors_say_how_many_are_needed(data) -> None:

@@ -117,7 +117,7 @@ def test_filters_that_do_not_fit_the_metadata_are_refused(collection):
         collection.search(query, K, filter=parse_where("colour = 'red'"))
     with pytest.raises(UserError, match="holds numbers"):
         collection.search(query, K, filter=parse_where("label = 'x'"))
-    with pytest.raises(UserError, match="with = and in only"):
+    with pytest.raises(UserError, match="'<' \\(lt\\) compares numbers; strings and booleans take =, !=, in"):
         collection.search(query, K, filter=parse_where("shop < 'b'"))
 
 
@@ -329,3 +329,26 @@ def test_int64_ranges_are_exact_whether_qdrant_compares_integers_exactly_or_as_f
     for value in (v for v in window if -(2**63) <= v < 2**63):
         truth = compare[op](value, bound)
         assert passes(clause, value, as_float=False) == truth == passes(clause, value, as_float=True), value
+
+
+def test_duplicates_come_in_id_order_as_in_faiss(tmp_path, local_uri):
+    """Copies of one vector tie exactly: Qdrant sorted them its own way and FAISS kept the later ones first."""
+    rng = np.random.default_rng(0)
+    directions = rng.standard_normal((3, 16)).astype(np.float32)
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    pick = rng.integers(0, 3, 40)
+    index = SearchIndex.build(directions[pick], {"x": list(range(40))}, kind="flat", progress=False)
+    index.save(tmp_path / "index")
+    location = parse_database_uri(local_uri(tmp_path / "db"))
+    export_index(tmp_path / "index", location, progress=False)
+    copies = np.flatnonzero(pick == 0)
+    with_filter = parse_where("x >= 3")
+    collection = CollectionIndex.open(location)
+    try:
+        for k, where, expected in [(3, None, copies[:3]), (3, with_filter, copies[copies >= 3][:3])]:
+            faiss_scores, faiss_ids = index.search(directions[0], k, filter=where)
+            scores, ids = collection.search(directions[0], k, filter=where)
+            assert ids[0].tolist() == faiss_ids[0].tolist() == expected.tolist()
+            np.testing.assert_allclose(scores, faiss_scores, atol=1e-5)
+    finally:
+        collection.close()

@@ -112,3 +112,12 @@ def test_index_build_into_a_folder_of_other_files_is_refused_and_an_index_is_reb
     assert [path.name for path in run.iterdir()] == ["best.pt"]
     assert main([*build, str(tmp_path / "index")]) == 0
     assert main([*build, str(tmp_path / "index")]) == 0  # an index is rebuilt in place
+
+
+def test_export_into_a_folder_of_other_files_is_refused_before_torch_exports(tmp_path, capsys):
+    """An export into an index folder used to overwrite its manifest.json, breaking the index."""
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "manifest.json").write_text("{}")
+    assert main(["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", str(tmp_path / "index")]) == 2
+    assert "holds other files and no model.onnx" in capsys.readouterr().err
+    assert (tmp_path / "index" / "manifest.json").read_text() == "{}"

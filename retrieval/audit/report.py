@@ -81,9 +81,13 @@ def check_report_folder(out_dir: Path) -> None:
 
 
 def _csv_text(columns: tuple[str, ...], rows: list[Row]) -> str:
-    """The section's CSV: a header of `columns`, then each row's cells in that order."""
+    """The section's CSV: a header of `columns`, then each row's cells in that order.
+
+    RFC 4180's CRLF line ends: Python's writer (before 3.12) quotes a cell holding a line break only when the
+    break is in its line terminator, and a file name may hold a lone carriage return.
+    """
     buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
+    writer = csv.writer(buffer, lineterminator="\r\n")
     writer.writerow(columns)
     writer.writerows([row.cell(column) for column in columns] for row in rows)
     return buffer.getvalue()

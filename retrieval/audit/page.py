@@ -41,6 +41,8 @@ section p.about, p.note { margin: 0 0 12px; color: #5b6573; font-size: 13px; }
 .finding .result { width: 110px; margin: 0; cursor: default; }
 .finding .fields { min-width: 180px; font-size: 13px; overflow-wrap: anywhere; }
 .finding .disagree { color: #b3261e; font-weight: 600; }
+.finding .reason { font-weight: 600; margin-bottom: 4px; }
+.finding .result .label { white-space: normal; overflow: visible; overflow-wrap: anywhere; }
 """
 # Sections whose consecutive rows with the same cells in these columns are one finding (a group, a class pair).
 _GROUPED = {
@@ -94,13 +96,12 @@ def _finding(section: Section, rows: list[Row], thumbnail: Callable[[str], str])
         for column in _PATH_COLUMNS:
             path = str(row.cell(column))
             if path:
-                caption = " · ".join(str(row.cell(name)) for name in _CARD_COLUMNS[column] if row.cell(name) != "")
-                cards.append(_card(path, caption, thumbnail(path)))
+                cards.append(_card(path, _caption(row, column), thumbnail(path)))
     if len(cards) > _CARDS:
         cards = [*cards[:_CARDS], f"<div class='label'>and {len(cards) - _CARDS} more</div>"]
-    on_cards = ("keep", "split", "label", "partner_split", "partner_label")
+    on_cards = ("keep", "split", "label", "suggested_label", "partner_split", "partner_label")
     shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
-    fields = []
+    fields = [f"<div class='reason'>{_text(_reason(section.name, rows))}</div>"]
     for name in shown:
         value = rows[0].cell(name)
         if value == "" or (section.name in _GROUPED and name == "score"):
@@ -109,6 +110,36 @@ def _finding(section: Section, rows: list[Row], thumbnail: Callable[[str], str])
         fields.append(f"<div{warn}>{_text(name)}: {_text(str(value))}</div>")
     cards_html, fields_html = "".join(cards), "".join(fields)
     return f"<div class='finding'><div class='cards'>{cards_html}</div><div class='fields'>{fields_html}</div></div>"
+
+
+def _caption(row: Row, column: str) -> str:
+    """A card's caption: the image's split and label, and the label its neighbours suggest when there is one."""
+    split, label = (str(row.cell(name)) for name in _CARD_COLUMNS[column])
+    suggested = str(row.cell("suggested_label")) if column == "path" else ""
+    parts = [split, f"label: {label}" if label else "", f"suggested: {suggested}" if suggested else ""]
+    return " · ".join(part for part in parts if part)
+
+
+def _reason(section: str, rows: list[Row]) -> str:
+    """One line saying why the finding is listed, from its first row's cells."""
+    row = rows[0]
+    cell = row.cell
+    if section == "exact_duplicates":
+        return f"{len(rows)} files with identical bytes: keep one"
+    if section == "near_duplicates":
+        best = max(float(member.cell("score")) for member in rows)
+        return f"{len(rows)} images the embedding scores as copies (best cosine {best:.4f})"
+    if section == "leaks":
+        return f"a copy of the {cell('partner_split')} image beside it (distance ratio {float(cell('ratio')):.3f})"
+    if section == "label_issues":
+        return (
+            f"labelled {cell('label')!r}, its neighbours say {cell('suggested_label')!r} "
+            f"(label score {float(cell('label_score')):.3f}, lower is surer)"
+        )
+    if section == "outliers":
+        nearest = f"; nearest class {cell('nearest_class')!r}" if cell("nearest_class") != "" else ""
+        return f"far from every class with its neighbours (strangeness {float(cell('strangeness')):.3f}){nearest}"
+    return f"images of {cell('class_a')!r} and {cell('class_b')!r} are each other's neighbours ({cell('count')} images)"
 
 
 def _card(path: str, caption: str, source: str) -> str:

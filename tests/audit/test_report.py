@@ -123,3 +123,18 @@ def test_confused_classes_name_one_example_a_row(planted, tmp_path):
     rows = _rows(tmp_path / "report" / "confused_classes.csv")
     assert rows and all(Path(row["path"]).is_file() for row in rows)
     assert len({(row["class_a"], row["class_b"]) for row in rows}) == len(findings.scores.class_pairs)
+
+
+def test_a_label_error_card_shows_the_current_and_the_suggested_label_and_a_reason(planted, tmp_path):
+    """Issue 49 #4: a card showed the suggested label only, its caption cut to about 10 characters."""
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page[page.index("id='label_issues'") : page.index("id='outliers'")]
+    (first, *_) = _rows(tmp_path / "report" / "label_issues.csv")
+    caption = f"{first['split']} · label: {first['label']} · suggested: {first['suggested_label']}"
+    assert f"<figcaption class='meta label'>{caption}</figcaption>" in section
+    label, suggested = first["label"], first["suggested_label"]
+    assert f"labelled &#x27;{label}&#x27;, its neighbours say &#x27;{suggested}&#x27;" in section
+    assert section.count("<div class='reason'>") == len(_rows(tmp_path / "report" / "label_issues.csv"))
+    assert ".finding .result .label { white-space: normal;" in page  # captions wrap, never cut

@@ -15,7 +15,8 @@ empty label in a `|`-joined list is a one-line error naming the file, the line a
 Files are read as UTF-8 with an optional byte-order mark (`utf-8-sig`: Excel's "CSV UTF-8" starts
 with one, which would otherwise hide the first column's name); a file in another encoding
 (Latin-1, UTF-16) is a one-line error naming the file, line and byte offset, and asking for
-UTF-8, rather than a guess that would silently change non-ASCII paths and labels.
+UTF-8, rather than a guess that would silently change non-ASCII paths and labels. Cells are read
+without the whitespace around them, except at a path's end, which may be part of a file name.
 
 Torch-free; the training dataset over these rows is `retrieval.data.image_dataset.ImageDataset`.
 """
@@ -139,10 +140,16 @@ def _read_rows(csv_path: Path, reader: csv.DictReader, csv_format: CsvFormat) ->
         raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
     rows = []
     for row in reader:
-        cells = {name: (row.get(name) or "").strip() for name in columns}
+        cells = {name: _cell(name, row.get(name) or "") for name in columns}
         _check_row(csv_path, reader.line_num, cells)
         rows.append(cells)
     return CsvRows(columns, rows)
+
+
+def _cell(column: str, text: str) -> str:
+    """A cell without the spaces around it, but a path keeps its end: a file name may end in whitespace (a
+    space, a line break), and cutting it would name another file, or the folder, without a word."""
+    return text.lstrip() if column == "path" else text.strip()
 
 
 def flag_is_set(cell: str) -> bool:

@@ -5,8 +5,9 @@ commas, quotes, newlines, carriage returns, `#`, `%`, `?`, `&`, `<`, leading das
 script) is audited at the library level with a made-up embedding and cleanlab's verdicts made up
 too (every row a label issue and an outlier, one confused class pair), so a case costs a fraction of
 a second: every file has a byte-identical twin in the other split, so every file is in every
-section (the leaks: each test twin with its train partner). Each CSV, read back by Python's `csv`,
-and each card of the page (its title and its link) must name exactly the catalogue's paths.
+section (the leaks: each test twin with its train partner). Each CSV, read back by Python's `csv`
+and as an exclusion list by the toolkit's own reader, and each card of the page (its title and its
+link) must name exactly the catalogue's paths.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_gr
 from retrieval.audit.knn_graph import build_knn_graph
 from retrieval.audit.leaks import copy_leaks
 from retrieval.audit.scoring import ClassPair, Scores
+from retrieval.data.exclusion import excluded_paths
 from tests.properties import examples
 
 pytestmark = pytest.mark.property
@@ -110,6 +112,7 @@ def test_every_csv_and_card_names_each_file_exactly(names: list[str]) -> None:
         for name in ("exact_duplicates", "near_duplicates", "leaks", "label_issues", "outliers"):
             assert sorted(_csv_paths(report / f"{name}.csv")) == sorted(expected), name
         assert set(_csv_paths(report / "confused_classes.csv")) <= expected
+        assert excluded_paths(report / "outliers.csv") == set(paths)  # read back as an exclusion list
         page = (report / "index.html").read_text(encoding="utf-8")
         assert "\r" not in page  # HTML reads a raw carriage return as a line feed
         cards = _Cards()

@@ -52,7 +52,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="INDEX_DIR",
         help="an `index build` directory: audit its vectors and columns (path, label, split) without a model",
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="REPORT_DIR", help="report folder to write")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="REPORT_DIR",
+        help="report folder to write: a new or empty folder, or an earlier report (replaced whole)",
+    )
     parser.add_argument(
         "--threshold",
         type=_cosine,

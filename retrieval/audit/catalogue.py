@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.data.csv_dataset import IMAGE_LIST_CSV, read_csv_rows
 from retrieval.errors import UserError
 
 if TYPE_CHECKING:
@@ -64,6 +63,8 @@ def read_catalogue(csv_path: str | Path) -> Catalogue:
     Raises:
         UserError: the CSV is missing, malformed or has no rows.
     """
+    from retrieval.data.csv_dataset import IMAGE_LIST_CSV, read_csv_rows  # torch: not for `audit --out`'s early check
+
     csv_path = Path(csv_path)
     columns, rows = read_csv_rows(csv_path, IMAGE_LIST_CSV)
     if not rows:

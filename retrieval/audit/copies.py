@@ -8,7 +8,9 @@ blind to JPEG noise, resizing and brightness or contrast) is compared with every
 thumbnail and with the thumbnails of its 25 `CROP` crops (five positions on each axis), so a
 small crop of an image still finds it. The kNN graph of these descriptors (FAISS, like the
 embedding's) is what `leaks.find_leaks` reads; the sizes were chosen on a validation half of the
-planted set.
+planted set. Images showing the same picture (`picture_ids`: bit-identical thumbnails, or identical
+bytes where the thumbnail is flat) are one entry of the graph (`one_per_picture`), so a picture held
+several times never stands as its own look-alike.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from tqdm import tqdm
 
 from retrieval.audit.knn_graph import KnnGraph, index_for
 from retrieval.images import UnreadableImage, load_image
+from retrieval.runtime.files import file_sha256
 
-__all__ = ["CROP", "SIZE", "CopyDescriptors", "copy_descriptors", "copy_graph"]
+__all__ = ["CROP", "SIZE", "CopyDescriptors", "copy_descriptors", "copy_graph", "one_per_picture", "picture_ids"]
 
 SIZE = 8  # thumbnail side: 12 and 16 ranked the planted copies worse on the validation half (more shift-sensitive)
 CROP = 0.9  # side of the crops, as a share of the image's: copies cropped by up to a tenth still match one
@@ -82,6 +85,40 @@ def copy_descriptors(paths: list[Path], progress: bool = True) -> CopyDescriptor
         owner[stored : stored + len(described)] = row
         readable, stored = readable + 1, stored + len(described)
     return CopyDescriptors(rows[:readable], queries[:readable], database[:stored], owner[:stored])
+
+
+def picture_ids(descriptors: CopyDescriptors, paths: list[Path]) -> np.ndarray:
+    """`(N,)` int64 the picture each of the catalogue's rows shows, numbered in row order; -1 for an unreadable one.
+
+    Rows share a picture when their thumbnails are bit-identical (identical files always are); a flat
+    thumbnail (the zero vector: one colour) says nothing, so flat images share one only with identical bytes.
+    """
+    ids = np.full(len(paths), -1, dtype=np.int64)
+    seen: dict[bytes, int] = {}
+    for row, thumbnail in zip(descriptors.rows.tolist(), descriptors.queries, strict=True):
+        key = b"t" + thumbnail.tobytes() if thumbnail.any() else b"f" + _file_key(paths[row], row)
+        ids[row] = seen.setdefault(key, len(seen))
+    return ids
+
+
+def _file_key(path: Path, row: int) -> bytes:
+    """A flat image's key: its bytes' sha256 (a file that vanished since it was read: its row, a key of its own)."""
+    try:
+        return file_sha256(path).encode()
+    except OSError:
+        return f"row {row}".encode()
+
+
+def one_per_picture(descriptors: CopyDescriptors, pictures: np.ndarray) -> CopyDescriptors:
+    """The descriptors of each picture's first row only (`pictures` from `picture_ids`): the graph's entries."""
+    _, first = np.unique(pictures[descriptors.rows], return_index=True)
+    if len(first) == len(descriptors.rows):  # no picture twice: nothing to copy
+        return descriptors
+    first = np.sort(first)
+    held = np.isin(descriptors.owner, descriptors.rows[first])
+    return CopyDescriptors(
+        descriptors.rows[first], descriptors.queries[first], descriptors.database[held], descriptors.owner[held]
+    )
 
 
 def copy_graph(descriptors: CopyDescriptors, n: int, k: int) -> KnnGraph:

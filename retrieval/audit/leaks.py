@@ -1,10 +1,14 @@
 """Leaks: copies of an image across train / val / test, which inflate every test figure the toolkit prints.
 
 Found on the copy check's graph (`copies.copy_graph`), not the embedding's: for each val or test
-row, its most similar image of an earlier split (test after val after train) is its partner, and
-the pair is a copy when the partner is much nearer than the other earlier-split images, by Lowe's
-ratio: the distance to the partner over the distance to the next earlier-split image, at most
-`MAX_RATIO` (copies of one image within the later split do not hide each other).
+row, its most similar picture of an earlier split (test after val after train) is its partner, and
+the pair is a copy when the partner is much nearer than the other earlier-split pictures, by Lowe's
+ratio: the distance to the partner over the distance to the next earlier-split picture, at most
+`MAX_RATIO` (copies of one image within the later split do not hide each other). Images showing
+the same picture (`copies.picture_ids`: identical files, among others) are one candidate, so an
+image identical to several earlier ones is a copy of that picture at distance 0 (the first of them
+its partner), and a near copy of a picture held several times is measured against the next other
+picture, whatever the number of partners.
 A fixed similarity cannot tell a copy from a look-alike of the same class (a plain trouser has
 many), a ratio can: the planted copies score a median 0.1, distinct images rarely below 0.6. The
 leak is reported on the later split's row, the one to drop from evaluation or re-split. The
@@ -20,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.audit.copies import copy_descriptors, copy_graph
+from retrieval.audit.copies import copy_descriptors, copy_graph, one_per_picture, picture_ids
 from retrieval.audit.knn_graph import KnnGraph
 
 __all__ = ["COPY_NEIGHBOURS", "MAX_RATIO", "SPLIT_ORDER", "Leaks", "copy_leaks", "find_leaks"]
@@ -49,36 +53,70 @@ class Leaks:
         return self.ratio <= self.max_ratio
 
 
-def find_leaks(copies: KnnGraph, nearest: np.ndarray | None, splits: list[str], max_ratio: float = MAX_RATIO) -> Leaks:
+def find_leaks(
+    copies: KnnGraph,
+    nearest: np.ndarray | None,
+    splits: list[str],
+    max_ratio: float = MAX_RATIO,
+    pictures: np.ndarray | None = None,
+) -> Leaks:
     """The leaks of the copy graph (rows padded with -1 where fewer neighbours were found).
 
+    `pictures` (`copies.picture_ids`, -1 unreadable) groups the rows showing one picture; the graph then holds
+    one row per picture (its first row's), as `copies.one_per_picture` builds it. None: every row its own picture.
     `nearest` is each row's nearest neighbour in the embedding's graph, for the headline share (None: no share).
     """
-    n = len(copies.neighbours)
-    order = np.array([SPLIT_ORDER[split] for split in splits])
-    found = copies.neighbours >= 0
-    earlier = found & (order[np.maximum(copies.neighbours, 0)] < order[:, None])
-    has_partner = earlier.any(axis=1)
-    place = earlier.argmax(axis=1)  # the first, most similar, earlier-split neighbour
+    n = len(splits)
+    order = np.array([SPLIT_ORDER[split] for split in splits], dtype=np.int64)
+    picture = np.arange(n) if pictures is None else np.asarray(pictures, dtype=np.int64)
+    first_order, partner_of, shown_by = _pictures(picture, order)
     rows = np.arange(n)
-    distance = np.sqrt(np.clip(2.0 - 2.0 * copies.scores.astype(np.float64), 0.0, None))
-    # The reference: the next earlier-split neighbour (other copies of the partner in later splits do not count
-    # against it), else the farthest neighbour seen, a lower bound of the next one's distance.
-    later_earlier = earlier & (np.arange(copies.k) > place[:, None])
+    own = np.maximum(picture, 0)
+    graph_row = np.where(picture >= 0, shown_by[own], rows)
+    # Candidates: the row's own picture first (its identical images, at distance 0), then the graph's other pictures.
+    neighbours = copies.neighbours[graph_row]
+    candidate = np.column_stack([picture, np.where(neighbours >= 0, picture[np.maximum(neighbours, 0)], -1)])
+    similarity = np.column_stack([np.ones(n), copies.scores[graph_row].astype(np.float64)])
+    found = candidate >= 0
+    earlier = found & (first_order[np.maximum(candidate, 0)] < order[:, None])
+    has_partner = earlier.any(axis=1)
+    place = earlier.argmax(axis=1)  # the first, most similar, earlier-split candidate
+    distance = np.sqrt(np.clip(2.0 - 2.0 * similarity, 0.0, None))
+    # The reference: the next earlier-split picture (other copies of the partner in later splits do not count
+    # against it), else the farthest candidate seen, a lower bound of the next one's distance.
+    later_earlier = earlier & (np.arange(candidate.shape[1]) > place[:, None])
     has_second = later_earlier.any(axis=1)
     last_found = np.maximum(found.sum(axis=1) - 1, 0)
     second = np.where(has_second, later_earlier.argmax(axis=1), last_found)
     reference = np.where(has_second | (last_found > place), distance[rows, second], _FARTHEST)
     to_partner = distance[rows, place]
-    # Smoothed, so an image identical to its partner and to other images too (a flat colour) is no surer a copy.
+    # Smoothed, so a picture at distance 0 from its partner and from other pictures too is no surer a copy.
     ratio = (to_partner + _EPSILON) / (reference + _EPSILON)
-    partner = np.where(has_partner, copies.neighbours[rows, place], -1)
-    score = np.where(has_partner, copies.scores[rows, place].astype(np.float64), -np.inf)
+    partner = np.where(has_partner, partner_of[np.maximum(candidate[rows, place], 0)], -1)
+    score = np.where(has_partner, similarity[rows, place], -np.inf)
     ratio = np.where(has_partner, ratio, np.inf)
     test = order == SPLIT_ORDER["test"]
     leaked = ratio <= max_ratio
-    share = float("nan") if nearest is None or not test.any() else float((leaked & (partner == nearest))[test].mean())
+    share = float("nan")
+    if nearest is not None and test.any():  # the nearest neighbour shows the partner's picture
+        same = picture[np.maximum(nearest, 0)] == picture[np.maximum(partner, 0)]
+        share = float((leaked & same & (nearest >= 0))[test].mean())
     return Leaks(partner, score, ratio, max_ratio, share)
+
+
+def _pictures(picture: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per picture id: its earliest split, that split's first row (a later image's partner), and its first row
+    (whose graph row stands for it). Unreadable rows (-1) are in no picture."""
+    count = int(picture.max(initial=-1)) + 1
+    readable = np.flatnonzero(picture >= 0)
+    first_order = np.full(count, len(SPLIT_ORDER), dtype=np.int64)
+    np.minimum.at(first_order, picture[readable], order[readable])
+    earliest = readable[order[readable] == first_order[picture[readable]]]
+    partner_of = np.full(count, len(picture), dtype=np.int64)
+    np.minimum.at(partner_of, picture[earliest], earliest)
+    shown_by = np.full(count, len(picture), dtype=np.int64)
+    np.minimum.at(shown_by, picture[readable], readable)
+    return first_order, partner_of, shown_by
 
 
 def copy_leaks(
@@ -91,4 +129,7 @@ def copy_leaks(
     """The leaks among image files by the copy check: what `retrieval audit` reports and `evaluate --exclude-leaks`
     leaves out (`nearest` as for `find_leaks`)."""
     k = min(COPY_NEIGHBOURS, max(len(paths) - 1, 1))
-    return find_leaks(copy_graph(copy_descriptors(paths, progress), len(paths), k), nearest, splits, max_ratio)
+    descriptors = copy_descriptors(paths, progress)
+    pictures = picture_ids(descriptors, paths)
+    graph = copy_graph(one_per_picture(descriptors, pictures), len(paths), k)
+    return find_leaks(graph, nearest, splits, max_ratio, pictures)

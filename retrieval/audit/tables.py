@@ -1,7 +1,8 @@
 """The report's tables: one list of rows per section, each row naming the image path(s) it is about.
 
-Every table has a `path` column of absolute paths, so any of its CSVs is an exclusion list
-(`retrieval.data.exclusion`); the duplicate tables add `keep` (1 for each group's first member).
+Every table has a `path` column holding one absolute path a row (never joined: a file name may hold
+any character but `/`), so any of its CSVs is an exclusion list (`retrieval.data.exclusion`); the
+duplicate tables add `keep` (1 for each group's first member).
 Rows come ranked: groups in catalogue order, leaks by ratio (surest first), label issues and
 outliers by strangeness (highest first), class pairs by cleanlab's joint share.
 """
@@ -32,7 +33,7 @@ __all__ = [
 
 Cell = str | int | float  # a CSV cell; "" where a value does not apply (no labels, no split column)
 
-_EXAMPLES = 4  # image paths per confused class pair
+_EXAMPLES = 4  # example images (rows) per confused class pair
 
 
 @dataclass(frozen=True)
@@ -111,13 +112,13 @@ class OutlierRow(_ImageRow):
 
 @dataclass(frozen=True)
 class ConfusedPairRow(Row):
-    """A pair of classes whose images are each other's neighbours; `path`: up to 4 examples, |-joined."""
+    """An example image of a pair of classes whose images are each other's neighbours (up to 4 rows a pair)."""
 
     class_a: str
     class_b: str
     count: int
     joint: float
-    path: str
+    path: str  # "" for a pair without an example
 
 
 SECTIONS = (
@@ -159,7 +160,8 @@ SECTIONS = (
         "confused_classes",
         "Most confused classes",
         ("class_a", "class_b", "count", "joint", "path"),
-        "class pairs whose images are each other's neighbours (candidates to merge or split); path: examples, |-joined",
+        "class pairs whose images are each other's neighbours (candidates to merge or split); one row per example "
+        "image (path), up to 4 a pair",
     ),
 )
 
@@ -283,13 +285,14 @@ def _pair_rows(findings: Findings) -> list[Row]:
             (codes == pair.second) & (predicted == pair.first)
         )
         examples = [str(findings.catalogue.paths[row]) for row in np.flatnonzero(swapped)[:_EXAMPLES]]
-        rows.append(
+        rows.extend(
             ConfusedPairRow(
                 class_a=names[pair.first],
                 class_b=names[pair.second],
                 count=pair.count,
                 joint=round(pair.joint, 6),
-                path="|".join(examples),
+                path=path,
             )
+            for path in examples or [""]
         )
     return rows

@@ -14,6 +14,7 @@ __all__ = [
     "add_embedding_arguments",
     "existing_checkpoint",
     "output_file",
+    "output_folder",
     "with_folder",
     "seed_list",
 ]
@@ -81,6 +82,25 @@ def output_file(text: str) -> Path:
     path = Path(text)
     if path.is_dir():
         raise argparse.ArgumentTypeError(f"{text} is a folder; name a file in it, e.g. {path / 'metrics.json'}")
+    return path
+
+
+def output_folder(path: Path, flag: str, own_file: str) -> Path:
+    """`path`, refused at once (before any work or torch) when the command could not, or should not, write there.
+
+    A file in the way (at `path` or a parent) is refused, and so is a non-empty folder without `own_file`:
+    the command replaces or writes into its folder, so anything else there would be lost or mixed with it.
+
+    Raises:
+        UserError: a file is in the way, or the folder holds something other than this command's output.
+    """
+    from retrieval.runtime.directories import refuse_file_in_the_way
+
+    refuse_file_in_the_way(path, f"{flag} {path}")
+    if path.is_dir() and not (path / own_file).exists() and any(path.iterdir()):
+        raise UserError(
+            f"{flag} {path} holds other files and no {own_file}; name a new or empty folder, so nothing there is lost"
+        )
     return path
 
 

@@ -52,7 +52,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="INDEX_DIR",
         help="an `index build` directory: audit its vectors and columns (path, label, split) without a model",
     )
-    parser.add_argument("--out", type=Path, required=True, metavar="REPORT_DIR", help="report folder to write")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        required=True,
+        metavar="REPORT_DIR",
+        help="report folder to write: a new or empty folder, or an earlier report (replaced whole)",
+    )
     parser.add_argument(
         "--threshold",
         type=_cosine,
@@ -75,7 +81,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue, threshold_of, write_report
     from retrieval.audit.leaks import MAX_RATIO
+    from retrieval.audit.report import check_report_folder
 
+    check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
     if args.index is None and args.checkpoint is None and args.model is None:
         raise UserError("--csv needs --checkpoint CKPT or --model EXPORT_DIR to embed its images (or give --index)")
     if args.index is not None and (args.checkpoint is not None or args.model is not None):

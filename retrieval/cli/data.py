@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from retrieval.errors import UserError
+from retrieval.runtime.directories import refuse_file_in_the_way
 
 __all__ = ["add_parser", "run"]
 
@@ -26,6 +27,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_file_in_the_way(args.out.parent, f"--out {args.out}: its folder {args.out.parent}")
     from retrieval.data.longtail import make_longtail_csv
 
     if args.csv.resolve() == args.out.resolve():

@@ -28,6 +28,7 @@ from retrieval.cli._progress import showing_progress
 from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES
 from retrieval.errors import UserError
 from retrieval.inference.splits import SPLITS
+from retrieval.runtime.directories import refuse_file_in_the_way
 
 if TYPE_CHECKING:
     from retrieval.checkpoint import Checkpoint
@@ -84,17 +85,19 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _embed(args: argparse.Namespace) -> int:
+    directory = _parts_directory(args.out)
+    if directory is None:
+        _check_one_file(Path(args.out), args.part_rows)
+    else:
+        refuse_file_in_the_way(directory, f"--out {args.out}")
+        if args.part_rows is not None and args.part_rows < 1:
+            raise UserError(f"--part-rows must be >= 1, got {args.part_rows}")
     from retrieval.checkpoint import Checkpoint
     from retrieval.core.column_types import parse_column_types
     from retrieval.embedding_files.file_formats import write_embeddings
     from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.sources import dataset_source, embed_source, read_source
 
-    directory = _parts_directory(args.out)
-    if directory is None:
-        _check_one_file(Path(args.out), args.part_rows)
-    elif args.part_rows is not None and args.part_rows < 1:
-        raise UserError(f"--part-rows must be >= 1, got {args.part_rows}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size must be >= 1, got {args.batch_size}")
     given = [flag for flag, value in (("--csv", args.csv), ("--images", args.images)) if value] + (
@@ -143,6 +146,7 @@ def _check_one_file(out: Path, part_rows: int | None) -> None:
         raise UserError(f"--out {out} is one file, but torchrun started several processes; pass a folder: --out DIR/")
     if part_rows is not None:
         raise UserError(f"--part-rows is for a folder of parts; pass --out {out.with_suffix('')}/ or drop it")
+    refuse_file_in_the_way(out.parent, f"--out {out}: its folder {out.parent}")
 
 
 def _embed_parts(args: argparse.Namespace, checkpoint: Checkpoint, source: ImageSource, directory: Path) -> int:

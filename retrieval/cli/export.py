@@ -15,6 +15,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.cli._common import output_folder
+
 if TYPE_CHECKING:
     from retrieval.export.manifest import Quantization
 
@@ -66,6 +68,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from retrieval.export.bundle import MODEL_FILE
+
+    output_folder(args.out, "--out", MODEL_FILE)  # before torch loads: refused in a moment, not after the export
+
     from retrieval.errors import UserError
     from retrieval.export.manifest import ExportManifest
     from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command

@@ -8,13 +8,14 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments, output_folder
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
 from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, built_from_embeddings
 from retrieval.errors import UserError
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
 from retrieval.index.locking import writer_lock
+from retrieval.index.storage import INDEX_FILE
 
 if TYPE_CHECKING:
     from retrieval.index import SearchIndex
@@ -106,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _build(args: argparse.Namespace) -> int:
+    output_folder(args.out, "--out", INDEX_FILE)  # the save replaces the folder as a whole
     if args.embeddings:
         if args.column_types:
             raise UserError(

@@ -6,8 +6,9 @@ import argparse
 import shutil
 from pathlib import Path
 
+from retrieval.cli._common import output_folder
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.storage import working_directory
+from retrieval.index.storage import INDEX_FILE, working_directory
 
 __all__ = ["add_parser", "run"]
 
@@ -30,6 +31,7 @@ def run(args: argparse.Namespace) -> int:
     """`index merge`: the shards' lists merged in a working directory beside `--out`, then saved atomically."""
     from retrieval.index.shards import merge_shards
 
+    output_folder(args.out, "--out", INDEX_FILE)  # the save replaces the folder as a whole
     work = working_directory(args.out)
     try:
         index = merge_shards(list(args.shards), work)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from retrieval.cli._common import output_folder
+
 __all__ = ["add_parser", "run"]
 
 
@@ -33,7 +35,9 @@ def run(args: argparse.Namespace) -> int:
     """`index train`: sample, train, write TRAINED."""
     from retrieval.index.from_embeddings import open_embedding_files
     from retrieval.index.shards import train_index
+    from retrieval.index.storage import INDEX_FILE
 
+    output_folder(args.out, "--out", INDEX_FILE)  # the save replaces the folder as a whole
     files = open_embedding_files(args.embeddings)
     trained = train_index(files, args.out, nlist=args.nlist)
     print(f"trained: {args.out} ({trained.manifest.factory}, on {trained.manifest.trained_on.rows:,} rows)")

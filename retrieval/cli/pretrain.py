@@ -17,6 +17,7 @@ from pathlib import Path
 from retrieval.cli._common import add_config_arguments
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
+from retrieval.runtime.directories import refuse_file_in_the_way
 
 __all__ = ["add_parser", "run"]
 
@@ -51,6 +52,8 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.resume is not None and (args.images is not None or args.csv is not None):
         raise UserError("--resume takes the run's own images; leave out --images and --csv")
+    if args.output_dir is not None:
+        refuse_file_in_the_way(args.output_dir, f"--output-dir {args.output_dir}")
     with showing_progress("pretrain") as log:
         log.info("loading PyTorch and timm ...")
         return _run(args)

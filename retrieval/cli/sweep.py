@@ -8,6 +8,7 @@ from pathlib import Path
 
 from retrieval.cli._common import add_config_arguments, seed_list
 from retrieval.errors import UserError
+from retrieval.runtime.directories import refuse_file_in_the_way
 
 __all__ = ["add_parser", "run"]
 
@@ -36,11 +37,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.jobs < 1:
+        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
+    if args.output_dir is not None:
+        refuse_file_in_the_way(args.output_dir, f"--output-dir {args.output_dir}")
     from retrieval.config import load_config
     from retrieval.sweep import parse_grid, plan_cells, run_cells, summarize, write_reports
 
-    if args.jobs < 1:
-        raise UserError(f"--jobs must be >= 1, got {args.jobs}")
     grid = parse_grid(args.grid)
     output_dir = args.output_dir or Path("runs") / f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
     cells = plan_cells(args.config, args.overrides, grid, args.seeds, output_dir)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from retrieval.cli._common import add_config_arguments, existing_checkpoint, seed_list
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
+from retrieval.runtime.directories import refuse_file_in_the_way
 
 if TYPE_CHECKING:
     from retrieval.config import Config, TrainConfig
@@ -50,6 +51,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
     if args.resume:
         existing_checkpoint(_resumed_path(args.resume))
+    if args.output_dir is not None:
+        refuse_file_in_the_way(args.output_dir, f"--output-dir {args.output_dir}")
     check_config(args.config, args.overrides)  # a typo fails at once, before seconds of imports
     with showing_progress("train") as log:
         log.info("loading PyTorch and timm ...")  # the first line, before the imports that take seconds

@@ -16,8 +16,9 @@ Files are read as UTF-8 with an optional byte-order mark (`utf-8-sig`: Excel's "
 with one, which would otherwise hide the first column's name); a file in another encoding
 (Latin-1, UTF-16) is a one-line error naming the file, line and byte offset, and asking for
 UTF-8, rather than a guess that would silently change non-ASCII paths and labels. The format's own
-columns (path, label, split, the flags) are read without surrounding spaces; every other cell is
-metadata and kept exactly as written (` 1` stays ` 1`, a string: a value is what the user wrote).
+columns (label, split, the flags) are read without surrounding spaces, a path without those at its start
+(whitespace at its end may be part of a file name); every other cell is metadata and kept exactly as
+written (` 1` stays ` 1`, a string: a value is what the user wrote).
 
 Torch-free; the training dataset over these rows is `retrieval.data.image_dataset.ImageDataset`.
 """
@@ -54,7 +55,7 @@ _SPLITS = ("train", "val", "test")
 _FLAG_TRUE, _FLAG_FALSE = frozenset({"1", "true", "yes"}), frozenset({"0", "false", "no", ""})
 _CSV_PATHS_HINT = "paths are relative to the CSV's folder"
 _MULTI = "|"  # joins the labels of a multi-label row
-_STRIPPED = ("path", "label", "split", *_FLAGS)  # the format's columns; metadata cells are kept as written
+_STRIPPED = ("label", "split", *_FLAGS)  # the format's columns; metadata cells are kept as written
 
 
 @dataclass(frozen=True)
@@ -142,14 +143,17 @@ def _read_rows(csv_path: Path, reader: csv.DictReader, csv_format: CsvFormat) ->
         raise UserError(f"{csv_path} lacks column(s) {', '.join(missing)}; the header must be {csv_format.header}")
     rows = []
     for row in reader:
-        cells = {name: _cell(row.get(name) or "", name) for name in columns}
+        cells = {name: _cell(name, row.get(name) or "") for name in columns}
         _check_row(csv_path, reader.line_num, cells)
         rows.append(cells)
     return CsvRows(columns, rows)
 
 
-def _cell(text: str, column: str) -> str:
-    """A cell as read: the format's columns without surrounding spaces, metadata as written."""
+def _cell(column: str, text: str) -> str:
+    """A cell as read: metadata as written; the format's columns without the spaces around them, but a path keeps
+    its end: a file name may end in whitespace (a space, a line break), and cutting it would name another file."""
+    if column == "path":
+        return text.lstrip()
     return text.strip() if column in _STRIPPED else text
 
 

@@ -19,21 +19,17 @@ load, change and save.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import errno
 import json
 import os
-import re
-import secrets
 import shutil
 import stat
-import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from retrieval.errors import UserError
+from retrieval.runtime.directories import fsync_path, staging_directory, swap_in
 from retrieval.runtime.files import file_sha256
 
 if TYPE_CHECKING:
@@ -94,8 +90,7 @@ def write_index_directory(
     target.parent.mkdir(parents=True, exist_ok=True)
     if target.is_dir() and not os.access(target, os.W_OK):
         raise PermissionError(errno.EACCES, "the index directory is read-only", str(target))
-    _remove_stale_copies(target)
-    staging = _make_staging(target)
+    staging = staging_directory(target)
     try:
         files = {}
         for name, write in writers.items():
@@ -106,8 +101,8 @@ def write_index_directory(
         (staging / MANIFEST_FILE).write_text(json.dumps(written, indent=2, sort_keys=True) + "\n")
         _keep_modes(target, staging, [*files, MANIFEST_FILE])
         for path in (*(staging / name for name in files), staging / MANIFEST_FILE, staging):
-            _fsync(path)
-        _swap_in(staging, target)
+            fsync_path(path)
+        swap_in(staging, target)
     finally:
         shutil.rmtree(staging, ignore_errors=True)  # the new files on failure, the previous index on success
     return manifest
@@ -183,39 +178,7 @@ def _verify(path: Path, expected: FileEntry) -> None:
 def working_directory(target: str | Path) -> Path:
     """A new empty directory beside `target` for a build's large temporary files; a later save removes it once
     the process that made it is gone (killed), as it does the staging copies of killed saves."""
-    return _make_staging(Path(target).absolute())
-
-
-def _make_staging(target: Path) -> Path:
-    """A new empty `.NAME.PID.TOKEN.tmp` directory beside `target`, with the umask's default mode."""
-    staging = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    os.mkdir(staging)
-    return staging
-
-
-def _remove_stale_copies(target: Path) -> None:
-    """Remove the temporary copies of `target` that killed saves left behind (their pid is not running).
-
-    `.tmp` is a save's new copy, `.old` the previous index set aside where no atomic exchange exists.
-    """
-    pattern = re.compile(rf"\.{re.escape(target.name)}\.(\d+)\.[0-9a-f]{{8}}\.(?:tmp|old)")
-    for entry in target.parent.iterdir():
-        match = pattern.fullmatch(entry.name)
-        if match and not _running(int(match[1])):
-            shutil.rmtree(entry, ignore_errors=True)
-
-
-def _running(pid: int) -> bool:
-    """Whether a process with this pid exists (one of another user counts)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return staging_directory(Path(target).absolute())
 
 
 def _keep_modes(target: Path, staging: Path, names: list[str]) -> None:
@@ -230,42 +193,3 @@ def _keep_modes(target: Path, staging: Path, names: list[str]) -> None:
 def _describe(path: Path) -> dict[str, int | str]:
     """The `FileEntry` of `path`, as JSON."""
     return {"size": path.stat().st_size, "sha256": file_sha256(path)}
-
-
-def _fsync(path: Path) -> None:
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
-
-
-def _swap_in(staging: Path, target: Path) -> None:
-    """Put `staging` at `target`; a previous `target` ends at `staging` (removed by the caller)."""
-    if not target.exists():
-        os.rename(staging, target)
-    elif not _exchange(staging, target):
-        # No atomic exchange (not Linux): two renames; only the instant between them has no `target`.
-        aside = staging.with_suffix(".old")
-        os.rename(target, aside)
-        os.rename(staging, target)
-        os.rename(aside, staging)
-    _fsync(target.parent)
-
-
-def _exchange(first: Path, second: Path) -> bool:
-    """Atomically swap two paths with Linux `renameat2(RENAME_EXCHANGE)`; False where unsupported."""
-    if not sys.platform.startswith("linux"):
-        return False
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    renameat2 = getattr(libc, "renameat2", None)
-    if renameat2 is None:
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    result = renameat2(at_fdcwd, os.fsencode(first), at_fdcwd, os.fsencode(second), rename_exchange)
-    if result == 0:
-        return True
-    code = ctypes.get_errno()
-    if code in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):  # old kernel or a file system without it
-        return False
-    raise OSError(code, os.strerror(code), str(second))

@@ -65,7 +65,8 @@ def test_bad_csvs_are_one_line_errors(tmp_path, tiny_checkpoint, capsys, content
 
 
 def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys):
-    code = main(["audit", "--checkpoint", str(tmp_path / "no.pt"), "--csv", str(csv_dataset), "--out", str(tmp_path)])
+    out = tmp_path / "report"  # a new folder: the folder of the CSV is no report to replace
+    code = main(["audit", "--checkpoint", str(tmp_path / "no.pt"), "--csv", str(csv_dataset), "--out", str(out)])
     error = capsys.readouterr().err.strip()
     assert code == 2 and "checkpoint not found" in error and len(error.splitlines()) == 1
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from PIL import Image, ImageFilter
@@ -10,7 +12,7 @@ from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshol
 from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
-from retrieval.audit.leaks import find_leaks
+from retrieval.audit.leaks import copy_leaks, find_leaks
 from retrieval.core.match_threshold import MatchThreshold
 
 
@@ -104,3 +106,49 @@ def test_bad_settings_are_value_errors(planted):
         AuditSettings(threshold=2.0)
     with pytest.raises(ValueError, match="120 embeddings for 2 images"):
         audit_embeddings(planted.embeddings, planted.catalogue.subset(np.arange(2)), AuditSettings())
+
+
+def test_a_test_image_identical_to_several_training_images_is_a_leak(tmp_path):
+    """Issue 49 #3: a copy with two or more identical earlier-split partners was no leak (its ratio to the second
+    partner is 1), so `evaluate --exclude-leaks` kept it. Every copy counts, whatever its number of partners."""
+    rng = np.random.default_rng(0)
+    paths, splits = [], []
+
+    def add(name: str, split: str, image: Image.Image | None = None, same_as: Path | None = None) -> Path:
+        paths.append(tmp_path / name)
+        splits.append(split)
+        if same_as is not None:
+            paths[-1].write_bytes(same_as.read_bytes())
+        else:
+            assert image is not None
+            image.save(paths[-1])
+        return paths[-1]
+
+    for row in range(6):
+        add(
+            f"{row}.png",
+            "train",
+            Image.fromarray(rng.integers(0, 256, size=(40, 40), dtype=np.uint8)).filter(ImageFilter.BLUR),
+        )
+    twice, thrice = paths[0], paths[1]
+    add("0-twin.png", "train", same_as=twice)
+    add("1-twin.png", "train", same_as=thrice)
+    add("1-triplet.png", "val", same_as=thrice)
+    white = add("white.png", "train", Image.new("L", (40, 40), 255))
+    add("white-twin.png", "train", same_as=white)
+    add("copy-of-0.png", "test", same_as=twice)  # identical to two train images
+    add("copy-of-1.png", "test", same_as=thrice)  # identical to two train images and a val one
+    brighter = Image.fromarray((np.asarray(Image.open(thrice)) * 0.8 + 20).astype(np.uint8))
+    add("near-copy-of-1.png", "test", brighter)  # a near copy of a picture held three times
+    add("white-copy.png", "test", same_as=white)  # a flat picture: identical bytes, no thumbnail to compare
+    add("black.png", "test", Image.new("L", (40, 40), 0))  # flat too, but a copy of nothing
+    leaks = copy_leaks(paths, splits, progress=False)
+    named = {paths[row].name: paths[int(leaks.partner[row])].name for row in np.flatnonzero(leaks.leaked)}
+    assert named == {
+        "1-triplet.png": "1.png",
+        "copy-of-0.png": "0.png",
+        "copy-of-1.png": "1.png",
+        "near-copy-of-1.png": "1.png",
+        "white-copy.png": "white.png",
+    }
+    assert (leaks.ratio[leaks.leaked] < 0.5).all() and leaks.ratio[paths.index(tmp_path / "black.png")] > 0.5

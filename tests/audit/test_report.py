@@ -82,3 +82,59 @@ def test_an_unreadable_image_still_renders_the_page(planted, tmp_path):
     write_report(findings, planted.embeddings, tmp_path / "report")
     assert "Outliers" in (tmp_path / "report" / "index.html").read_text()
     assert np.isfinite(findings.scores.outlier_score).all()
+
+
+def _renamed(planted, names: dict[int, str]) -> Catalogue:
+    """The planted catalogue with the files of some rows renamed."""
+    paths = list(planted.catalogue.paths)
+    for row, name in names.items():
+        paths[row] = paths[row].rename(paths[row].with_name(name))
+    return Catalogue(paths, planted.catalogue.labels, planted.catalogue.splits)
+
+
+def test_a_file_name_holding_a_bar_is_one_card_with_its_thumbnail(planted, tmp_path):
+    """Issue 47 #8: the page split `a|b.png` into two cards of files that do not exist, with empty thumbnails."""
+    source, copy = planted.copies
+    catalogue = _renamed(planted, {source: "train|copy.png", copy: "test|copy.png"})
+    findings = audit_embeddings(planted.embeddings, catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    leak = page[page.index("id='leaks'") : page.index("id='label_issues'")]
+    assert leak.count("<figure") == 2 and leak.count("src='data:image/jpeg;base64,") == 2
+    assert f"title='{catalogue.paths[copy]}'" in leak and f"title='{catalogue.paths[source]}'" in leak
+    assert "train%7Ccopy.png" in leak  # the link to the file, percent-encoded
+
+
+def test_a_file_name_holding_a_carriage_return_is_one_csv_cell(planted, tmp_path):
+    """Found by the names property: Python's writer left a lone CR unquoted, and a reader ended the row there."""
+    source, copy = planted.copies
+    catalogue = _renamed(planted, {copy: "copy\r.png"})
+    findings = audit_embeddings(planted.embeddings, catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    (leak,) = _rows(tmp_path / "report" / "leaks.csv")
+    assert leak["path"] == str(catalogue.paths[copy]) and leak["partner_path"] == str(catalogue.paths[source])
+    assert "\r" not in (tmp_path / "report" / "index.html").read_text()  # a reference there: HTML reads CR as LF
+
+
+def test_confused_classes_name_one_example_a_row(planted, tmp_path):
+    """The examples were joined by `|` in one cell: not an exclusion list, and ambiguous for a name with a bar."""
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    rows = _rows(tmp_path / "report" / "confused_classes.csv")
+    assert rows and all(Path(row["path"]).is_file() for row in rows)
+    assert len({(row["class_a"], row["class_b"]) for row in rows}) == len(findings.scores.class_pairs)
+
+
+def test_a_label_error_card_shows_the_current_and_the_suggested_label_and_a_reason(planted, tmp_path):
+    """Issue 49 #4: a card showed the suggested label only, its caption cut to about 10 characters."""
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page[page.index("id='label_issues'") : page.index("id='outliers'")]
+    (first, *_) = _rows(tmp_path / "report" / "label_issues.csv")
+    caption = f"{first['split']} · label: {first['label']} · suggested: {first['suggested_label']}"
+    assert f"<figcaption class='meta label'>{caption}</figcaption>" in section
+    label, suggested = first["label"], first["suggested_label"]
+    assert f"labelled &#x27;{label}&#x27;, its neighbours say &#x27;{suggested}&#x27;" in section
+    assert section.count("<div class='reason'>") == len(_rows(tmp_path / "report" / "label_issues.csv"))
+    assert ".finding .result .label { white-space: normal;" in page  # captions wrap, never cut

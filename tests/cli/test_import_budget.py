@@ -113,3 +113,39 @@ def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_load
     assert (done.returncode, done.stdout) == (2, "")
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
     assert sorted(names & {"torch", "timm", "torchvision"}) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["audit", "--checkpoint", "missing.pt", "--csv", "missing.csv", "--out", "taken"], "taken is a file"),
+        (["audit", "--model", "missing", "--csv", "missing.csv", "--out", "taken/report"], "under the file"),
+        (["index", "build", "--checkpoint", "missing.pt", "--csv", "x.csv", "--out", "taken"], "--out taken is a file"),
+        (["index", "build", "--embeddings", "missing.npy", "--out", "taken"], "--out taken is a file"),
+        (["index", "train", "--embeddings", "missing.npy", "--out", "taken"], "--out taken is a file"),
+        (["index", "merge", "missing", "--out", "taken"], "--out taken is a file"),
+        (
+            ["embed", "--checkpoint", "missing.pt", "--csv", "x.csv", "--out", "taken/x.npz"],
+            "its folder taken is a file",
+        ),
+        (["embed", "--checkpoint", "missing.pt", "--csv", "x.csv", "--out", "taken/"], "--out taken/ is a file"),
+        (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "taken"], "--out taken is a file"),
+        (["data", "longtail", "--csv", "x.csv", "--imbalance", "2", "--out", "taken/x.csv"], "its folder taken is a"),
+        (["train", "--output-dir", "taken"], "--output-dir taken is a file"),
+        (["pretrain", "--images", "missing", "--output-dir", "taken"], "--output-dir taken is a file"),
+        (["sweep", "--grid", "train.lr=0.1", "--output-dir", "taken"], "--output-dir taken is a file"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+)
+def test_an_output_folder_that_a_file_occupies_is_refused_before_pytorch_loads(
+    args: list[str], message: str, tmp_path: Path
+) -> None:
+    """Used to be a traceback after the whole run (audit, train, sweep), an error after it (embed, export) or the
+    file replaced by an index (index build): now one line at once, and the file is left as it was."""
+    (tmp_path / "taken").write_text("mine")
+    names, done = _imported(args, cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert (done.returncode, done.stdout) == (2, "")
+    assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
+    assert sorted(names & {"torch", "timm", "torchvision"}) == []
+    assert (tmp_path / "taken").read_text() == "mine"

@@ -226,7 +226,8 @@ def test_an_unknown_flag_value_is_one_line_naming_the_file_line_and_value(
 ):
     """A value the format does not know is an error wherever it is, not a silent 'no'."""
     flagged = _flagged_csv(csv_dataset, ["1", "0", "maybe"])
-    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(flagged), "--out", str(tmp_path)]
+    out = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(flagged), "--out", str(out)]
     assert main([*args, "--split", split, *NO_WORKERS]) == 2
     line = _error_line(capsys)
     assert line == f"error: {flagged}:20: is_gallery must be 0/1, true/false or yes/no, got 'maybe'"

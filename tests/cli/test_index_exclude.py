@@ -31,6 +31,7 @@ def test_excluded_images_stay_out_and_each_duplicate_group_keeps_one(csv_dataset
 def test_excluding_every_image_is_a_one_line_error(csv_dataset, tiny_checkpoint, tmp_path, capsys):
     everything = tmp_path / "all.csv"
     everything.write_text("path\n" + "".join(f"{p}\n" for p in sorted((csv_dataset.parent / "images").iterdir())))
-    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset), "--out", str(tmp_path)]
+    out = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset), "--out", str(out)]
     assert main([*args, "--exclude", str(everything)]) == 2
     assert "lists every image to index" in capsys.readouterr().err

@@ -152,7 +152,8 @@ def test_faiss_and_the_qdrant_backend_answer_the_readme_filter_with_the_same_ids
 )
 def test_a_bad_column_type_declaration_is_one_line(priced, tiny_checkpoint, tmp_path, capsys, column_types, message):
     csv_path, _ = priced
-    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(tmp_path)]
+    out = tmp_path / "index"
+    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(out)]
     assert main([*args, "--column-types", column_types, *NO_WORKERS]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(message), err

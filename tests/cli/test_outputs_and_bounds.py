@@ -94,3 +94,30 @@ def test_embedding_commands_print_progress_lines_where_no_bar_shows(
         assert main([*args, *extra, *workers]) == 0
         out = capsys.readouterr().out
         assert re.search(rf"^retrieval {name}: embed: batch 1/\d+ \(\d+%\), \d+s so far, about \d+s left$", out, re.M)
+
+
+def test_index_build_into_a_folder_of_other_files_is_refused_and_an_index_is_rebuilt(tmp_path, capsys):
+    """The save replaces its folder as a whole: a run folder named by mistake used to lose every file in it."""
+    np.save(tmp_path / "rows.npy", np.random.default_rng(0).random((50, 8), dtype=np.float32))
+    build = ["index", "build", "--embeddings", str(tmp_path / "rows.npy"), "--out"]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "best.pt").write_text("weights")
+    assert main([*build, str(run)]) == 2
+    error = capsys.readouterr().err.strip()
+    assert (
+        error == f"error: --out {run} holds other files and no index.faiss; name a new or empty folder, so nothing "
+        "there is lost"
+    )
+    assert [path.name for path in run.iterdir()] == ["best.pt"]
+    assert main([*build, str(tmp_path / "index")]) == 0
+    assert main([*build, str(tmp_path / "index")]) == 0  # an index is rebuilt in place
+
+
+def test_export_into_a_folder_of_other_files_is_refused_before_torch_exports(tmp_path, capsys):
+    """An export into an index folder used to overwrite its manifest.json, breaking the index."""
+    (tmp_path / "index").mkdir()
+    (tmp_path / "index" / "manifest.json").write_text("{}")
+    assert main(["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", str(tmp_path / "index")]) == 2
+    assert "holds other files and no model.onnx" in capsys.readouterr().err
+    assert (tmp_path / "index" / "manifest.json").read_text() == "{}"

@@ -211,6 +211,6 @@ def test_metadata_cells_keep_their_spaces(tmp_path) -> None:
     from retrieval.inference.sources import read_source
 
     (tmp_path / "a.png").touch()
-    (tmp_path / "a.csv").write_text("path,label,price\n a.png , 3 , 1\na.png,4,2 \n")
+    (tmp_path / "a.csv").write_text("path,label,price\n a.png, 3 , 1\na.png,4,2 \n")
     rows = read_source(tmp_path / "a.csv", None).rows(np.arange(2)).to_pydict()
     assert rows["price"] == [" 1", "2 "] and rows["label"] == [3, 4]  # the format's own columns are trimmed

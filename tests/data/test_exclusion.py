@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import csv
+
 import pytest
 
 from retrieval.config import DataConfig
@@ -40,3 +42,13 @@ def test_exclude_on_a_dataset_without_files_is_refused():
     config = load_config(None, ["data.exclude=x.csv"])  # the digits demo
     with pytest.raises(UserError, match="data.exclude lists image files"):
         build_data(config.data, {"mean": (0.5,), "std": (0.5,)}, config.augment, 1)
+
+
+def test_a_path_ending_in_whitespace_is_excluded_as_it_is_named(tmp_path):
+    """Found by the audit's names property: the reader stripped every cell, so an audit CSV naming `train/\\n` (a
+    legal file name) excluded the folder `train`, and `a.png\\xa0` the file `a.png`, without a word."""
+    exclude = tmp_path / "flagged.csv"
+    names = ["a.png\u00a0", "b.png ", "c\n", "d\r"]
+    with exclude.open("w", newline="") as handle:
+        csv.writer(handle, lineterminator="\r\n").writerows([["path"], *([str(tmp_path / name)] for name in names)])
+    assert excluded_paths(exclude) == {tmp_path / name for name in names}

@@ -115,3 +115,16 @@ def test_more_generous_ratios_flag_more_and_zero_flags_none(planted):
     dataset, leaks = planted
     assert _evaluate_leaks(dataset, 0.0) == set()
     assert leaks <= _evaluate_leaks(dataset, 0.99)
+
+
+def test_a_test_image_identical_to_two_training_images_is_left_out(tmp_path):
+    """Issue 49 #3: with a second identical train file, the identical test image was no leak to either command
+    (its ratio to the second partner is 1), so `--exclude-leaks` kept it and Recall@K stayed inflated."""
+    dataset, leaks = _planted_dataset(tmp_path)
+    images = dataset.parent / "images"
+    (images / "train_5_0_twin.png").write_bytes((images / "train_5_0.png").read_bytes())
+    with dataset.open("a", newline="") as handle:
+        csv.writer(handle).writerow(["images/train_5_0_twin.png", 5, "train"])
+    assert str(images / "leak_identical.png") in leaks
+    assert _evaluate_leaks(dataset, MAX_RATIO) == leaks
+    assert _audit_leaks(dataset, MAX_RATIO) == leaks

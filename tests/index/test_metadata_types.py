@@ -116,7 +116,7 @@ def test_a_binary_embedding_column_is_refused_at_index_build(tmp_path: Path, cap
     assert not (tmp_path / "index").exists()
 
 
-def test_a_list_column_of_a_numpy_embedding_file_is_refused_from_its_header(tmp_path: Path) -> None:
+def test_a_datetime_column_of_a_numpy_embedding_file_is_refused_from_its_header(tmp_path: Path) -> None:
     path = tmp_path / "e.npz"
     np.savez(path, embeddings=VECTORS, ids=np.array([f"{i}.png" for i in range(N)]), stamp=np.zeros(N, "M8[s]"))
     with pytest.raises(UserError, match=rf"metadata column 'stamp' of {path} has type timestamp\[s\]"):

@@ -380,6 +380,10 @@ COMMANDS: dict[str, Run | Skip] = {
         "audits up to 300k synthetic embeddings for many minutes; tests/tools/test_bench_audit.py runs the scale "
         "audit at 2,000 rows and tests/audit/test_knn_graph.py the IVF graph small"
     ),
+    "python tools/property_tests.py": Skip(
+        "every property at 20,000 examples takes hours on 2 cores; `pytest` runs the same properties at the ci "
+        "profile, and tests/tools/test_property_tests.py runs this script at the dev profile"
+    ),
     "python tools/bench_audit.py scale --sizes 1000000": Skip(
         "audits a million synthetic embeddings: half an hour and 18 GiB; the 300k row above is skipped likewise"
     ),

@@ -1,0 +1,26 @@
+"""tools/property_tests.py runs the properties at the profile it is given and passes pytest's exit code on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_script_runs_the_properties_at_the_given_profile() -> None:
+    done = subprocess.run(
+        [sys.executable, "tools/property_tests.py", "--profile", "dev", "--", "tests/index/test_rerank_properties.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:]
+    assert "Hypothesis Statistics" in done.stdout and " passing, 0 failing" in done.stdout
+    assert "profile dev: pytest exit 0" in done.stdout

@@ -189,14 +189,26 @@ class RerankerManifest(Record):
     def verdict(self) -> str:
         """One line: whether it beat the embedding alone on validation, and by what."""
         val = self.validation
-        numbers = f"MAP@R {val.map_at_r:.4f} vs {val.map_at_r_without:.4f}, Recall@1 {val.recall_at_1:.4f} vs "
-        numbers += f"{val.recall_at_1_without:.4f}"
-        if not self.applied:
+        alone = f"MAP@R {val.map_at_r_without:.4f}, Recall@1 {val.recall_at_1_without:.4f}"
+        if self.applied:
             return (
-                f"the re-ranker does not beat the embedding alone on validation ({numbers} without it, "
-                f"{val.queries} queries): it will not be applied"
+                f"re-ranker: N={self.depth}, w={self.weight:g} chosen on validation: MAP@R {val.map_at_r:.4f}, "
+                f"Recall@1 {val.recall_at_1:.4f} vs {alone} with the embedding alone ({val.queries} queries)"
             )
-        return f"re-ranker: N={self.depth}, w={self.weight:g} chosen on validation ({numbers} without it)"
+        tried = [row for row in self.grid if row["weight"] > 0]
+        best = max(tried, key=lambda row: (row["map@r"], row["recall@1"]), default=None)
+        reached = (
+            "no blend was tried"
+            if best is None
+            else (
+                f"its best blend, N={best['depth']:g}, w={best['weight']:g}: MAP@R {best['map@r']:.4f}, "
+                f"Recall@1 {best['recall@1']:.4f}"
+            )
+        )
+        return (
+            f"the re-ranker does not beat the embedding alone on validation ({reached}; the embedding alone: {alone}, "
+            f"{val.queries} queries): it will not be applied"
+        )
 
     def belongs_to(self, sha256: str, what: str) -> None:
         """Refuse a re-ranker trained on another checkpoint than the one whose sha256 is `sha256` (`what`'s).

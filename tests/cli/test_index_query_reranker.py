@@ -1,0 +1,106 @@
+"""`retrieval index query --reranker DIR`: a learned re-ranker through onnxruntime, as PyTorch applies it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.cli.main import main
+from retrieval.core.learned_rerank import MANIFEST_FILE
+
+pytestmark = pytest.mark.slow
+
+NO_WORKERS = ["--num-workers", "0", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def indexed(tmp_path_factory, tiny_reranker) -> tuple[Path, Path, Path, list[Path]]:
+    """(index dir of the re-ranker's dataset, the re-ranker forced to apply (N=4, w=0.5), its checkpoint, queries)."""
+    checkpoint, dataset, directory, _ = tiny_reranker
+    root = tmp_path_factory.mktemp("reranked_index")
+    args = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(dataset), "--out", str(root / "ix")]
+    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
+    forced = root / "applied"
+    shutil.copytree(directory, forced)
+    manifest = json.loads((forced / MANIFEST_FILE).read_text())
+    manifest.update(depth=4, weight=0.5)
+    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
+    queries = sorted((dataset.parent / "images").glob("*_0.png"))[:5]
+    return root / "ix", forced, checkpoint, queries
+
+
+def _query(capsys, index: Path, reranker: Path, images: list[Path], *args: str) -> list[dict]:
+    capsys.readouterr()
+    command = ["index", "query", "--index", str(index), "--image", *map(str, images), "--json", *NO_WORKERS]
+    assert main([*command, "--reranker", str(reranker), *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_each_image_comes_back_first_with_k_results_in_descending_order(indexed, capsys):
+    index, reranker, _, queries = indexed
+    for answer, image in zip(_query(capsys, index, reranker, queries, "-k", "7"), queries, strict=True):
+        scores = [result["score"] for result in answer["results"]]
+        assert len(scores) == 7 and scores == sorted(scores, reverse=True) and np.isfinite(scores).all()
+        assert Path(answer["results"][0]["path"]).name == image.name
+    filtered = _query(capsys, index, reranker, queries, "-k", "50", "--where", "split = 'test'")
+    assert all(len(answer["results"]) == 18 for answer in filtered)  # every test image passes, and only they
+    assert all(result["split"] == "test" for answer in filtered for result in answer["results"])
+
+
+def test_onnx_in_index_query_agrees_with_the_pytorch_pair_model(indexed, capsys):
+    """The same blend with PyTorch's descriptors and head over the same index: the same ids, scores within 1e-4."""
+    import torch
+
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.core.learned_rerank import read_reranker
+    from retrieval.evaluate.learned_rerank import load_pair_model, pair_probabilities
+    from retrieval.images import load_image
+    from retrieval.index import SearchIndex
+    from retrieval.index.gallery import IndexGallery
+    from retrieval.inference.image_encoder import ImageEncoder
+
+    index_dir, directory, checkpoint, queries = indexed
+    answers = _query(capsys, index_dir, directory, queries, "-k", "6")
+    files = read_reranker(directory)
+    encoder = ImageEncoder.from_checkpoint(checkpoint, device="cpu")
+    model = load_pair_model(files, Checkpoint.read(checkpoint).embedder(), 3)
+    index = SearchIndex.load(index_dir)
+    images = [load_image(path) for path in queries]
+    embeddings = encoder.embed_images(images)
+
+    def describe(pictures):
+        with torch.no_grad():
+            return model.describe(torch.stack([encoder.preprocess(picture) for picture in pictures])).numpy()
+
+    described = describe(images)
+
+    def probabilities(ids, cosines):
+        found = ids >= 0
+        rows = np.broadcast_to(np.arange(len(ids))[:, None], ids.shape)[found]
+        results = describe([load_image(row["path"]) for row in index.metadata_for(ids[found])])
+        out = np.zeros(ids.shape)
+        out[found] = pair_probabilities(model.head, described[rows], results, cosines[found])
+        return out
+
+    scores, ids = files.manifest.blend.search(IndexGallery(index), embeddings, 6, probabilities)
+    for row, answer in enumerate(answers):
+        assert [result["id"] for result in answer["results"]] == ids[row].tolist()
+        np.testing.assert_allclose([result["score"] for result in answer["results"]], scores[row], atol=1e-4)
+
+
+def test_a_reranker_of_another_checkpoint_and_two_rerankings_are_refused(indexed, other_checkpoint, tmp_path, capsys):
+    index, reranker, _, queries = indexed
+    built = tmp_path / "other"
+    csv_path = queries[0].parent.parent / "dataset.csv"
+    args = ["index", "build", "--checkpoint", str(other_checkpoint), "--csv", str(csv_path), "--out", str(built)]
+    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
+    capsys.readouterr()
+    command = ["index", "query", "--image", str(queries[0]), *NO_WORKERS, "--reranker", str(reranker)]
+    assert main([*command, "--index", str(built)]) == 2
+    assert "this re-ranker belongs to checkpoint" in capsys.readouterr().err
+    assert main([*command, "--index", str(index), "--rerank", "qe"]) == 2
+    assert "two re-rankings" in capsys.readouterr().err

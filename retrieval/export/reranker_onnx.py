@@ -87,9 +87,20 @@ class OnnxPairScorer:
 class IndexReranker:
     """A learned re-ranker of an index's searches: the blend, with descriptors of queries and of result images."""
 
-    def __init__(self, scorer: OnnxPairScorer, blend: Blend, cache_size: int = _CACHED_DESCRIPTORS) -> None:
+    def __init__(
+        self, scorer: OnnxPairScorer, blend: Blend, checkpoint_sha256: str, cache_size: int = _CACHED_DESCRIPTORS
+    ) -> None:
         self.scorer, self.blend, self.cache_size = scorer, blend, cache_size
+        self.checkpoint_sha256 = checkpoint_sha256  # of the checkpoint it belongs to
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
+
+    def describe_item(self, item: int, path: Any) -> np.ndarray:
+        """`(1, P)` descriptor of an indexed item's image (a search by id: the item is the query).
+
+        Raises:
+            UserError: the item has no image path, or its image cannot be read.
+        """
+        return self._described(np.array([item]), lambda _: [path])
 
     def search(
         self, gallery: Gallery, queries: np.ndarray, descriptors: np.ndarray, k: int, paths_of: PathsOf
@@ -151,4 +162,4 @@ def reranker_for_index(
         raise UserError("this index records no checkpoint, so no re-ranker can be checked against it")
     files.manifest.belongs_to(sha256, "the checkpoint this index was built with")
     scorer = OnnxPairScorer(files.directory, Preprocess.read(files.path(PREPROCESS_FILE)), device, threads)
-    return IndexReranker(scorer, files.manifest.blend)
+    return IndexReranker(scorer, files.manifest.blend, sha256)

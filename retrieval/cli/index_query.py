@@ -85,6 +85,11 @@ def run(args: argparse.Namespace) -> int:
     min_score = min_score_for(args.min_score, index.manifest.match_threshold)
     if args.rerank and args.reranker:
         raise UserError("--rerank and --reranker are two re-rankings; pass one")
+    if args.min_score is not None and args.reranker is not None:
+        raise UserError(
+            "--min-score compares cosines, and --reranker's scores blend the cosine with a pair model's probability; "
+            "pass one"
+        )
     reranker = rerank_at_query(args.rerank) if args.rerank else None
     learned = None
     if args.reranker is not None:

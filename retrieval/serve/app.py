@@ -214,6 +214,7 @@ def _search_json(live: Views[IndexView], searcher: Searcher, body: bytes, starte
         results = searcher.by_vector(payload.vector, payload.k, where)
     else:
         query = SearchQuery(type="id", id=payload.id)
+        searcher.check_min_score(minimum)
         results = searcher.by_id(payload.id, payload.k, where)
     return _answer(started, query, payload.k, minimum, results)
 
@@ -224,6 +225,7 @@ def _search_image(
     """An image search: the upload's embedding against the index."""
     where = parse_filter_field(raw_filter)
     minimum = _min_score(min_score, live.current())
+    searcher.check_min_score(minimum)
     return _answer(started, SearchQuery(type="image"), k, minimum, searcher.by_image(data, k, where))
 
 

@@ -231,6 +231,15 @@ class Searcher:
             for score, row in zip(scores[0][found], rows, strict=True)
         ]
 
+    def check_min_score(self, minimum: float | None) -> None:
+        """Refuse a `min_score` on a search the learned re-ranker re-scores: its scores are blends, not cosines."""
+        if minimum is not None and self.learned is not None:
+            raise RequestError(
+                400,
+                "min_score compares cosines, and this server re-scores searches by image and by id with a learned "
+                "re-ranker (its scores blend the cosine with a pair model's probability): leave out min_score",
+            )
+
     def _check_learned(self, view: IndexView) -> None:
         """Refuse a search of an index version embedded by another checkpoint than the learned re-ranker's."""
         assert self.learned is not None

@@ -104,3 +104,10 @@ def test_a_reranker_of_another_checkpoint_and_two_rerankings_are_refused(indexed
     assert "this re-ranker belongs to checkpoint" in capsys.readouterr().err
     assert main([*command, "--index", str(index), "--rerank", "qe"]) == 2
     assert "two re-rankings" in capsys.readouterr().err
+
+
+def test_min_score_with_a_reranker_is_refused_as_its_scores_are_no_cosines(indexed, capsys):
+    index, reranker, _, queries = indexed
+    command = ["index", "query", "--index", str(index), "--image", str(queries[0]), "--reranker", str(reranker)]
+    assert main([*command, *NO_WORKERS, "--min-score", "0.5"]) == 2
+    assert "--min-score compares cosines" in capsys.readouterr().err

@@ -50,6 +50,11 @@ def test_an_upload_and_an_id_search_answer_as_index_query_does(indexed, serving,
         assert scores == pytest.approx([result["score"] for result in expected], abs=1e-5)
         by_id = client.post("/search", json={"id": expected[0]["id"], "k": 4}).json()["results"]
         assert [result["id"] for result in by_id] == [result["id"] for result in expected[1:5]]
+        # regression: min_score would compare a cosine threshold with blended scores
+        refused = client.post("/search", files=upload, data={"k": "5", "min_score": "0.5"})
+        assert refused.status_code == 400 and "min_score compares cosines" in refused.json()["error"]
+        by_vector = client.post("/search", json={"vector": [1.0] + [0.0] * 15, "k": 3, "min_score": 0.0})
+        assert by_vector.status_code == 200  # a search by vector has no image: the embedding alone, min_score as ever
 
 
 def test_another_checkpoints_index_and_two_rerankings_are_refused(indexed, other_checkpoint, serve_limits, tmp_path):

@@ -157,3 +157,26 @@ def tiny_reranker(tmp_path_factory) -> tuple[Path, Path, Path, str]:
         path.write_bytes(content)
     assert code == 0, out.getvalue()
     return checkpoint, dataset, root / "reranker", out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> tuple[Path, Path, Path]:
+    """`(index, re-ranker, other index)` for `index query` and `serve` with `tiny_reranker`: flat indexes of its
+    dataset by its checkpoint and by `other_checkpoint`, and a copy of it forced to apply (N=4, w=0.5), whatever
+    validation chose, so that the pair model's path runs."""
+    import json
+    import shutil
+
+    from retrieval.cli.main import main
+
+    checkpoint, dataset, directory, _ = tiny_reranker
+    root = tmp_path_factory.mktemp("reranker_indexes")
+    for name, model in (("index", checkpoint), ("other", other_checkpoint)):
+        args = ["index", "build", "--checkpoint", str(model), "--csv", str(dataset), "--out", str(root / name)]
+        assert main([*args, "--type", "flat", "--num-workers", "0", "--device", "cpu"]) == 0
+    forced = root / "applied"
+    shutil.copytree(directory, forced)
+    manifest = json.loads((forced / "manifest.json").read_text())
+    manifest.update(depth=4, weight=0.5)
+    (forced / "manifest.json").write_text(json.dumps(manifest))
+    return root / "index", forced, root / "other"

@@ -270,21 +270,13 @@ def _split_reranker(
     precision: Precision,
 ) -> SplitReranker:
     """The re-ranker's blend on `split`, its images described once by the PyTorch pair model."""
-    from retrieval.evaluate.evaluator import embed_dataset
-    from retrieval.evaluate.learned_rerank import load_pair_model, split_reranker
+    from retrieval.evaluate.learned_rerank import describe_split, load_pair_model, split_reranker
     from retrieval.runtime.device import place_model
 
     model = load_pair_model(files, checkpoint.embedder(), checkpoint.model_config.in_chans)
     place_model(model, device, precision.channels_last)
-    descriptors = embed_dataset(
-        model.describe,
-        split.dataset,
-        config.data.eval_batch_size,
-        device,
-        num_workers=config.data.num_workers,
-        amp_dtype=precision.amp_dtype,
-        channels_last=precision.channels_last,
-    )
+    data = config.data
+    descriptors = describe_split(model, split.dataset, data.eval_batch_size, device, precision, data.num_workers)
     return split_reranker(files.manifest.blend, model.head, embeddings, descriptors, split)
 
 

@@ -86,7 +86,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     from retrieval.data import build_data
     from retrieval.data.transforms import describe_eval_transform
     from retrieval.evaluate.evaluator import embed_dataset
-    from retrieval.evaluate.learned_rerank import choose_blend
+    from retrieval.evaluate.learned_rerank import choose_blend, describe_split
     from retrieval.export.onnx_export import check_onnx_packages
     from retrieval.export.preprocess import Preprocess
     from retrieval.inference.forward import Precision
@@ -136,7 +136,9 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     train_pair_model(model, data.train, pairs, config, device)
     train_seconds = time.perf_counter() - started
     val_embeddings = embed(embedder, val.dataset)
-    descriptors = embed(model.describe.eval(), val.dataset)
+    descriptors = describe_split(
+        model, val.dataset, config.data.eval_batch_size, device, precision, config.data.num_workers
+    )
     choice = choose_blend(model.head, val_embeddings, descriptors, val, settings)
     transform = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
     preprocess = Preprocess.from_description(transform)

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.core.learned_rerank import MANIFEST_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -18,19 +16,11 @@ NO_WORKERS = ["--num-workers", "0", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, tiny_reranker) -> tuple[Path, Path, Path, list[Path]]:
+def indexed(tiny_reranker, tiny_reranker_indexes) -> tuple[Path, Path, Path, list[Path]]:
     """(index dir of the re-ranker's dataset, the re-ranker forced to apply (N=4, w=0.5), its checkpoint, queries)."""
-    checkpoint, dataset, directory, _ = tiny_reranker
-    root = tmp_path_factory.mktemp("reranked_index")
-    args = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(dataset), "--out", str(root / "ix")]
-    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
-    forced = root / "applied"
-    shutil.copytree(directory, forced)
-    manifest = json.loads((forced / MANIFEST_FILE).read_text())
-    manifest.update(depth=4, weight=0.5)
-    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
-    queries = sorted((dataset.parent / "images").glob("*_0.png"))[:5]
-    return root / "ix", forced, checkpoint, queries
+    checkpoint, dataset, _, _ = tiny_reranker
+    index, forced, _ = tiny_reranker_indexes
+    return index, forced, checkpoint, sorted((dataset.parent / "images").glob("*_0.png"))[:5]
 
 
 def _query(capsys, index: Path, reranker: Path, images: list[Path], *args: str) -> list[dict]:
@@ -92,13 +82,9 @@ def test_onnx_in_index_query_agrees_with_the_pytorch_pair_model(indexed, capsys)
         np.testing.assert_allclose([result["score"] for result in answer["results"]], scores[row], atol=1e-4)
 
 
-def test_a_reranker_of_another_checkpoint_and_two_rerankings_are_refused(indexed, other_checkpoint, tmp_path, capsys):
+def test_a_reranker_of_another_checkpoint_and_two_rerankings_are_refused(indexed, tiny_reranker_indexes, capsys):
     index, reranker, _, queries = indexed
-    built = tmp_path / "other"
-    csv_path = queries[0].parent.parent / "dataset.csv"
-    args = ["index", "build", "--checkpoint", str(other_checkpoint), "--csv", str(csv_path), "--out", str(built)]
-    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
-    capsys.readouterr()
+    built = tiny_reranker_indexes[2]
     command = ["index", "query", "--image", str(queries[0]), *NO_WORKERS, "--reranker", str(reranker)]
     assert main([*command, "--index", str(built)]) == 2
     assert "this re-ranker belongs to checkpoint" in capsys.readouterr().err

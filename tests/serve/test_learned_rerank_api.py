@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import httpx
 import pytest
 
 from retrieval.cli.main import main
-from retrieval.core.learned_rerank import MANIFEST_FILE
 from retrieval.errors import UserError
 from retrieval.serve import create_app
 
@@ -20,18 +18,10 @@ NO_WORKERS = ["--num-workers", "0", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
-def indexed(tmp_path_factory, tiny_reranker) -> tuple[Path, Path, Path]:
+def indexed(tiny_reranker, tiny_reranker_indexes) -> tuple[Path, Path, Path]:
     """(index dir of the re-ranker's dataset, the re-ranker forced to apply (N=4, w=0.5), its dataset csv)."""
-    checkpoint, dataset, directory, _ = tiny_reranker
-    root = tmp_path_factory.mktemp("served_reranker")
-    args = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(dataset), "--out", str(root / "ix")]
-    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
-    forced = root / "applied"
-    shutil.copytree(directory, forced)
-    manifest = json.loads((forced / MANIFEST_FILE).read_text())
-    manifest.update(depth=4, weight=0.5)
-    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
-    return root / "ix", forced, dataset
+    index, forced, _ = tiny_reranker_indexes
+    return index, forced, tiny_reranker[1]
 
 
 def test_an_upload_and_an_id_search_answer_as_index_query_does(indexed, serving, serve_limits, capsys):

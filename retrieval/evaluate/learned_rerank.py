@@ -45,10 +45,10 @@ def load_pair_model(files: RerankerFiles, embedder: Embedder, in_chans: int) -> 
     """The PyTorch pair model of a checked re-ranker directory, built on (a copy of) the checkpoint's `embedder`."""
     from safetensors.torch import load_file
 
-    settings = files.manifest.settings
-    model = PairModel(
-        embedder, int(str(settings["width"])), int(str(settings["grid"])), in_chans, files.manifest.image_size
-    )
+    from retrieval.config import RerankerConfig
+
+    settings = RerankerConfig.model_validate(files.manifest.settings)  # the settings it trained with
+    model = PairModel(embedder, settings.width, settings.grid, in_chans, files.manifest.image_size)
     model.load_state_dict(load_file(str(files.path(WEIGHTS_FILE))))
     return model.eval()
 

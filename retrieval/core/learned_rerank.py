@@ -37,6 +37,7 @@ from retrieval.validation import Record, ValidationError, user_error
 
 __all__ = [
     "DESCRIBE_FILE",
+    "FILES",
     "HEAD_FILE",
     "MANIFEST_FILE",
     "PREPROCESS_FILE",

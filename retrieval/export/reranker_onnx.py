@@ -42,7 +42,9 @@ class OnnxPairScorer:
         threads: onnxruntime's intra-op threads (None: its default).
     """
 
-    def __init__(self, directory: Path, preprocess: Preprocess, device: str = "auto", threads: int | None = None):
+    def __init__(
+        self, directory: Path, preprocess: Preprocess, device: str = "auto", threads: int | None = None
+    ) -> None:
         self.describer = OnnxEncoder(directory / DESCRIBE_FILE, preprocess, device=device, threads=threads)
         self.head = load_onnx_session(directory / HEAD_FILE, device, threads)
 

@@ -334,7 +334,10 @@ class RerankerConfig(_Section):
 
     section: ClassVar[str] = "reranker"
 
-    mine_depth: Annotated[int, at_least(1)] = 20  # nearest training images of each one that make its pairs
+    # trained: the backbone fine-tunes with the head, on augmented images (each pair: two images through it);
+    # frozen: only the projection and the head train, on the backbone's features of each image computed once
+    backbone: Literal["trained", "frozen"] = "trained"
+    mine_depth: Annotated[int, at_least(1)] = 10  # nearest training images of each one that make its pairs
     # the depths N tried on validation (results re-scored per query)
     depths: Annotated[tuple[int, ...], accepts(lambda v: len(v) > 0 and min(v) >= 1, "whole numbers >= 1")] = (
         5,
@@ -350,7 +353,7 @@ class RerankerConfig(_Section):
         0.75,
         1.0,
     )
-    epochs: Annotated[int, at_least(1)] = 3  # passes over the mined pairs
+    epochs: Annotated[int, at_least(1)] = 1  # passes over the mined pairs
     batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up
     weight_decay: Annotated[float, _NON_NEGATIVE] = 1e-4  # AdamW weight decay

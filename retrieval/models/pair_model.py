@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from retrieval.models.embedder import Embedder
 
-__all__ = ["Describer", "PairHead", "PairModel"]
+__all__ = ["Describer", "PairHead", "PairModel", "Pooled"]
 
 
 class Describer(nn.Module):
@@ -41,12 +41,16 @@ class Describer(nn.Module):
             training = embedder.training
             features = self._pooled(embedder.eval(), probe)
             embedder.train(training)
-        self.project = nn.Linear(features.shape[1], width)
-        self.norm = nn.LayerNorm(width)
+        # pooled features -> descriptor: what trains alone when the backbone is frozen (`reranker.backbone`)
+        self.projection = nn.Sequential(nn.Linear(features.shape[1], width), nn.LayerNorm(width))
 
     def forward(self, images: Tensor) -> Tensor:
         """`(B, C, H, W)` -> `(B, P)` float32 descriptors."""
-        return self.norm(self.project(self._pooled(self.embedder, images).float()))
+        return self.projection(self.pooled(images).float())
+
+    def pooled(self, images: Tensor) -> Tensor:
+        """`(B, C, H, W)` -> `(B, F)` the backbone's features, pooled whole and by cell: the projection's input."""
+        return self._pooled(self.embedder, images)
 
     def _pooled(self, embedder: Embedder, images: Tensor) -> Tensor:
         """The backbone's features pooled as the embedder pools them, then (feature maps only) by grid cell."""
@@ -73,6 +77,17 @@ class PairHead(nn.Module):
         pair = torch.cat([queries * results, (queries - results).abs(), cosines[:, None].to(queries.dtype)], dim=1)
         logits: Tensor = self.mlp(pair)[:, 0]
         return logits
+
+
+class Pooled(nn.Module):
+    """A describer's `pooled` features as a module's output (to embed a dataset's images with them once)."""
+
+    def __init__(self, describer: Describer) -> None:
+        super().__init__()
+        self.describer = describer
+
+    def forward(self, images: Tensor) -> Tensor:
+        return self.describer.pooled(images).float()
 
 
 class PairModel(nn.Module):

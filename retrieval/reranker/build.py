@@ -90,9 +90,9 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     from retrieval.export.onnx_export import check_onnx_packages
     from retrieval.export.preprocess import Preprocess
     from retrieval.inference.forward import Precision
-    from retrieval.models.pair_model import PairModel
+    from retrieval.models.pair_model import PairModel, Pooled
     from retrieval.reranker.mining import mine_pairs
-    from retrieval.reranker.training import train_pair_model
+    from retrieval.reranker.training import PairDataset, PairFeatures, PairImages, train_pair_model
     from retrieval.runtime.device import place_model, resolve_device
     from retrieval.runtime.environment import torch_seeded
 
@@ -133,7 +133,11 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     with torch_seeded(config.train.seed):
         model = PairModel(embedder, settings.width, settings.grid, in_chans, config.data.image_size)
     place_model(model, device, precision.channels_last)
-    train_pair_model(model, data.train, pairs, config, device)
+    if settings.backbone == "frozen":
+        pair_data: PairDataset = PairFeatures(embed(Pooled(model.describe).eval(), train_eval), pairs)
+    else:
+        pair_data = PairImages(data.train, pairs)
+    train_pair_model(model, pair_data, config, device)
     train_seconds = time.perf_counter() - started
     val_embeddings = embed(embedder, val.dataset)
     descriptors = describe_split(

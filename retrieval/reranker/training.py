@@ -3,9 +3,13 @@
 A step is `retrieval.train.step.OptimizerStep` (autocast, fp16 loss scaling, clipping, as `retrieval train`
 and `retrieval pretrain` step): its model is the pair model's describer over the batch's query images then
 its result images, its criterion `PairLoss`, the head and the loss, whose "labels" carry each pair's target
-and cosine. The learning rate follows `LrSchedule` (cosine, a tenth of an epoch of warm-up). The pairs are
-seen with the training split's augmentation; the positives weigh as much as the negatives in all
-(`pos_weight`), as the mined pairs are mostly negatives.
+and cosine. The learning rate follows `LrSchedule` (cosine, a tenth of an epoch of warm-up). The positives
+weigh as much as the negatives in all (`pos_weight`), as the mined pairs are mostly negatives.
+
+`reranker.backbone`: `trained` fine-tunes the backbone too, on the pairs' images with the training split's
+augmentation (`PairImages`): each pair costs two images through the backbone, forward and backward.
+`frozen` trains the projection and the head alone, on each training image's pooled backbone features
+computed once without augmentation (`PairFeatures`): an epoch then costs an MLP over the pairs.
 """
 
 from __future__ import annotations
@@ -30,31 +34,54 @@ from retrieval.runtime.distributed import DistributedContext
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import LossTracker, OptimizerStep
 
-__all__ = ["PairDataset", "PairLoss", "train_pair_model"]
+__all__ = ["PairDataset", "PairFeatures", "PairImages", "PairLoss", "train_pair_model"]
 
 _log = logging.getLogger(__name__)
 _WARMUP_EPOCHS = 0.1
 
 
 class PairDataset(Dataset):
-    """The images of each mined pair, from a dataset of `(image, label)` items: `(query, result, target, cosine)`."""
+    """The mined pairs as items `(query input, result input, target, cosine)`; the inputs are a subclass's."""
 
-    def __init__(self, images: Dataset, pairs: Pairs) -> None:
-        self.images, self.pairs = images, pairs
+    def __init__(self, pairs: Pairs) -> None:
+        self.pairs = pairs
 
     def __len__(self) -> int:
         return len(self.pairs.targets)
 
     def __getitem__(self, index: int) -> tuple[Tensor, Tensor, float, float]:
-        query, result = (self._image(int(rows[index])) for rows in (self.pairs.queries, self.pairs.results))
+        query, result = (self.input(int(rows[index])) for rows in (self.pairs.queries, self.pairs.results))
         return query, result, float(self.pairs.targets[index]), float(self.pairs.cosines[index])
 
-    def _image(self, row: int) -> Tensor:
+    def input(self, row: int) -> Tensor:
+        """What the trained module takes of training image `row`."""
+        raise NotImplementedError
+
+
+class PairImages(PairDataset):
+    """Each pair's two images, from a dataset of `(image, label)` items (`reranker.backbone: trained`)."""
+
+    def __init__(self, images: Dataset, pairs: Pairs) -> None:
+        super().__init__(pairs)
+        self.images = images
+
+    def input(self, row: int) -> Tensor:
         item = self.images[row]
         if isinstance(item, BadImage):
             raise UserError(item.message)
         image: Tensor = item[0]
         return image
+
+
+class PairFeatures(PairDataset):
+    """Each pair's two rows of `(N, F)` pooled backbone features (`reranker.backbone: frozen`)."""
+
+    def __init__(self, features: np.ndarray, pairs: Pairs) -> None:
+        super().__init__(pairs)
+        self.features = torch.from_numpy(np.ascontiguousarray(features, dtype=np.float32))
+
+    def input(self, row: int) -> Tensor:
+        return self.features[row]
 
 
 class PairLoss(nn.Module):
@@ -73,27 +100,33 @@ class PairLoss(nn.Module):
         return F.binary_cross_entropy_with_logits(logits, labels[:, 0], pos_weight=self.pos_weight)
 
 
-def train_pair_model(model: PairModel, images: Dataset, pairs: Pairs, config: Config, device: torch.device) -> float:
-    """Train `model` (on `device`) on `pairs` of `images` for `config.reranker.epochs`; the last epoch's mean loss.
+def train_pair_model(model: PairModel, data: PairDataset, config: Config, device: torch.device) -> float:
+    """Train `model` (on `device`) on the pairs of `data` for `config.reranker.epochs`; the last epoch's mean loss.
+
+    `PairFeatures` train the projection and the head (the backbone stays as it is); `PairImages` the whole model.
 
     Raises:
         UserError: the loss stops being finite (lower reranker.lr), or an image cannot be read.
     """
-    settings = config.reranker
+    settings, pairs = config.reranker, data.pairs
+    frozen = isinstance(data, PairFeatures)
+    trained: nn.Module = model.describe.projection if frozen else model.describe
+    model.describe.embedder.requires_grad_(not frozen)
     generator = torch.Generator().manual_seed(config.train.seed)
     loader: DataLoader[Any] = DataLoader(
-        PairDataset(images, pairs),
+        data,
         batch_size=settings.batch_size,
         shuffle=True,
         generator=generator,
-        num_workers=config.data.num_workers,
+        num_workers=0 if frozen else config.data.num_workers,
         pin_memory=config.data.pin_memory and device.type == "cuda",
     )
     positives = max(pairs.positives, 1)
     criterion = PairLoss(model.head, (len(pairs.targets) - positives) / positives).to(device)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=settings.lr, weight_decay=settings.weight_decay)
+    parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
+    optimizer = torch.optim.AdamW(parameters, lr=settings.lr, weight_decay=settings.weight_decay)
     step = OptimizerStep(
-        model.describe,
+        trained,
         criterion,
         optimizer,
         DistributedContext(),
@@ -104,6 +137,8 @@ def train_pair_model(model: PairModel, images: Dataset, pairs: Pairs, config: Co
     loss = float("nan")
     for epoch in range(settings.epochs):
         model.train()
+        if frozen:
+            model.describe.embedder.eval()  # not run: its BatchNorm statistics stay the checkpoint's
         tracker = LossTracker(device, skip_non_finite=step.scaler is not None)
         started = time.perf_counter()
         for index, (queries, results, targets, cosines) in enumerate(loader):

@@ -79,3 +79,14 @@ def test_a_reranker_of_another_checkpoint_is_refused(tiny_reranker, other_checkp
     with pytest.raises(UserError, match="this re-ranker belongs to checkpoint .* not to other.pt"):
         manifest.belongs_to(file_sha256(other_checkpoint), "other.pt")
     assert json.loads((tiny_reranker[2] / MANIFEST_FILE).read_text())["format"] == 1
+
+
+def test_training_never_reads_the_test_split(tiny_reranker):
+    """`tiny_reranker` trains while every test image file holds garbage: reading one would fail the run, one line
+    `cannot read image ...`; the run writes its re-ranker, and the test files are restored after."""
+    checkpoint, dataset, directory, printed = tiny_reranker
+    assert f"re-ranker written to {directory}" in printed
+    from PIL import Image
+
+    for path in (dataset.parent / "images").glob("test_*"):
+        Image.open(path).verify()  # restored intact for the tests that evaluate

@@ -41,6 +41,7 @@ __all__ = [
     "LossConfig",
     "ModelConfig",
     "PretrainConfig",
+    "RerankerConfig",
     "TrainConfig",
     "check_config",
     "config_from_dict",
@@ -319,6 +320,47 @@ class PretrainConfig(_Section):
     one_ink: Annotated[float, _PROBABILITY] = 0.0
 
 
+def _weights_with_zero(values: tuple[float, ...]) -> bool:
+    return 0.0 in values and all(0.0 <= value <= 1.0 for value in values)
+
+
+class RerankerConfig(_Section):
+    """`retrieval reranker`: a learned pairwise re-ranker of a checkpoint's results (`retrieval.reranker`).
+
+    Pairs are mined from the checkpoint's `mine_depth` nearest training images of each training image;
+    the depth N and the weight w of the blend with the embedding's cosine are chosen on validation
+    (`retrieval.core.learned_rerank`). Device, autocast, loading and seed come from `train` and `data`.
+    """
+
+    section: ClassVar[str] = "reranker"
+
+    # trained: the backbone fine-tunes with the head, on augmented images (each pair: two images through it);
+    # frozen: only the projection and the head train, on the backbone's features of each image computed once
+    backbone: Literal["trained", "frozen"] = "trained"
+    mine_depth: Annotated[int, at_least(1)] = 10  # nearest training images of each one that make its pairs
+    # the depths N tried on validation (results re-scored per query)
+    depths: Annotated[tuple[int, ...], accepts(lambda v: len(v) > 0 and min(v) >= 1, "whole numbers >= 1")] = (
+        5,
+        10,
+        20,
+        50,
+    )
+    # the weights w of the pair model tried on validation; 0 (the embedding alone) is always among them
+    weights: Annotated[tuple[float, ...], accepts(_weights_with_zero, "weights in [0, 1], 0 among them")] = (
+        0.0,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+    )
+    epochs: Annotated[int, at_least(1)] = 1  # passes over the mined pairs
+    batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
+    lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up
+    weight_decay: Annotated[float, _NON_NEGATIVE] = 1e-4  # AdamW weight decay
+    width: Annotated[int, at_least(1)] = 256  # P: the descriptor's width
+    grid: Annotated[int, at_least(1)] = 2  # cells a side of the descriptor's layout of the feature map
+
+
 class Config(BaseModel):
     """The whole run configuration: one model per YAML section."""
 
@@ -330,6 +372,7 @@ class Config(BaseModel):
     loss: LossConfig = Field(default_factory=LossConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
+    reranker: RerankerConfig = Field(default_factory=RerankerConfig)
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -339,6 +382,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "loss": LossConfig,
     "train": TrainConfig,
     "pretrain": PretrainConfig,
+    "reranker": RerankerConfig,
 }
 
 
@@ -402,7 +446,11 @@ def config_to_dict(config: Config) -> ConfigDocument:
     out = config.model_dump()
     loss = out.pop("loss")
     out["loss"] = {"name": loss["name"], **loss["params"]}
-    for section in ("augment", "pretrain"):  # pairs (crop_scale, ...) as YAML lists, as a config file gives them
+    for section in (
+        "augment",
+        "pretrain",
+        "reranker",
+    ):  # pairs (crop_scale, ...) as YAML lists, as a config file gives them
         out[section] = {key: list(value) if isinstance(value, tuple) else value for key, value in out[section].items()}
     return {key: out[key] for key in _SECTIONS}
 
@@ -438,7 +486,10 @@ def _build_config(raw: ConfigDocument, texts: Mapping[str, str]) -> Config:
     augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
     loss = _build_loss_section(raw.get("loss") or {}, texts)
     pretrain = PretrainConfig.build(raw.get("pretrain") or {}, texts)
-    config = Config(model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain)
+    reranker = RerankerConfig.build(raw.get("reranker") or {}, texts)
+    config = Config(
+        model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain, reranker=reranker
+    )
     _check_across_fields(config)
     return config
 

@@ -116,3 +116,67 @@ def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
     with contextlib.redirect_stdout(out):
         assert main(["train", *(f"--set={o}" for o in [*tiny, "train.epochs=1"]), "--output-dir", str(run)]) == 0
     return run, out.getvalue()
+
+
+TINY_RERANKER_SETTINGS = (
+    "data.val_fraction=0.34",
+    "data.num_workers=0",
+    "reranker.mine_depth=4",
+    "reranker.epochs=1",
+    "reranker.batch_size=16",
+    "reranker.width=16",
+    "reranker.depths=[2,4]",
+    "reranker.weights=[0,0.5,1]",
+)
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker(tmp_path_factory) -> tuple[Path, Path, Path, str]:
+    """A `retrieval reranker` of `write_tiny_checkpoint` on a CSV dataset (6 training classes of 6 images, a third
+    held out for validation): `(checkpoint, dataset csv, re-ranker dir, what it printed)`.
+
+    Trained once a session, with the test images' bytes replaced by garbage meanwhile: a re-ranker that read one
+    would fail ("cannot read image").
+    """
+    import contextlib
+    import io
+
+    from retrieval.cli.main import main
+
+    root = tmp_path_factory.mktemp("reranker")
+    dataset = write_csv_dataset(root / "data", train_classes=6, test_classes=3, per_class=6)
+    checkpoint = write_tiny_checkpoint(root / "best.pt")
+    test_images = {path: path.read_bytes() for path in (root / "data" / "images").glob("test_*")}
+    for path in test_images:
+        path.write_bytes(b"not an image")
+    out = io.StringIO()
+    command = ["reranker", "--checkpoint", str(checkpoint), "--output-dir", str(root / "reranker")]
+    with contextlib.redirect_stdout(out):
+        code = main([*command, "--set", f"data.path={dataset}", *(f"--set={o}" for o in TINY_RERANKER_SETTINGS)])
+    for path, content in test_images.items():
+        path.write_bytes(content)
+    assert code == 0, out.getvalue()
+    return checkpoint, dataset, root / "reranker", out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> tuple[Path, Path, Path]:
+    """`(index, re-ranker, other index)` for `index query` and `serve` with `tiny_reranker`: flat indexes of its
+    dataset by its checkpoint and by `other_checkpoint`, and a copy of it forced to apply (N=4, w=0.5), whatever
+    validation chose, so that the pair model's path runs."""
+    import json
+    import shutil
+
+    from retrieval.cli.main import main
+
+    checkpoint, dataset, directory, _ = tiny_reranker
+    root = tmp_path_factory.mktemp("reranker_indexes")
+    for name, model in (("index", checkpoint), ("other", other_checkpoint)):
+        args = ["index", "build", "--checkpoint", str(model), "--csv", str(dataset), "--out", str(root / name)]
+        assert main([*args, "--type", "flat", "--num-workers", "0", "--device", "cpu"]) == 0
+    forced = root / "applied"
+    shutil.copytree(directory, forced)
+    manifest = json.loads((forced / "manifest.json").read_text())
+    manifest.update(depth=4, weight=0.5)
+    (forced / "manifest.json").write_text(json.dumps(manifest))
+    return root / "index", forced, root / "other"

@@ -113,6 +113,12 @@ _PRETRAIN_GLYPHS = (
     "pretrains a ResNet-18 for 8 epochs on thousands of glyphs, an hour on a CPU; the documented `retrieval "
     "pretrain` command of training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
 )
+_RERANKER = (
+    "trains a pair model and exports it to ONNX, a minute on the docs' world at 2 cores; tests/reranker/test_build.py "
+    "runs retrieval reranker on a tiny CSV, tests/evaluate/test_learned_rerank.py evaluate --reranker, "
+    "tests/cli/test_index_query_reranker.py index query --reranker, tests/serve/test_learned_rerank_api.py serve "
+    "--reranker (without torch too)"
+)
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "retrieval train": Skip(_DEMO),
@@ -273,6 +279,13 @@ COMMANDS: dict[str, Run | Skip] = {
     "retrieval index merge shard-0 shard-1 ... --out catalogue-index": Run(
         r"(?m)^vectors: 77 from 2 shards", {" ... ": " "}, fresh=("catalogue-index",)
     ),
+    # docs/reranker.md
+    "retrieval reranker --checkpoint runs/shop/checkpoints/best.pt --output-dir runs/shop/reranker": Skip(_RERANKER),
+    "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --reranker runs/shop/reranker": Skip(_RERANKER),
+    "retrieval index query --index runs/shop/index --image shoe.png -k 5 --reranker runs/shop/reranker": Skip(
+        _RERANKER
+    ),
+    "retrieval serve --index runs/shop/index --reranker runs/shop/reranker": Skip(_RERANKER),
     # docs/search.md (also shows the README's index build, query, add, eval and serve lines)
     "retrieval index remove --index runs/shop/index --ids 17 42": Run(r"^removed 2 vectors; the index holds 43"),
     "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),

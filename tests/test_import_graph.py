@@ -37,6 +37,7 @@ SERVING = [
     "export/onnx_encoder.py",
     "export/preprocess.py",
     "export/index_encoder.py",
+    "export/reranker_onnx.py",
     "core",
     "embedding_files",
 ]

@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "index": ("bench_index.py", ["--sizes", "100000"]),
     "serve": ("bench_serve.py", []),
     "bf16": ("bench_bf16.py", []),
+    "reranker": ("bench_reranker.py", []),
 }
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")

@@ -58,6 +58,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="re-rank results: qe | dba | kreciprocal (parameters chosen on validation), or e.g. qe:k=2,alpha=3",
     )
     parser.add_argument(
+        "--reranker",
+        type=Path,
+        metavar="DIR",
+        help="a learned re-ranker of this checkpoint (retrieval reranker): prints test with it and without it",
+    )
+    parser.add_argument(
         "--grid-queries", choices=GRID_MODES, default="worst", help="which queries --grid draws (default: worst)"
     )
     parser.add_argument("--grid-rows", type=_positive_int, default=8, metavar="N", help="queries in the grid")
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         overrides=tuple(args.overrides),
         per_query=None if args.per_query is None else with_folder(args.per_query),
         rerank=args.rerank,
+        reranker=args.reranker,
         classification=args.classification,
         calibrate=args.calibrate,
         calibration_share=args.calibration_share,

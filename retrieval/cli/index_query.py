@@ -56,6 +56,13 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
         metavar="SPEC",
         help="re-rank results: qe or kreciprocal, with the parameters evaluate --rerank chose, e.g. qe:k=2,alpha=3",
     )
+    query.add_argument(
+        "--reranker",
+        type=Path,
+        metavar="DIR",
+        help="re-score each query's top results with a learned re-ranker of the index's checkpoint "
+        "(retrieval reranker DIR; onnxruntime, reads the results' images)",
+    )
     add_checkpoint_check(query)
     add_embedding_arguments(query)
 
@@ -76,7 +83,19 @@ def run(args: argparse.Namespace) -> int:
         where.check(index.metadata_schema)  # before embedding: a typo in a column name fails at once
     columns = _shown_columns(args.columns, where, index.metadata_schema.names)
     min_score = min_score_for(args.min_score, index.manifest.match_threshold)
+    if args.rerank and args.reranker:
+        raise UserError("--rerank and --reranker are two re-rankings; pass one")
+    if args.min_score is not None and args.reranker is not None:
+        raise UserError(
+            "--min-score compares cosines, and --reranker's scores blend the cosine with a pair model's probability; "
+            "pass one"
+        )
     reranker = rerank_at_query(args.rerank) if args.rerank else None
+    learned = None
+    if args.reranker is not None:
+        from retrieval.export.reranker_onnx import reranker_for_index
+
+        learned = reranker_for_index(args.reranker, index.manifest.model, device=args.device)
     encoder = encoder_for_index(
         index.manifest.model.record(), args.checkpoint, device=args.device, model_dir=args.model
     )
@@ -89,7 +108,12 @@ def run(args: argparse.Namespace) -> int:
     if embedded.failures:
         path, reason = embedded.failures[0]
         raise UserError(f"cannot read query image {path} ({reason}); pass a readable image file")
-    if reranker is None:
+    if learned is not None:
+        descriptors = learned.scorer.describe_files(paths)
+        scores, ids = learned.search(
+            IndexGallery(index, where), embedded.embeddings, descriptors, args.k, lambda found: _paths(index, found)
+        )
+    elif reranker is None:
         scores, ids = index.search(embedded.embeddings, k=args.k, filter=where)
     else:
         scores, ids = reranker.search(IndexGallery(index, where), embedded.embeddings, args.k)
@@ -113,6 +137,11 @@ def _results(index: SearchIndex, scores: np.ndarray, ids: np.ndarray) -> list[Qu
         QueryMatch.model_validate({**row, "rank": rank, "score": float(score)})
         for rank, (score, row) in enumerate(zip(scores[found], rows, strict=True), start=1)
     ]
+
+
+def _paths(index: SearchIndex, ids: np.ndarray) -> list[object]:
+    """The metadata `path` of each id (None where a row has none): the images a learned re-ranker reads."""
+    return [row.get("path") for row in index.metadata_for(ids)]
 
 
 def _shown_columns(requested: str | None, where: Filter | None, names: list[str]) -> list[str]:

@@ -8,7 +8,20 @@ import sys
 from collections.abc import Sequence
 
 from retrieval import __version__
-from retrieval.cli import audit, compare, data, embed, evaluate, export, index, pretrain, serve, sweep, train
+from retrieval.cli import (
+    audit,
+    compare,
+    data,
+    embed,
+    evaluate,
+    export,
+    index,
+    pretrain,
+    reranker,
+    serve,
+    sweep,
+    train,
+)
 from retrieval.errors import UserError
 
 __all__ = ["main"]
@@ -19,6 +32,7 @@ _COMMANDS = {
     "evaluate": evaluate,
     "embed": embed,
     "export": export,
+    "reranker": reranker,
     "sweep": sweep,
     "compare": compare,
     "data": data,

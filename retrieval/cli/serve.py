@@ -54,6 +54,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         help="re-rank every search: qe or kreciprocal with the parameters evaluate --rerank chose, e.g. qe:k=2,alpha=3",
     )
     parser.add_argument(
+        "--reranker",
+        type=Path,
+        metavar="DIR",
+        help="re-score searches by image and by id with a learned re-ranker of the index's checkpoint "
+        "(retrieval reranker DIR; onnxruntime, reads the results' images)",
+    )
+    parser.add_argument(
         "--reload-interval",
         type=float,
         default=1.0,
@@ -132,6 +139,7 @@ def run(args: argparse.Namespace) -> int:
         model_dir=args.model,
         rerank=args.rerank,
         batching=batching,
+        reranker_dir=args.reranker,
     )
     if not _is_loopback(args.host):
         print(f"note: listening on {args.host}: anyone who can reach it can search the index", file=sys.stderr)

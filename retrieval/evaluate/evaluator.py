@@ -14,6 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset, Subset
 
+from retrieval.core.learned_rerank import RowReranker
 from retrieval.core.rerank import Reranker
 from retrieval.data import EvalSplit, ImageLoader
 from retrieval.errors import UserError
@@ -29,6 +30,7 @@ __all__ = [
     "evaluate_model",
     "format_mean_sd",
     "format_metrics",
+    "readable_rows",
     "score_split",
 ]
 
@@ -94,12 +96,20 @@ def evaluate_model(
     return evaluator(model, proxies)
 
 
+def readable_rows(embeddings: np.ndarray) -> np.ndarray:
+    """`(N,)` bool: the rows `score_split` scores (images skipped under `data.on_bad_image: skip` are NaN rows).
+
+    A `RowReranker`'s rows are the positions among these.
+    """
+    return ~np.isnan(embeddings).any(axis=1)
+
+
 def score_split(
     embeddings: np.ndarray,
     split: EvalSplit,
     class_groups: np.ndarray | None = None,
     proxies: np.ndarray | None = None,
-    rerank: Reranker | None = None,
+    rerank: Reranker | RowReranker | None = None,
 ) -> tuple[dict[str, float], PerQuery]:
     """Recall@K, MAP@R and R-precision of a split's `(N, D)` embeddings, and per-group results where they apply.
 
@@ -110,7 +120,7 @@ def score_split(
     MAP@R per head / mid / tail group and, with `proxies` `(K, D)` of the same K classes, the proxy
     classifier's accuracy overall and per group.
     """
-    kept = ~np.isnan(embeddings).any(axis=1)  # rows of images skipped under data.on_bad_image: skip
+    kept = readable_rows(embeddings)
     embeddings, labels = embeddings[kept], split.labels[kept]
     query_mask, gallery_mask = (None if mask is None else mask[kept] for mask in (split.query_mask, split.gallery_mask))
     scores = per_query_scores(embeddings, labels, KS, query_mask, gallery_mask, rerank)

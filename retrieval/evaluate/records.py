@@ -53,6 +53,17 @@ class LeakNote(Record):
     excluded: bool
 
 
+class LearnedRerankNote(Record):
+    """`evaluate --reranker`: the re-ranker applied, its blend, and test with it and with the embedding alone."""
+
+    directory: str
+    depth: int
+    weight: float  # 0: validation chose the embedding alone, and the re-ranked row is that row
+    applied: bool
+    reranked: dict[str, float | int]  # test Recall@K, MAP@R, ... with the re-ranker
+    embedding_alone: dict[str, float | int]  # ... without it
+
+
 class EvaluationRecord(Record):
     """What `retrieval evaluate --json` writes: the metrics at the top level, then each option's entry."""
 
@@ -61,6 +72,7 @@ class EvaluationRecord(Record):
     metrics: dict[str, float | int] = Field(exclude=True)  # Recall@K, MAP@R, ...: free-form names, written first
     uncertainty: Uncertainty
     rerank: RerankRecord | None = None
+    reranker: LearnedRerankNote | None = None
     calibration: Calibration | None = None
     classification: ClassificationNote | None = None
     verification: VerificationReport | None = None

@@ -24,15 +24,19 @@ from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
 
 if TYPE_CHECKING:
+    import torch
     from torch.utils.data import Dataset
 
     from retrieval.checkpoint import Checkpoint
     from retrieval.config import Config
+    from retrieval.core.learned_rerank import RerankerFiles
     from retrieval.data import EvalSplit, RetrievalData
+    from retrieval.evaluate.learned_rerank import SplitReranker
     from retrieval.evaluate.proxy_classifier import Calibration, ProxyClassifier
-    from retrieval.evaluate.records import EvaluationRecord, ProxyClassification
+    from retrieval.evaluate.records import EvaluationRecord, LearnedRerankNote, ProxyClassification
     from retrieval.evaluate.uncertainty import Uncertainty
     from retrieval.evaluate.verification import VerificationReport
+    from retrieval.inference.forward import Precision
     from retrieval.models import Embedder
 
 __all__ = ["EvaluationReport", "EvaluationRequest", "run_evaluation"]
@@ -49,6 +53,8 @@ class EvaluationRequest:
             `config` is None; with a checkpoint, they apply to its saved config where they can).
         per_query: write every query's Recall@1 and AP@R here (`.npz`, for `retrieval compare`).
         rerank: a re-ranking spec (`qe`, `dba`, `kreciprocal`, or with parameters, `qe:k=2,alpha=3`).
+        reranker: a learned re-ranker's directory (`retrieval reranker`) of this checkpoint: test is scored with
+            it and with the embedding alone, both printed.
         classification: score the proxy classifier into this folder; `calibrate`: fit a softmax
             temperature on (`calibration_share` of) the validation split.
         verification: pair-level verification; `save_threshold`: the false match rate whose threshold
@@ -71,6 +77,7 @@ class EvaluationRequest:
     overrides: tuple[str, ...] = ()
     per_query: Path | None = None
     rerank: str | None = None
+    reranker: Path | None = None
     classification: Path | None = None
     calibrate: bool = False
     calibration_share: float = 1.0
@@ -178,6 +185,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
 
     classifier = _classifier_for(checkpoint, config, data)
     _check_requests(request, classifier, data)  # before any image is embedded
+    learned = _learned_reranker(request, config)
     check_threshold_request(request.save_threshold, data, config.train.select_on_test)
     scored_test, leak_warning = _leak_check(request, config, data)
     embeddings = embed(data.test)
@@ -185,12 +193,16 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     rerank = None
     if request.rerank:
         rerank = choose_rerank(request.rerank, None if data.val is None else (embed(data.val), data.val))
+    proxies = None if classifier is None else classifier.proxies
+    split_reranker = None
+    if learned is not None and learned.manifest.applied:
+        split_reranker = _split_reranker(learned, checkpoint, config, scored_test, embeddings, device, precision)
     metrics, scores = score_split(
         embeddings,
         scored_test,
         class_groups,
-        None if classifier is None else classifier.proxies,
-        None if rerank is None else rerank.reranker,
+        proxies,
+        split_reranker if rerank is None else rerank.reranker,
     )
     values = QueryValues.from_scores(scores)
     uncertainty = uncertainty_summary(values)
@@ -202,6 +214,10 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     if rerank is not None:
         notes.append(rerank.line())
         extras.rerank = rerank.record()
+    if learned is not None:
+        alone = metrics if split_reranker is None else score_split(embeddings, scored_test, class_groups, proxies)[0]
+        extras.reranker = _learned_note(learned, metrics, alone)
+        notes.extend(_learned_lines(learned, metrics, alone))
     calibrated = None
     if request.calibrate:
         assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
@@ -221,6 +237,72 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     if leak_warning:
         extras.leaks = LeakNote(warning=leak_warning, excluded=request.exclude_leaks)
     return EvaluationReport(metrics, extras, notes, uncertainty, leak_warning)
+
+
+def _learned_reranker(request: EvaluationRequest, config: Config) -> RerankerFiles | None:
+    """The checked re-ranker directory of `--reranker`, refused unless it belongs to this checkpoint and image size."""
+    from retrieval.core.learned_rerank import read_reranker
+    from retrieval.runtime.files import file_sha256
+
+    if request.reranker is None:
+        return None
+    if request.checkpoint is None:
+        raise UserError("--reranker re-scores a trained checkpoint's results; pass --checkpoint CKPT, not --backbone")
+    if request.rerank:
+        raise UserError("--rerank and --reranker are two re-rankings; evaluate one at a time")
+    files = read_reranker(request.reranker)
+    files.manifest.belongs_to(file_sha256(request.checkpoint), f"checkpoint {request.checkpoint}")
+    if files.manifest.image_size != config.data.image_size:
+        raise UserError(
+            f"the re-ranker was trained at data.image_size={files.manifest.image_size}, this evaluation runs at "
+            f"{config.data.image_size}; leave data.image_size as the re-ranker had it"
+        )
+    return files
+
+
+def _split_reranker(
+    files: RerankerFiles,
+    checkpoint: Checkpoint,
+    config: Config,
+    split: EvalSplit,
+    embeddings: np.ndarray,
+    device: torch.device,
+    precision: Precision,
+) -> SplitReranker:
+    """The re-ranker's blend on `split`, its images described once by the PyTorch pair model."""
+    from retrieval.evaluate.learned_rerank import describe_split, load_pair_model, split_reranker
+    from retrieval.runtime.device import place_model
+
+    model = load_pair_model(files, checkpoint.embedder(), checkpoint.model_config.in_chans)
+    place_model(model, device, precision.channels_last)
+    data = config.data
+    descriptors = describe_split(model, split.dataset, data.eval_batch_size, device, precision, data.num_workers)
+    return split_reranker(files.manifest.blend, model.head, embeddings, descriptors, split)
+
+
+def _learned_note(files: RerankerFiles, reranked: dict[str, float], alone: dict[str, float]) -> LearnedRerankNote:
+    from retrieval.evaluate.records import LearnedRerankNote
+
+    manifest = files.manifest
+    return LearnedRerankNote(
+        directory=str(files.directory),
+        depth=manifest.depth,
+        weight=manifest.weight,
+        applied=manifest.applied,
+        reranked=reranked,
+        embedding_alone=alone,
+    )
+
+
+def _learned_lines(files: RerankerFiles, reranked: dict[str, float], alone: dict[str, float]) -> list[str]:
+    """The verdict on validation, then test's two rows: the embedding alone and re-ranked."""
+    manifest = files.manifest
+    label = f"re-ranked (N={manifest.depth}, w={manifest.weight:g})" if manifest.applied else "re-ranked (not applied)"
+    width = max(len(label), len("embedding alone"))
+    lines = [manifest.verdict(), f"{'test':<{width}}  Recall@1     MAP@R"]
+    for name, values in (("embedding alone", alone), (label, reranked)):
+        lines.append(f"{name:<{width}}  {values['recall@1']:>8.4f}  {values['map@r']:>8.4f}")
+    return lines
 
 
 def _leak_check(request: EvaluationRequest, config: Config, data: RetrievalData) -> tuple[EvalSplit, str | None]:

@@ -29,7 +29,7 @@ from retrieval.images import UnreadableImage, flatten_image, load_image
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.runtime.heartbeat import with_progress
 
-__all__ = ["OnnxEncoder", "onnx_encoder_for_index"]
+__all__ = ["OnnxEncoder", "load_onnx_session", "onnx_encoder_for_index"]
 
 
 class OnnxEncoder:
@@ -55,11 +55,7 @@ class OnnxEncoder:
         device: str = "auto",
         threads: int | None = None,
     ) -> None:
-        ort = _onnxruntime()
-        options = ort.SessionOptions()
-        if threads is not None:
-            options.intra_op_num_threads = threads
-        self.session = _load_session(ort, Path(model_path), options, _providers(device, ort))
+        self.session = load_onnx_session(Path(model_path), device, threads)
         self.preprocess = preprocess
         self._info = ModelInfo.read(info or {})
         self._input = self.session.get_inputs()[0].name
@@ -177,6 +173,19 @@ def onnx_encoder_for_index(
             "the index"
         )
     return encoder
+
+
+def load_onnx_session(model_path: Path, device: str = "auto", threads: int | None = None) -> Any:
+    """An onnxruntime session of `model_path` on `device` (`auto`, `cpu`, `cuda`, `cuda:N`) with `threads` intra-op.
+
+    Raises:
+        UserError: onnxruntime is not installed, the device is unknown or absent, or the file cannot be loaded.
+    """
+    ort = _onnxruntime()
+    options = ort.SessionOptions()
+    if threads is not None:
+        options.intra_op_num_threads = threads
+    return _load_session(ort, model_path, options, _providers(device, ort))
 
 
 def _onnxruntime() -> Any:

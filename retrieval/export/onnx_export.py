@@ -50,7 +50,7 @@ from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.runtime.files import atomic_write, file_sha256, write_text
 
-__all__ = ["DEFAULT_OPSET", "PARITY_TOLERANCE", "export_checkpoint", "export_onnx"]
+__all__ = ["DEFAULT_OPSET", "PARITY_TOLERANCE", "check_onnx_packages", "export_checkpoint", "export_onnx"]
 
 DEFAULT_OPSET = 18  # read by onnxruntime >= 1.14, TensorRT 8.6+, OpenVINO 2023+
 PARITY_TOLERANCE = 1e-4  # largest max-abs embedding difference onnxruntime vs PyTorch an export may have
@@ -79,9 +79,7 @@ def export_checkpoint(
             than `PARITY_TOLERANCE`, or the int8 model drops more than `quantize.tolerance`.
     """
     source, out = Path(checkpoint_path), Path(out_dir)
-    missing = [name for name in _ONNX_PACKAGES if importlib.util.find_spec(name) is None]
-    if missing:
-        raise UserError(f"ONNX export needs {', '.join(missing)}; install them with: pip install 'retrieval[onnx]'")
+    check_onnx_packages()
     if not source.is_file():
         raise UserError(f"checkpoint not found: {source}; pass a run's checkpoints/best.pt with --checkpoint")
     sha256 = file_sha256(source)
@@ -108,6 +106,17 @@ def export_checkpoint(
             manifest.quantization = quantization
         _publish(staged, out, manifest)
     return manifest.record()
+
+
+def check_onnx_packages() -> None:
+    """Refuse, in one line naming them, to export without the `[onnx]` extra's packages.
+
+    Raises:
+        UserError: onnx, onnxscript or onnxruntime is not installed.
+    """
+    missing = [name for name in _ONNX_PACKAGES if importlib.util.find_spec(name) is None]
+    if missing:
+        raise UserError(f"ONNX export needs {', '.join(missing)}; install them with: pip install 'retrieval[onnx]'")
 
 
 def _manifest(

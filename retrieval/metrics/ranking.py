@@ -45,6 +45,7 @@ from typing import NamedTuple
 import faiss
 import numpy as np
 
+from retrieval.core.learned_rerank import RowReranker
 from retrieval.core.rerank import Reranker
 from retrieval.errors import UserError
 from retrieval.metrics._inputs import ArrayLike, _to_numpy, as_embeddings, as_ks, as_label_codes, as_mask
@@ -172,14 +173,15 @@ def per_query_scores(
     ks: Sequence[int] = (1, 2, 4, 8),
     query_mask: ArrayLike | None = None,
     gallery_mask: ArrayLike | None = None,
-    rerank: Reranker | None = None,
+    rerank: Reranker | RowReranker | None = None,
 ) -> PerQuery:
     """Every query's first-hit rank, AP@R and R-precision, as `retrieval_metrics` computes them.
 
     Same arguments, protocol and errors as `retrieval_metrics`; `ks` only sets how deep every
     query searches (max(ks)), the depth of `hit_rates`. With `rerank`
     (`retrieval.core.rerank`) the gallery is stored and searched through it; a query in the
-    gallery never sees its own row, in the expansion steps either.
+    gallery never sees its own row, in the expansion steps either. A `RowReranker` (a learned
+    pair model, `retrieval.core.learned_rerank`) is told which input rows its queries are.
 
     Returns:
         The scored queries in input row order (`PerQuery.summary(ks)` gives the metrics).
@@ -372,7 +374,11 @@ def _score_group(
     def scored(chunk: _Queries, width: int, depth: int) -> list[_QueryScores]:
         """The chunk's scores from its `width` nearest, searched `depth` deep, and deeper where that is too shallow."""
         if gallery.rerank is not None:  # the reranker's order is taken as given: no runs of ties
-            _, neighbors = gallery.rerank.search(gallery.rows(chunk, excludes_self), chunk.embeddings, depth)
+            search = gallery.rows(chunk, excludes_self)
+            if isinstance(gallery.rerank, RowReranker):
+                _, neighbors = gallery.rerank.search_rows(search, chunk.embeddings, chunk.rows, depth)
+            else:
+                _, neighbors = gallery.rerank.search(search, chunk.embeddings, depth)
             hits = _relevant(gallery_codes[neighbors[:, :width]], chunk.codes)
             return [_QueryScores(chunk.rows, *_score_hits(hits, None, chunk.num_positives, min_width))]
         similarities, neighbors, unseen = gallery.nearest(chunk, depth, excludes_self)
@@ -442,7 +448,7 @@ def _chunks(
 class _Gallery:
     """The gallery's vectors in an exact inner-product index, searched plainly or through a reranker."""
 
-    def __init__(self, vectors: np.ndarray, rerank: Reranker | None) -> None:
+    def __init__(self, vectors: np.ndarray, rerank: Reranker | RowReranker | None) -> None:
         self.vectors = np.ascontiguousarray(vectors if rerank is None else rerank.database(vectors), dtype=np.float32)
         self.index = faiss.IndexFlatIP(vectors.shape[1])
         self.index.add(self.vectors)

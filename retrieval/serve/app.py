@@ -35,7 +35,9 @@ from starlette.exceptions import HTTPException
 
 from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
+from retrieval.export.reranker_onnx import IndexReranker, reranker_for_index
 from retrieval.index.min_score import keep_matches, min_score_for
+from retrieval.inference.interface import ModelInfo
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy
@@ -68,6 +70,7 @@ def create_app(
     model_dir: str | Path | None = None,
     rerank: str | None = None,
     batching: BatchPolicy | None = None,
+    reranker_dir: str | Path | None = None,
 ) -> FastAPI:
     """Load the index in `index_dir` (or the collection at `backend`) and its model, and return the app serving them.
 
@@ -91,6 +94,8 @@ def create_app(
         rerank: a re-ranking spec applied to every search (`qe:k=2,alpha=3`, `kreciprocal:...`; see
             `retrieval.core.rerank`), or None.
         batching: how concurrent image queries share a forward pass (`BatchPolicy()`: up to 16, 2 ms).
+        reranker_dir: a learned re-ranker of the index's checkpoint (`retrieval reranker`), run by onnxruntime on
+            searches by image and by id (a search by vector has no image to compare), or None.
 
     Raises:
         UserError: the index or its checkpoint cannot be loaded, the limits contradict each other, or
@@ -101,8 +106,12 @@ def create_app(
     reranker = rerank_at_query(rerank) if rerank else None
     if search_threads < 1:
         raise UserError(f"search_threads must be >= 1, got {search_threads}")
+    if rerank and reranker_dir is not None:
+        raise UserError("--rerank and --reranker are two re-rankings; pass one")
     live = _views(index_dir, backend, checkpoint, device, model_dir, reload_interval)
-    searcher = Searcher(live, _public_paths(live.current(), image_root), limits, search_threads, reranker, batching)
+    learned = None if reranker_dir is None else _learned(reranker_dir, live.current(), device)
+    paths = _public_paths(live.current(), image_root)
+    searcher = Searcher(live, paths, limits, search_threads, reranker, batching, learned)
     static = Path(str(resources.files("retrieval.serve") / "static"))
 
     app = FastAPI(
@@ -116,6 +125,13 @@ def create_app(
     _add_lookup_routes(app, live, searcher, (static / "index.html").read_text())
     _add_search_route(app, live, searcher, limits)
     return app
+
+
+def _learned(directory: str | Path, view: IndexView, device: str) -> IndexReranker:
+    """The learned re-ranker for the index's model; refused when the index records none or another checkpoint."""
+    if view.encoder is None:
+        raise UserError("this index records no model, so no re-ranker can be checked against it")
+    return reranker_for_index(directory, ModelInfo.read(view.encoder.info()), device)
 
 
 def _views(
@@ -198,6 +214,7 @@ def _search_json(live: Views[IndexView], searcher: Searcher, body: bytes, starte
         results = searcher.by_vector(payload.vector, payload.k, where)
     else:
         query = SearchQuery(type="id", id=payload.id)
+        searcher.check_min_score(minimum)
         results = searcher.by_id(payload.id, payload.k, where)
     return _answer(started, query, payload.k, minimum, results)
 
@@ -208,6 +225,7 @@ def _search_image(
     """An image search: the upload's embedding against the index."""
     where = parse_filter_field(raw_filter)
     minimum = _min_score(min_score, live.current())
+    searcher.check_min_score(minimum)
     return _answer(started, SearchQuery(type="image"), k, minimum, searcher.by_image(data, k, where))
 
 

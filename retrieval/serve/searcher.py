@@ -23,10 +23,11 @@ from retrieval.core.match_threshold import MatchThreshold
 from retrieval.core.rerank import Reranker
 from retrieval.errors import BackendFailed, UserError
 from retrieval.export.index_encoder import encoder_for_index
+from retrieval.export.reranker_onnx import IndexReranker
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
 from retrieval.index.gallery import IndexGallery
-from retrieval.inference.interface import Encoder, model_identity
+from retrieval.inference.interface import Encoder, ModelInfo, model_identity
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
 from retrieval.serve.budget import DecodeBudget
@@ -94,9 +95,12 @@ class Searcher:
         search_threads: int,
         reranker: Reranker | None = None,
         batching: BatchPolicy | None = None,
+        learned: IndexReranker | None = None,
     ) -> None:
         self.live = live
         self.reranker = reranker  # `serve --rerank`: every search re-ranked (`retrieval.core.rerank`)
+        # `serve --reranker`: searches by image or by id re-scored by a learned re-ranker; by vector there is no image
+        self.learned = learned
         self.paths = paths
         self.limits = limits
         self.search_threads = search_threads
@@ -118,13 +122,17 @@ class Searcher:
                 try:
                     # decoded before it joins a batch, so that a broken file fails alone
                     vector = self.embedding.embed(view.encoder, image, decode=lambda: load_pixels(image))
+                    descriptors = None
+                    if self.learned is not None:
+                        with self._model_lock:
+                            descriptors = self.learned.scorer.describe_images([image])
                 finally:
                     image.close()  # frees the pixels before the memory is handed back
         except ImageTooLarge as exc:
             raise RequestError(413, str(exc)) from exc
         except UserError as exc:
             raise RequestError(400, str(exc)) from exc
-        return self._search(view, vector, k, where)
+        return self._search(view, vector, k, where, descriptors)
 
     def by_vector(self, values: Any, k: int, where: Filter | None = None) -> list[SearchResult]:
         """Search with a JSON list of numbers, checked against the dimension of the index it searches."""
@@ -134,10 +142,17 @@ class Searcher:
     def by_id(self, item_id: int, k: int, where: Filter | None = None) -> list[SearchResult]:
         """More like this: the item's nearest neighbours, the item itself left out."""
         view = self.live.current()
-        self._row(view, item_id)  # 404 for an unknown id
+        row = self._row(view, item_id)  # 404 for an unknown id
         with self._index_lock:
             vector = np.asarray(view.index.reconstruct(item_id), dtype=np.float32)
-        results = self._search(view, vector[None], min(k + 1, MAX_K + 1), where)
+        descriptors = None
+        if self.learned is not None:
+            try:
+                with self._model_lock:
+                    descriptors = self.learned.describe_item(item_id, row.get("path"))
+            except UserError as exc:
+                raise RequestError(400, str(exc)) from exc
+        results = self._search(view, vector[None], min(k + 1, MAX_K + 1), where, descriptors)
         return [result for result in results if result.id != item_id][:k]
 
     def thumb(self, item_id: int) -> tuple[bytes, str]:
@@ -178,12 +193,30 @@ class Searcher:
             raise RequestError(404, f"unknown id {item_id}") from exc
         return row
 
-    def _search(self, view: IndexView, vectors: np.ndarray, k: int, where: Filter | None = None) -> list[SearchResult]:
+    def _search(
+        self,
+        view: IndexView,
+        vectors: np.ndarray,
+        k: int,
+        where: Filter | None = None,
+        descriptors: np.ndarray | None = None,
+    ) -> list[SearchResult]:
+        """The results of `vectors` (one query): re-ranked by the learned re-ranker where the query's `descriptors`
+        are given, else by `--rerank`'s method or none."""
         # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
         faiss.omp_set_num_threads(self.search_threads)
         with self._index_lock:
             try:
-                if self.reranker is None:
+                if self.learned is not None and descriptors is not None:
+                    self._check_learned(view)
+
+                    def paths_of(ids: np.ndarray) -> list[Any]:
+                        return [row.get("path") for row in view.index.metadata_for(ids)]
+
+                    gallery = IndexGallery(view.index, where)
+                    with self._model_lock:
+                        scores, ids = self.learned.search(gallery, vectors, descriptors, k, paths_of)
+                elif self.reranker is None:
                     scores, ids = view.index.search(vectors, k=k, filter=where)
                 else:
                     scores, ids = self.reranker.search(IndexGallery(view.index, where), vectors, k)
@@ -197,6 +230,23 @@ class Searcher:
             SearchResult.model_validate({**self._public(row), "score": float(score)})
             for score, row in zip(scores[0][found], rows, strict=True)
         ]
+
+    def check_min_score(self, minimum: float | None) -> None:
+        """Refuse a `min_score` on a search the learned re-ranker re-scores: its scores are blends, not cosines."""
+        if minimum is not None and self.learned is not None:
+            raise RequestError(
+                400,
+                "min_score compares cosines, and this server re-scores searches by image and by id with a learned "
+                "re-ranker (its scores blend the cosine with a pair model's probability): leave out min_score",
+            )
+
+    def _check_learned(self, view: IndexView) -> None:
+        """Refuse a search of an index version embedded by another checkpoint than the learned re-ranker's."""
+        assert self.learned is not None
+        info = None if view.encoder is None else ModelInfo.read(view.encoder.info())
+        sha256 = None if info is None else info.checkpoint_sha256 or info.source_checkpoint_sha256
+        if sha256 != self.learned.checkpoint_sha256:
+            raise RequestError(409, "the index now records another model than the re-ranker's: restart serve")
 
     def item(self, item_id: int) -> Item:
         """The public fields of one item."""

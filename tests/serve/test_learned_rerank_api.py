@@ -1,0 +1,96 @@
+"""`serve --reranker DIR`: searches by image and by id re-scored by a learned re-ranker, as `index query` does."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+
+from retrieval.cli.main import main
+from retrieval.errors import UserError
+from retrieval.serve import create_app
+
+pytestmark = pytest.mark.slow
+
+NO_WORKERS = ["--num-workers", "0", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def indexed(tiny_reranker, tiny_reranker_indexes) -> tuple[Path, Path, Path]:
+    """(index dir of the re-ranker's dataset, the re-ranker forced to apply (N=4, w=0.5), its dataset csv)."""
+    index, forced, _ = tiny_reranker_indexes
+    return index, forced, tiny_reranker[1]
+
+
+def test_an_upload_and_an_id_search_answer_as_index_query_does(indexed, serving, serve_limits, capsys):
+    index, reranker, dataset = indexed
+    image = dataset.parent / "images" / "train_1_2.png"
+    capsys.readouterr()
+    query = ["index", "query", "--index", str(index), "--image", str(image), "-k", "5", "--json", *NO_WORKERS]
+    assert main([*query, "--reranker", str(reranker)]) == 0
+    expected = json.loads(capsys.readouterr().out)[0]["results"]
+    app = create_app(index, device="cpu", limits=serve_limits, reranker_dir=reranker)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        upload = {"image": ("q.png", image.read_bytes(), "image/png")}
+        answer = client.post("/search", files=upload, data={"k": "5"}).json()
+        assert [result["id"] for result in answer["results"]] == [result["id"] for result in expected]
+        scores = [result["score"] for result in answer["results"]]
+        assert scores == pytest.approx([result["score"] for result in expected], abs=1e-5)
+        by_id = client.post("/search", json={"id": expected[0]["id"], "k": 4}).json()["results"]
+        assert [result["id"] for result in by_id] == [result["id"] for result in expected[1:5]]
+        # regression: min_score would compare a cosine threshold with blended scores
+        refused = client.post("/search", files=upload, data={"k": "5", "min_score": "0.5"})
+        assert refused.status_code == 400 and "min_score compares cosines" in refused.json()["error"]
+        by_vector = client.post("/search", json={"vector": [1.0] + [0.0] * 15, "k": 3, "min_score": 0.0})
+        assert by_vector.status_code == 200  # a search by vector has no image: the embedding alone, min_score as ever
+
+
+def test_another_checkpoints_index_and_two_rerankings_are_refused(indexed, other_checkpoint, serve_limits, tmp_path):
+    index, reranker, dataset = indexed
+    with pytest.raises(UserError, match="two re-rankings"):
+        create_app(index, device="cpu", limits=serve_limits, rerank="qe", reranker_dir=reranker)
+    args = [
+        "index",
+        "build",
+        "--checkpoint",
+        str(other_checkpoint),
+        "--csv",
+        str(dataset),
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
+    with pytest.raises(UserError, match="this re-ranker belongs to checkpoint"):
+        create_app(tmp_path / "o", device="cpu", limits=serve_limits, reranker_dir=reranker)
+
+
+def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny_reranker, tmp_path):
+    """The `[serve]` install: `serve --index INDEX --model BUNDLE --reranker DIR` with the training packages blocked."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_import_graph import _SERVE_WITHOUT_TORCH, PACKAGE, TRAINING_PACKAGES
+
+    checkpoint, dataset, _, _ = tiny_reranker
+    _, reranker, _ = indexed
+    bundle, index_dir = tmp_path / "onnx", tmp_path / "index"
+    assert main(["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--out", str(bundle)]) == 0
+    build = ["index", "build", "--model", str(bundle), "--csv", str(dataset), "--out", str(index_dir)]
+    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
+    image = dataset.parent / "images" / "test_100_0.png"
+    servings = [["--index", str(index_dir), "--model", str(bundle), "--reranker", str(reranker)]]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    status, found = result["answers"][0]["image"]
+    assert status == 200 and found["results"][0]["path"].endswith("test_100_0.png")  # its own image first
+    scores = [item["score"] for item in found["results"]]
+    assert len(scores) == 3 and scores == sorted(scores, reverse=True)
+    assert result["loaded"] == []

@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -233,6 +234,17 @@ print(json.dumps({"answers": answers, "loaded": sorted(name for name in sys.modu
 """
 
 
+def serve_without_torch(image: Path, servings: list[list[str]]) -> dict[str, Any]:
+    """What `_SERVE_WITHOUT_TORCH` printed for `servings` (lists of `serve` arguments) searched with `image`."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
+    done = subprocess.run(
+        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow  # exports a model (seconds of torch.onnx) and starts an interpreter with the web stack
 def test_serve_with_an_export_answers_searches_without_torch(tmp_path: Path, checkpoint_factory, csv_dataset_factory):
     """`serve --index INDEX --model BUNDLE`, and `serve --backend URI` of the index exported to Qdrant."""
@@ -246,13 +258,7 @@ def test_serve_with_an_export_answers_searches_without_torch(tmp_path: Path, che
     assert main(["index", "export", "--index", str(index_dir), "--to", uri]) == 0
     image = tmp_path / "data" / "images" / "test_100_0.png"
     servings = [["--index", str(index_dir), "--model", str(bundle)], ["--backend", uri]]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
-    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = serve_without_torch(image, servings)
     assert len(result["answers"]) == len(servings)
     for answer in result["answers"]:
         status, found = answer["image"]

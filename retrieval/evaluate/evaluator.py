@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -21,6 +22,9 @@ from retrieval.errors import UserError
 from retrieval.inference.forward import Precision, embed_loader
 from retrieval.metrics import PerQuery, group_metrics, per_query_scores
 from retrieval.runtime.distributed import DistributedContext, gather_rows, shard_range
+
+if TYPE_CHECKING:
+    from retrieval.config import DataConfig
 
 __all__ = [
     "KS",
@@ -64,6 +68,22 @@ def embed_dataset(
     """
     loader = ImageLoader(dataset, batch_size=batch_size, num_workers=num_workers, pin_memory=pin_memory)
     return _embed_all(model, loader, device, Precision(amp_dtype, channels_last))
+
+
+def embed_as_configured(
+    model: nn.Module, dataset: Dataset, data: DataConfig, device: torch.device, precision: Precision
+) -> np.ndarray:
+    """`embed_dataset` with a run's settings: its eval batch size and workers, its precision, pinned memory on CUDA."""
+    return embed_dataset(
+        model,
+        dataset,
+        data.eval_batch_size,
+        device,
+        num_workers=data.num_workers,
+        amp_dtype=precision.amp_dtype,
+        channels_last=precision.channels_last,
+        pin_memory=data.pin_memory and device.type == "cuda",
+    )
 
 
 def evaluate_model(

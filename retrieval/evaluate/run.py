@@ -147,7 +147,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
             where it can be), or a config mistake.
     """
     from retrieval.data import build_data
-    from retrieval.evaluate.evaluator import embed_dataset, score_split
+    from retrieval.evaluate.evaluator import embed_as_configured, score_split
     from retrieval.evaluate.records import ClassificationNote, EvaluationRecord, LeakNote
     from retrieval.evaluate.rerank_choice import choose_rerank
     from retrieval.evaluate.uncertainty import QueryValues, save_query_values, uncertainty_summary
@@ -166,16 +166,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     embedded: dict[int, np.ndarray] = {}
 
     def embed_data(dataset: Dataset) -> np.ndarray:
-        return embed_dataset(
-            model,
-            dataset,
-            config.data.eval_batch_size,
-            device,
-            num_workers=config.data.num_workers,
-            amp_dtype=precision.amp_dtype,
-            channels_last=precision.channels_last,
-            pin_memory=config.data.pin_memory and device.type == "cuda",
-        )
+        return embed_as_configured(model, dataset, config.data, device, precision)
 
     def embed(split: EvalSplit) -> np.ndarray:
         """The split's embeddings, computed once whichever options (calibration, verification, re-ranking) ask."""

@@ -85,7 +85,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     from retrieval.checkpoint import Checkpoint
     from retrieval.data import build_data
     from retrieval.data.transforms import describe_eval_transform
-    from retrieval.evaluate.evaluator import embed_dataset
+    from retrieval.evaluate.evaluator import embed_as_configured
     from retrieval.evaluate.learned_rerank import choose_blend, describe_split
     from retrieval.export.onnx_export import check_onnx_packages
     from retrieval.export.preprocess import Preprocess
@@ -116,15 +116,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     val = data.val
 
     def embed(model: torch.nn.Module, dataset: Dataset) -> np.ndarray:
-        return embed_dataset(
-            model,
-            dataset,
-            config.data.eval_batch_size,
-            device,
-            num_workers=config.data.num_workers,
-            amp_dtype=precision.amp_dtype,
-            channels_last=precision.channels_last,
-        )
+        return embed_as_configured(model, dataset, config.data, device, precision)
 
     train_eval = copy.copy(data.train)  # the training images through the eval transform, as the index sees them
     train_eval.transform = val.dataset.transform  # type: ignore[attr-defined]

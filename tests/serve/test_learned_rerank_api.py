@@ -68,11 +68,7 @@ def test_another_checkpoints_index_and_two_rerankings_are_refused(indexed, other
 
 def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny_reranker, tmp_path):
     """The `[serve]` install: `serve --index INDEX --model BUNDLE --reranker DIR` with the training packages blocked."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.test_import_graph import _SERVE_WITHOUT_TORCH, PACKAGE, TRAINING_PACKAGES
+    from tests.test_import_graph import serve_without_torch
 
     checkpoint, dataset, _, _ = tiny_reranker
     _, reranker, _ = indexed
@@ -82,13 +78,7 @@ def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny
     assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
     image = dataset.parent / "images" / "test_100_0.png"
     servings = [["--index", str(index_dir), "--model", str(bundle), "--reranker", str(reranker)]]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
-    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = serve_without_torch(image, servings)
     status, found = result["answers"][0]["image"]
     assert status == 200 and found["results"][0]["path"].endswith("test_100_0.png")  # its own image first
     scores = [item["score"] for item in found["results"]]

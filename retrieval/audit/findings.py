@@ -2,8 +2,8 @@
 
 Independent of how the embeddings were made, so the planted-fault benchmark runs the same
 pipeline on a trained model's, an untrained network's and raw pixels. The near-duplicate
-threshold is the model's match threshold chosen on validation (`retrieval evaluate
---save-threshold`) when it has one, else `DEFAULT_THRESHOLD`, or the caller's.
+threshold is the caller's, else chosen on the catalogue's own different-label pairs
+(`retrieval.audit.threshold`).
 """
 
 from __future__ import annotations
@@ -18,14 +18,16 @@ from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_dupl
 from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
 from retrieval.audit.leaks import MAX_RATIO, Leaks, copy_leaks
 from retrieval.audit.scoring import Scores, score_issues
+from retrieval.audit.threshold import NearThreshold, choose_threshold, group_warning
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record
 
-__all__ = ["DEFAULT_THRESHOLD", "AuditSettings", "AuditSummary", "Findings", "audit_embeddings", "threshold_of"]
+__all__ = ["DEFAULT_FLOOR", "DEFAULT_FMR", "AuditSettings", "AuditSummary", "Findings", "audit_embeddings"]
 
-# Cosine above which two images form a near-duplicate group when the model stores no match threshold: it suits
-# item-level classes; on category data most pairs of a class pass it (docs/audit.md), so leaks use the copy check.
-DEFAULT_THRESHOLD = 0.95
+# The lowest near-duplicate cosine chosen: a copy scores above it on item-level classes; on category data most
+# pairs of a class pass a match threshold (docs/audit.md), so the floor keeps whole classes out of the groups.
+DEFAULT_FLOOR = 0.95
+DEFAULT_FMR = 1e-4  # share of the catalogue's different-label pairs allowed at or above the near-duplicate threshold
 
 _log = logging.getLogger(__name__)
 
@@ -35,16 +37,20 @@ class AuditSettings:
     """How an audit runs: neighbours per image, the near-duplicate threshold and where it came from."""
 
     k: int = 10  # neighbours per image in the graph (cleanlab's label and outlier scores read them)
-    threshold: float = DEFAULT_THRESHOLD
-    threshold_source: str = "default"  # "default", "--threshold", or the model's "match threshold at FMR ..."
+    threshold: float | None = None  # the near-duplicate cosine; None: chosen on the catalogue (`choose_threshold`)
+    threshold_fmr: float = DEFAULT_FMR  # ... at this false match rate on its different-label pairs
+    threshold_floor: float = DEFAULT_FLOOR  # ... and at least this cosine
     hash_files: bool = True  # look for identical files by sha256 (reads every file once more)
     leak_ratio: float = MAX_RATIO  # a cross-split pair is a copy at most this distance ratio (`leaks.find_leaks`)
 
     def __post_init__(self) -> None:
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
-        if not -1.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold must be a cosine in [-1, 1], got {self.threshold}")
+        for name, cosine in (("threshold", self.threshold), ("threshold_floor", self.threshold_floor)):
+            if cosine is not None and not -1.0 <= cosine <= 1.0:
+                raise ValueError(f"{name} must be a cosine in [-1, 1], got {cosine}")
+        if not 0.0 < self.threshold_fmr < 1.0:
+            raise ValueError(f"threshold_fmr must be in (0, 1), got {self.threshold_fmr}")
         if not 0.0 <= self.leak_ratio < 1.0:
             raise ValueError(f"leak_ratio must be in [0, 1), got {self.leak_ratio}")
 
@@ -55,8 +61,8 @@ class AuditSummary(Record):
     images: int
     k: int
     exact_graph: bool  # the k-NN graph is exact (not approximate)
-    threshold: float
-    threshold_source: str
+    threshold: float  # the near-duplicate cosine
+    threshold_source: str  # how it was chosen, one line
     exact_duplicate_groups: int | None  # None: files were not hashed
     near_duplicate_groups: int
     leak_ratio: float  # a leak's distance to its partner over the next earlier-split image's, at most
@@ -66,6 +72,7 @@ class AuditSummary(Record):
     outliers: int
     confused_class_pairs: int
     left_out: list[str]  # why each absent section is absent, said once
+    warnings: list[str]  # findings not to act on as they stand (a near-duplicate group of much of the catalogue)
 
 
 @dataclass(frozen=True)
@@ -76,10 +83,16 @@ class Findings:
     settings: AuditSettings
     graph: KnnGraph
     exact: Groups | None  # None when files were not hashed
+    threshold: NearThreshold  # the near-duplicate groups' cosine and how it was chosen
     near: Groups
     leaks: Leaks | None  # None without a split column
     scores: Scores
     class_names: list[str]  # the label of class index c (empty without labels)
+
+    def warnings(self) -> list[str]:
+        """One line per finding not to act on as it stands."""
+        warning = group_warning(self.near, len(self.catalogue), self.threshold.score)
+        return [] if warning is None else [warning]
 
     def summary(self) -> AuditSummary:
         """The counts and settings of the report's summary.json and the command's last lines."""
@@ -89,8 +102,8 @@ class Findings:
                 "images": len(self.catalogue),
                 "k": self.graph.k,
                 "exact_graph": self.graph.exact,
-                "threshold": self.settings.threshold,
-                "threshold_source": self.settings.threshold_source,
+                "threshold": self.threshold.score,
+                "threshold_source": self.threshold.source,
                 "exact_duplicate_groups": None if self.exact is None else self.exact.count,
                 "near_duplicate_groups": self.near.count,
                 "leak_ratio": self.settings.leak_ratio,
@@ -100,27 +113,22 @@ class Findings:
                 "outliers": int(scores.is_outlier.sum()),
                 "confused_class_pairs": len(scores.class_pairs),
                 "left_out": self.catalogue.missing,
+                "warnings": self.warnings(),
             }
         )
 
 
-def threshold_of(match_threshold: MatchThreshold | None, given: float | None) -> tuple[float, str]:
-    """The near-duplicate threshold and its source: `given`, else the model's stored match threshold, else default."""
-    if given is not None:
-        return given, "--threshold"
-    if match_threshold is not None:
-        split = match_threshold.chosen_on or "val"
-        return (
-            match_threshold.score,
-            f"the model's match threshold (FMR {match_threshold.target_fmr}, chosen on {split})",
-        )
-    return DEFAULT_THRESHOLD, "default"
-
-
 def audit_embeddings(
-    embeddings: np.ndarray, catalogue: Catalogue, settings: AuditSettings, progress: bool = True
+    embeddings: np.ndarray,
+    catalogue: Catalogue,
+    settings: AuditSettings,
+    progress: bool = True,
+    stored: MatchThreshold | None = None,
 ) -> Findings:
     """Every finding about `catalogue` from its `(N, D)` unit embeddings (N >= 2).
+
+    `stored` is the model's match threshold: the near-duplicate threshold where the catalogue has no
+    labels to choose one on.
 
     Raises:
         ValueError: embeddings and catalogue of different lengths, or fewer than 2 images.
@@ -133,13 +141,18 @@ def audit_embeddings(
     _log.info("kNN graph of %d embeddings, k=%d", len(catalogue), k)
     graph = build_knn_graph(embeddings, k, progress)
     exact = exact_duplicate_groups(catalogue.paths, progress) if settings.hash_files else None
-    near = near_duplicate_groups(graph, settings.threshold)
+    threshold = choose_threshold(
+        embeddings, catalogue, settings.threshold, settings.threshold_fmr, settings.threshold_floor, stored
+    )
+    near = near_duplicate_groups(graph, threshold.score)
     leaks = None
     if catalogue.splits is not None:
         leaks = copy_leaks(catalogue.paths, catalogue.splits, graph.neighbours[:, 0], settings.leak_ratio, progress)
     _log.info("scoring label issues and outliers with cleanlab")
     if catalogue.labels is None:
-        return Findings(catalogue, settings, graph, exact, near, leaks, score_issues(graph, embeddings, None), [])
+        return Findings(
+            catalogue, settings, graph, exact, threshold, near, leaks, score_issues(graph, embeddings, None), []
+        )
     codes, class_names = catalogue.label_codes()
     scores = score_issues(graph, embeddings, codes, len(class_names))
-    return Findings(catalogue, settings, graph, exact, near, leaks, scores, class_names)
+    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, scores, class_names)

@@ -35,6 +35,7 @@ main.audit { display: block; max-width: 1200px; }
 section { margin-bottom: 32px; }
 section h2 { margin: 0 0 4px; font-size: 18px; }
 section p.about, p.note { margin: 0 0 12px; color: #5b6573; font-size: 13px; }
+p.warning { margin: 0 0 12px; color: #b3261e; font-weight: 600; }
 .finding { display: flex; gap: 12px; align-items: center; padding: 8px; margin-bottom: 8px;
   border: 1px solid #d5dae1; border-radius: 8px; background: #fff; }
 .finding .cards { display: flex; flex-wrap: wrap; gap: 8px; }
@@ -58,7 +59,8 @@ _CARD_COLUMNS = {"path": ("split", "label"), "partner_path": ("partner_split", "
 def render_page(tables: dict[str, list[Row]], summary: AuditSummary, limit: int, title: str) -> str:
     """The whole page: a summary, the left-out sections said once, and each present section's first findings."""
     thumbnail = _thumbnails()
-    parts = [f"<p class='note'>{_text(note)}</p>" for note in summary.left_out]
+    parts = [f"<p class='warning'>{_text(warning)}</p>" for warning in summary.warnings]
+    parts += [f"<p class='note'>{_text(note)}</p>" for note in summary.left_out]
     for section in SECTIONS:
         if section.name in tables:
             parts.append(_section(section, tables[section.name], limit, thumbnail))

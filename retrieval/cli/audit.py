@@ -3,9 +3,9 @@
 Embeds a CSV's images with `--checkpoint` (torch) or `--model` (an ONNX export, no torch), or
 reads the vectors and columns of an `index build` directory (`--index`, nothing embedded again),
 builds the FAISS kNN graph and writes REPORT_DIR: one CSV per section (each row names its image
-paths) and `index.html` with thumbnails (`retrieval.audit`). The near-duplicate threshold is the
-model's stored match threshold when it has one (`evaluate --save-threshold`), else `--threshold`
-or the default 0.95; leaks come from the copy check's ratio rule (`--leak-ratio`).
+paths) and `index.html` with thumbnails (`retrieval.audit`). The near-duplicate threshold is
+`--threshold`, else chosen on the catalogue's different-label pairs (`retrieval.audit.threshold`);
+leaks come from the copy check's ratio rule (`--leak-ratio`).
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "--threshold",
         type=_cosine,
         metavar="S",
-        help="cosine at which two images are near-duplicates (default: the model's match threshold, else 0.95)",
+        help="cosine at which two images are near-duplicates (default: chosen at FMR 1e-4 on the catalogue's "
+        "different-label pairs, at least 0.95)",
     )
     parser.add_argument(
         "--leak-ratio",
@@ -79,7 +80,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue, threshold_of, write_report
+    from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue, write_report
     from retrieval.audit.leaks import MAX_RATIO
     from retrieval.audit.report import check_report_folder
 
@@ -96,25 +97,25 @@ def run(args: argparse.Namespace) -> int:
             catalogue, embeddings, stored_threshold = _embedded(args, catalogue, log)
         for note in catalogue.missing:
             log.info(note)
-        threshold, source = threshold_of(stored_threshold, args.threshold)
         settings = AuditSettings(
             k=args.k,
-            threshold=threshold,
-            threshold_source=source,
+            threshold=args.threshold,
             hash_files=not args.no_hash,
             leak_ratio=MAX_RATIO if args.leak_ratio is None else args.leak_ratio,
         )
-        findings = audit_embeddings(embeddings, catalogue, settings)
+        findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold)
         name = (args.csv or args.index).name
         summary = write_report(findings, embeddings, args.out, args.show, f"audit of {name}")
     print(f"report: {args.out / 'index.html'}")
-    print(f"near-duplicate threshold: {threshold:.4f} ({source})")
+    print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
     for key in ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "label_issues", "outliers"):
         if getattr(summary, key) is not None:
             print(f"{key.replace('_', ' ')}: {getattr(summary, key)}")
     share = summary.test_nearest_neighbour_leak_share
     if share is not None and share == share:  # NaN: no test rows
         print(f"test queries whose nearest neighbour is a leak: {share:.4f}")
+    for warning in summary.warnings:
+        print(warning)
     return 0
 
 

@@ -8,12 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshold_of
+from retrieval.audit import AuditSettings, Catalogue, audit_embeddings
 from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import copy_leaks, find_leaks
-from retrieval.core.match_threshold import MatchThreshold
 
 
 def test_planted_faults_are_found(planted):
@@ -94,16 +93,7 @@ def test_the_copy_check_finds_a_crop_and_a_recolouring_of_a_textured_image(tmp_p
     assert np.flatnonzero(leaks.leaked).tolist() == [6, 7]
 
 
-def test_threshold_comes_from_the_flag_then_the_model_then_the_default():
-    stored = MatchThreshold(score=0.71, target_fmr=0.001, chosen_on="val")
-    assert threshold_of(stored, 0.9) == (0.9, "--threshold")
-    assert threshold_of(stored, None) == (0.71, "the model's match threshold (FMR 0.001, chosen on val)")
-    assert threshold_of(None, None)[1] == "default"
-
-
 def test_bad_settings_are_value_errors(planted):
-    with pytest.raises(ValueError, match="threshold must be a cosine"):
-        AuditSettings(threshold=2.0)
     with pytest.raises(ValueError, match="120 embeddings for 2 images"):
         audit_embeddings(planted.embeddings, planted.catalogue.subset(np.arange(2)), AuditSettings())
 

@@ -29,6 +29,7 @@ from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_gr
 from retrieval.audit.knn_graph import build_knn_graph
 from retrieval.audit.leaks import copy_leaks
 from retrieval.audit.scoring import ClassPair, Scores
+from retrieval.audit.threshold import NearThreshold
 from retrieval.data.exclusion import excluded_paths
 from tests.properties import examples
 
@@ -93,8 +94,9 @@ def _findings(catalogue: Catalogue, embeddings: np.ndarray) -> Findings:
     pairs = (ClassPair(0, 1, n, 0.5),) if len(class_names) == 2 else ()
     made_up = Scores(scores, scores, flags, scores, flags, 1 - codes, pairs)
     exact = exact_duplicate_groups(catalogue.paths, progress=False)
-    near = near_duplicate_groups(graph, settings.threshold)
-    return Findings(catalogue, settings, graph, exact, near, leaks, made_up, class_names)
+    threshold = NearThreshold(0.99, "given (audit.threshold)")
+    near = near_duplicate_groups(graph, threshold.score)
+    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, made_up, class_names)
 
 
 def _csv_paths(path: Path) -> list[str]:

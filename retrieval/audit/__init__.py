@@ -6,11 +6,10 @@ written as CSVs and one HTML page (`report.write_report`). Needs the `audit` ext
 """
 
 from retrieval.audit.catalogue import Catalogue, read_catalogue
-from retrieval.audit.findings import AuditSettings, Findings, audit_embeddings
+from retrieval.audit.findings import Findings, audit_embeddings
 from retrieval.audit.report import write_report
 
 __all__ = [
-    "AuditSettings",
     "Catalogue",
     "Findings",
     "audit_embeddings",

@@ -64,10 +64,9 @@ def render_page(tables: dict[str, list[Row]], summary: AuditSummary, limit: int,
     for section in SECTIONS:
         if section.name in tables:
             parts.append(_section(section, tables[section.name], limit, thumbnail))
-    head = (
-        f"{summary.images} images, k={summary.k}, near-duplicate threshold {summary.threshold:.4f} "
-        f"({summary.threshold_source})"
-    )
+    head = f"{summary.images} images, k={summary.k}"
+    if summary.threshold is not None:
+        head += f", near-duplicate threshold {summary.threshold:.4f} ({summary.threshold_source})"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{_text(title)}</title><style>{_SEARCH_STYLE.read_text(encoding='utf-8')}{_STYLE}</style>"

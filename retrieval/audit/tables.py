@@ -167,17 +167,19 @@ SECTIONS = (
 
 
 def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[Row]]:
-    """Rows of every section present (a missing label or split column leaves its sections out)."""
+    """Rows of every section present: asked for (`audit.checks`) and possible (labels, a split column)."""
     tables: dict[str, list[Row]] = {}
     if findings.exact is not None:
         tables["exact_duplicates"] = _group_rows(findings, findings.exact, with_score=False)
-    tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
+    if findings.near is not None:
+        tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
     if findings.leaks is not None:
         tables["leaks"] = _leak_rows(findings)
-    if findings.scores.label_score is not None:
+    if findings.scores.label_score is not None and findings.ran("label_issues"):
         tables["label_issues"] = _label_rows(findings)
-    tables["outliers"] = _outlier_rows(findings, embeddings)
-    if findings.class_names:
+    if findings.ran("outliers"):
+        tables["outliers"] = _outlier_rows(findings, embeddings)
+    if findings.class_names and findings.ran("confused_classes"):
         tables["confused_classes"] = _pair_rows(findings)
     return tables
 

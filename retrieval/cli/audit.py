@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_embedding_arguments, distance_ratio
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from retrieval.audit import Catalogue
+    from retrieval.config import AuditConfig
     from retrieval.core.match_threshold import MatchThreshold
     from retrieval.inference.interface import Encoder
 
@@ -59,29 +60,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="REPORT_DIR",
         help="report folder to write: a new or empty folder, or an earlier report (replaced whole)",
     )
-    parser.add_argument(
-        "--threshold",
-        type=_cosine,
-        metavar="S",
-        help="cosine at which two images are near-duplicates (default: chosen at FMR 1e-4 on the catalogue's "
-        "different-label pairs, at least 0.95)",
-    )
-    parser.add_argument(
-        "--leak-ratio",
-        type=distance_ratio,
-        metavar="R",
-        help="a cross-split pair is a copy when its distance is at most R times the next image's (default 0.5, "
-        "chosen on validation: docs/audit.md)",
-    )
-    parser.add_argument("-k", type=_at_least_one, default=10, help="neighbours per image in the kNN graph (default 10)")
-    parser.add_argument("--no-hash", action="store_true", help="skip the exact-duplicate check (reads every file)")
-    parser.add_argument("--show", type=_at_least_one, default=50, metavar="N", help="findings per page section")
+    add_config_arguments(parser)
+    # Shorthands for keys of the config's audit section (`retrieval.config.AuditConfig` checks every value).
+    parser.add_argument("--threshold", metavar="S", help="near-duplicate cosine: --set audit.threshold=S")
+    parser.add_argument("--leak-ratio", metavar="R", help="copy check's distance ratio: --set audit.leak_ratio=R")
+    parser.add_argument("-k", help="neighbours per image in the kNN graph: --set audit.k=K")
+    parser.add_argument("--show", metavar="N", help="findings per page section: --set audit.show=N")
+    parser.add_argument("--no-hash", action="store_true", help="no exact-duplicate check (no file read again)")
     add_embedding_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue, write_report
-    from retrieval.audit.leaks import MAX_RATIO
+    from retrieval.audit import audit_embeddings, read_catalogue, write_report
     from retrieval.audit.report import check_report_folder
 
     check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
@@ -89,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--csv needs --checkpoint CKPT or --model EXPORT_DIR to embed its images (or give --index)")
     if args.index is not None and (args.checkpoint is not None or args.model is not None):
         raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
+    settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
     with showing_progress("audit") as log:
         if catalogue is None:
@@ -97,17 +88,12 @@ def run(args: argparse.Namespace) -> int:
             catalogue, embeddings, stored_threshold = _embedded(args, catalogue, log)
         for note in catalogue.missing:
             log.info(note)
-        settings = AuditSettings(
-            k=args.k,
-            threshold=args.threshold,
-            hash_files=not args.no_hash,
-            leak_ratio=MAX_RATIO if args.leak_ratio is None else args.leak_ratio,
-        )
         findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold)
         name = (args.csv or args.index).name
-        summary = write_report(findings, embeddings, args.out, args.show, f"audit of {name}")
+        summary = write_report(findings, embeddings, args.out, settings.show, f"audit of {name}")
     print(f"report: {args.out / 'index.html'}")
-    print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
+    if summary.threshold is not None:
+        print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
     for key in ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "label_issues", "outliers"):
         if getattr(summary, key) is not None:
             print(f"{key.replace('_', ' ')}: {getattr(summary, key)}")
@@ -154,21 +140,16 @@ def _encoder(args: argparse.Namespace) -> Encoder:
     return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
 
 
-def _cosine(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not -1.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"takes a cosine in [-1, 1], like 0.95, got {text!r}")
-    return value
+def _settings(args: argparse.Namespace) -> AuditConfig:
+    """The config's audit section: `--config`, then `--set`, then the shorthand flags, which set the same keys."""
+    from retrieval.config import load_audit_config
 
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"takes an integer >= 1, got {text!r}")
-    return value
+    flags = {"threshold": args.threshold, "leak_ratio": args.leak_ratio, "k": args.k, "show": args.show}
+    shorthands = [f"audit.{key}={value}" for key, value in flags.items() if value is not None]
+    settings = load_audit_config(args.config, [*args.overrides, *shorthands])
+    if args.no_hash:
+        checks = [check for check in settings.checks if check != "exact_duplicates"]
+        if not checks:
+            raise UserError("--no-hash leaves audit.checks with no check to run; add one (--set audit.checks=...)")
+        settings = settings.model_copy(update={"checks": checks})
+    return settings

@@ -24,12 +24,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from retrieval.audit import AuditSettings, Catalogue, Findings, write_report
+from retrieval.audit import Catalogue, Findings, write_report
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import build_knn_graph
 from retrieval.audit.leaks import copy_leaks
 from retrieval.audit.scoring import ClassPair, Scores
 from retrieval.audit.threshold import NearThreshold
+from retrieval.config import AuditConfig
 from retrieval.data.exclusion import excluded_paths
 from tests.properties import examples
 
@@ -84,7 +85,7 @@ def _report(folder: Path, names: list[str]) -> tuple[list[Path], Path]:
 
 def _findings(catalogue: Catalogue, embeddings: np.ndarray) -> Findings:
     """The audit's own graph, duplicates and leaks; every row flagged by a made-up cleanlab, which costs seconds."""
-    settings = AuditSettings(k=1, threshold=0.99)
+    settings = AuditConfig(k=1, threshold=0.99)
     graph = build_knn_graph(embeddings, 1, progress=False)
     assert catalogue.splits is not None
     leaks = copy_leaks(catalogue.paths, catalogue.splits, graph.neighbours[:, 0], progress=False)

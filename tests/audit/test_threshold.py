@@ -7,9 +7,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.audit import AuditSettings, Catalogue, audit_embeddings
+from retrieval.audit import Catalogue, audit_embeddings
 from retrieval.audit.threshold import choose_threshold
+from retrieval.config import AuditConfig
 from retrieval.core.match_threshold import MatchThreshold
+from tests.audit.conftest import NO_HASH
 
 _COPIES = ((0, 1), (40, 41), (80, 81))  # planted near-copies (same class)
 
@@ -38,11 +40,11 @@ def test_a_collapsed_embedding_is_not_one_near_duplicate_group_at_the_chosen_thr
     """Issue 49 #1: at a fixed 0.95 a weakly trained model's catalogue was one group (374 of 387 images)."""
     embeddings, catalogue = _collapsed()
     assert (embeddings @ embeddings.T).min() > 0.95  # every pair passes the old fixed threshold
-    fixed = audit_embeddings(embeddings, catalogue, AuditSettings(k=5, threshold=0.95, hash_files=False), False)
+    fixed = audit_embeddings(embeddings, catalogue, AuditConfig(k=5, threshold=0.95, checks=NO_HASH), False)
     assert _largest_group(fixed) > 0.9 * len(catalogue)
     assert len(fixed.summary().warnings) == 1 and "raise it (--set audit.threshold=" in fixed.summary().warnings[0]
 
-    chosen = audit_embeddings(embeddings, catalogue, AuditSettings(k=5, hash_files=False), False)
+    chosen = audit_embeddings(embeddings, catalogue, AuditConfig(k=5, checks=NO_HASH), False)
     assert chosen.threshold.score > 0.95 and chosen.threshold.source.startswith("chosen at FMR 1e-4")
     groups = [sorted(members.tolist()) for members in chosen.near.members()]
     for pair in _COPIES:
@@ -83,10 +85,3 @@ def test_the_override_wins_and_without_labels_the_model_then_the_floor_decide():
     assert floor.score == 0.95 and "no labels" in floor.source
     one_each = Catalogue(catalogue.paths, [str(row) for row in range(len(catalogue))])  # no same-label pair
     assert choose_threshold(embeddings, one_each, None, 1e-4, 0.95).score == 0.95
-
-
-def test_bad_threshold_settings_are_value_errors():
-    with pytest.raises(ValueError, match="threshold must be a cosine"):
-        AuditSettings(threshold=2.0)
-    with pytest.raises(ValueError, match="threshold_fmr must be in"):
-        AuditSettings(threshold_fmr=0.0)

@@ -19,6 +19,7 @@ from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
 from retrieval.audit.leaks import Leaks, copy_leaks
 from retrieval.audit.scoring import Scores, score_issues
 from retrieval.audit.threshold import NearThreshold, choose_threshold, group_warning
+from retrieval.audit.trust import Selection, trust_warning
 from retrieval.config import AUDIT_CHECKS, AuditConfig
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record
@@ -62,6 +63,7 @@ class Findings:
     leaks: Leaks | None  # None without a split column
     scores: Scores
     class_names: list[str]  # the label of class index c (empty without labels)
+    selection: Selection | None = None  # the checkpoint's model-selection record, when it has one
 
     def ran(self, check: str) -> bool:
         """Whether `check` (one of `retrieval.config.AUDIT_CHECKS`) was asked for."""
@@ -69,10 +71,12 @@ class Findings:
 
     def warnings(self) -> list[str]:
         """One line per finding not to act on as it stands."""
-        if self.near is None or self.threshold is None:
-            return []
-        warning = group_warning(self.near, len(self.catalogue), self.threshold.score)
-        return [] if warning is None else [warning]
+        warnings = []
+        if self.near is not None and self.threshold is not None:
+            warnings.append(group_warning(self.near, len(self.catalogue), self.threshold.score))
+        if self.ran("label_issues") or self.ran("outliers"):
+            warnings.append(trust_warning(self.selection))
+        return [warning for warning in warnings if warning is not None]
 
     def summary(self) -> AuditSummary:
         """The counts and settings of the report's summary.json and the command's last lines."""
@@ -109,11 +113,13 @@ def audit_embeddings(
     settings: AuditConfig,
     progress: bool = True,
     stored: MatchThreshold | None = None,
+    selection: Selection | None = None,
 ) -> Findings:
     """Every finding about `catalogue` from its `(N, D)` unit embeddings (N >= 2).
 
     `stored` is the model's match threshold: the near-duplicate threshold where the catalogue has no
-    labels to choose one on.
+    labels to choose one on; `selection` its model-selection record, which says whether label issues
+    and outliers can be trusted (`retrieval.audit.trust`).
 
     Raises:
         ValueError: embeddings and catalogue of different lengths, or fewer than 2 images.
@@ -138,8 +144,17 @@ def audit_embeddings(
     _log.info("scoring label issues and outliers with cleanlab")
     if catalogue.labels is None:
         return Findings(
-            catalogue, settings, graph, exact, threshold, near, leaks, score_issues(graph, embeddings, None), []
+            catalogue,
+            settings,
+            graph,
+            exact,
+            threshold,
+            near,
+            leaks,
+            score_issues(graph, embeddings, None),
+            [],
+            selection,
         )
     codes, class_names = catalogue.label_codes()
     scores = score_issues(graph, embeddings, codes, len(class_names))
-    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, scores, class_names)
+    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, scores, class_names, selection)

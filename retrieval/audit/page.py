@@ -19,7 +19,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.audit.tables import SECTIONS, Row, Section
+from retrieval.audit.tables import SECTIONS, LabelIssueRow, Row, Section
 from retrieval.images import UnreadableImage, load_image
 
 if TYPE_CHECKING:
@@ -98,9 +98,12 @@ def _finding(section: Section, rows: list[Row], thumbnail: Callable[[str], str])
             path = str(row.cell(column))
             if path:
                 cards.append(_card(path, _caption(row, column), thumbnail(path)))
+        for number, voter in enumerate(row.voters if isinstance(row, LabelIssueRow) else (), start=1):
+            caption = f"neighbour {number} · label: {voter.label} · cosine {voter.score:.3f}"
+            cards.append(_card(voter.path, caption, thumbnail(voter.path)))
     if len(cards) > _CARDS:
         cards = [*cards[:_CARDS], f"<div class='label'>and {len(cards) - _CARDS} more</div>"]
-    on_cards = ("keep", "split", "label", "suggested_label", "partner_split", "partner_label")
+    on_cards = ("keep", "split", "label", "suggested_label", "partner_split", "partner_label", "votes")
     shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
     fields = [f"<div class='reason'>{_text(_reason(section.name, rows))}</div>"]
     for name in shown:
@@ -135,7 +138,7 @@ def _reason(section: str, rows: list[Row]) -> str:
     if section == "label_issues":
         return (
             f"labelled {cell('label')!r}, its neighbours say {cell('suggested_label')!r} "
-            f"(label score {float(cell('label_score')):.3f}, lower is surer)"
+            f"(votes: {cell('votes')}; label score {float(cell('label_score')):.3f}, lower is surer)"
         )
     if section == "outliers":
         nearest = f"; nearest class {cell('nearest_class')!r}" if cell("nearest_class") != "" else ""

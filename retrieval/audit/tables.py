@@ -10,6 +10,7 @@ outliers by strangeness (highest first), class pairs by cleanlab's joint share.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "OutlierRow",
     "Row",
     "Section",
+    "Voter",
     "report_tables",
 ]
 
@@ -91,12 +93,24 @@ class LeakRow(_ImageRow):
 
 
 @dataclass(frozen=True)
+class Voter:
+    """A neighbour whose label voted on a label issue: its path, label and cosine to the image."""
+
+    path: str
+    label: str
+    score: float
+
+
+@dataclass(frozen=True)
 class LabelIssueRow(_ImageRow):
-    """A likely label error, ranked from the most likely; `label_score` lower is more likely wrong."""
+    """A likely label error, ranked from the most likely; `label_score` lower is more likely wrong; `votes` the
+    neighbours' labels with their counts, most first; `voters` (the page's, no CSV column) the neighbours."""
 
     rank: int
     suggested_label: str
     label_score: float
+    votes: str
+    voters: tuple[Voter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -144,8 +158,9 @@ SECTIONS = (
     Section(
         "label_issues",
         "Likely label errors",
-        ("rank", "path", "split", "label", "suggested_label", "label_score"),
-        "cleanlab's label issues from the kNN label distribution; label_score: lower is more likely wrong",
+        ("rank", "path", "split", "label", "suggested_label", "label_score", "votes"),
+        "cleanlab's label issues from the kNN label distribution, with the neighbours that voted; label_score: lower "
+        "is more likely wrong; votes: the neighbours' labels and how many of them hold each, most first",
     ),
     Section(
         "outliers",
@@ -234,15 +249,31 @@ def _label_rows(findings: Findings) -> list[Row]:
     assert scores.label_score is not None and scores.is_label_issue is not None and scores.predicted is not None
     flagged = np.flatnonzero(scores.is_label_issue)
     ranked = flagged[np.argsort(scores.label_score[flagged], kind="stable")]
-    return [
-        LabelIssueRow(
-            rank=rank,
-            **_cells(findings, int(row)),
-            suggested_label=findings.class_names[int(scores.predicted[row])],
-            label_score=round(float(scores.label_score[row]), 6),
+    rows: list[Row] = []
+    for rank, row in enumerate(ranked, start=1):
+        voters = tuple(
+            Voter(
+                **{name: _cells(findings, int(other))[name] for name in ("path", "label")}, score=round(float(score), 6)
+            )
+            for other, score in zip(findings.graph.neighbours[row], findings.graph.scores[row], strict=True)
         )
-        for rank, row in enumerate(ranked, start=1)
-    ]
+        rows.append(
+            LabelIssueRow(
+                rank=rank,
+                **_cells(findings, int(row)),
+                suggested_label=findings.class_names[int(scores.predicted[row])],
+                label_score=round(float(scores.label_score[row]), 6),
+                votes=_votes(voters),
+                voters=voters,
+            )
+        )
+    return rows
+
+
+def _votes(voters: tuple[Voter, ...]) -> str:
+    """`coat 6; sandal 4`: each label among the voters with its count, most first (ties in first-seen order)."""
+    counts = Counter(voter.label for voter in voters)
+    return "; ".join(f"{label} {count}" for label, count in counts.most_common())
 
 
 def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[Row]:

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import numpy as np
 
     from retrieval.audit import Catalogue
+    from retrieval.audit.trust import Selection
     from retrieval.config import AuditConfig
     from retrieval.core.match_threshold import MatchThreshold
     from retrieval.inference.interface import Encoder
@@ -82,13 +83,16 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
     with showing_progress("audit") as log:
+        selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:
             catalogue, embeddings, stored_threshold = _indexed(args.index)
         else:
-            catalogue, embeddings, stored_threshold = _embedded(args, catalogue, log)
+            encoder, selection = _encoder(args)
+            catalogue, embeddings = _embedded(args, encoder, catalogue, log)
+            stored_threshold = encoder.match_threshold
         for note in catalogue.missing:
             log.info(note)
-        findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold)
+        findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold, selection=selection)
         name = (args.csv or args.index).name
         summary = write_report(findings, embeddings, args.out, settings.show, f"audit of {name}")
     print(f"report: {args.out / 'index.html'}")
@@ -115,29 +119,33 @@ def _indexed(directory: Path) -> tuple[Catalogue, np.ndarray, MatchThreshold | N
 
 
 def _embedded(
-    args: argparse.Namespace, catalogue: Catalogue, log: logging.Logger
-) -> tuple[Catalogue, np.ndarray, MatchThreshold | None]:
-    """The CSV's readable images and their embeddings by the model, with its stored match threshold."""
+    args: argparse.Namespace, encoder: Encoder, catalogue: Catalogue, log: logging.Logger
+) -> tuple[Catalogue, np.ndarray]:
+    """The CSV's readable images and their embeddings by the model."""
     from retrieval.inference.sources import report_unreadable
 
-    encoder = _encoder(args)
     log.info("embedding %d images", len(catalogue))
     embedded = encoder.embed_files(catalogue.paths, args.batch_size, args.num_workers)
     report_unreadable(embedded.failures)
     if len(embedded.positions) < 2:
         raise UserError(f"fewer than 2 readable images in {args.csv}; an audit compares images with each other")
-    return catalogue.subset(embedded.positions), embedded.embeddings, encoder.match_threshold
+    return catalogue.subset(embedded.positions), embedded.embeddings
 
 
-def _encoder(args: argparse.Namespace) -> Encoder:
-    """The encoder of `--model` (onnxruntime) or `--checkpoint` (torch, imported only then)."""
+def _encoder(args: argparse.Namespace) -> tuple[Encoder, Selection | None]:
+    """The encoder of `--model` (onnxruntime) or `--checkpoint` (torch, imported only then), and the checkpoint's
+    model-selection record (an export keeps none)."""
     if args.model is not None:
         from retrieval.export.onnx_encoder import OnnxEncoder
 
-        return OnnxEncoder.from_export(args.model, device=args.device)
+        return OnnxEncoder.from_export(args.model, device=args.device), None
+    from retrieval.audit.trust import Selection
+    from retrieval.checkpoint import Checkpoint
     from retrieval.inference.image_encoder import ImageEncoder
 
-    return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    checkpoint = Checkpoint.read(args.checkpoint)
+    selection = Selection(checkpoint.config().train.select_on, checkpoint.best_score, checkpoint.best_epoch)
+    return ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device), selection
 
 
 def _settings(args: argparse.Namespace) -> AuditConfig:

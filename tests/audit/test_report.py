@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import csv
 import json
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 
 from retrieval.audit import Catalogue, audit_embeddings, read_catalogue, write_report
 from retrieval.audit.tables import SECTIONS
+from retrieval.audit.trust import Selection, trust_warning
 from retrieval.config import AuditConfig
 from retrieval.data.exclusion import excluded_paths
 
@@ -151,3 +153,45 @@ def test_a_label_error_card_shows_the_current_and_the_suggested_label_and_a_reas
     assert f"labelled &#x27;{label}&#x27;, its neighbours say &#x27;{suggested}&#x27;" in section
     assert section.count("<div class='reason'>") == len(_rows(tmp_path / "report" / "label_issues.csv"))
     assert ".finding .result .label { white-space: normal;" in page  # captions wrap, never cut
+
+
+def test_a_label_error_card_shows_the_neighbours_that_voted_and_their_labels(planted, tmp_path):
+    """Issue 49 #4: a label-error card did not show the neighbours whose votes made it."""
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False)
+    write_report(findings, planted.embeddings, tmp_path / "report")
+    rows = {row["path"]: row for row in _rows(tmp_path / "report" / "label_issues.csv")}
+    flipped = int(planted.flipped[0])
+    row = rows[str(planted.catalogue.paths[flipped])]
+    labels = planted.catalogue.labels
+    assert labels is not None
+    voters = findings.graph.neighbours[flipped]
+    votes = [part.rsplit(" ", 1) for part in row["votes"].split("; ")]
+    assert {label: int(count) for label, count in votes} == Counter(labels[other] for other in voters)
+    assert [int(count) for _, count in votes] == sorted((int(count) for _, count in votes), reverse=True)
+    assert row["votes"].startswith(f"{row['suggested_label']} ")
+    page = (tmp_path / "report" / "index.html").read_text()
+    section = page[page.index("id='label_issues'") : page.index("id='outliers'")]
+    card = section[section.index(f"title='{row['path']}'") :]
+    card = card[: card.index("<div class='finding'>") if "<div class='finding'>" in card else len(card)]
+    for number, other in enumerate(voters, start=1):
+        assert f"title='{planted.catalogue.paths[other]}'" in card
+        assert f"neighbour {number} · label: {labels[other]} · cosine " in card
+    assert f"votes: {row['votes']}" in card
+
+
+def test_a_checkpoint_that_retrieves_poorly_says_its_label_and_outlier_findings_are_not_to_be_trusted(
+    planted, tmp_path
+):
+    """Issue 49 #4: on a weak model the label and outlier findings were listed as if sound."""
+    poor = Selection("recall@1", 0.31, 3)
+    findings = audit_embeddings(
+        planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False, selection=poor
+    )
+    summary = write_report(findings, planted.embeddings, tmp_path / "report")
+    (warning,) = summary.warnings
+    assert "Recall@1 at model selection is 0.3100 (epoch 3), below 0.5" in warning and "not to be trusted" in warning
+    assert (tmp_path / "report" / "index.html").read_text().count("not to be trusted") == 1
+    for selection in (Selection("recall@1", 0.5, 3), Selection("map@r", 0.2, 3), Selection("recall@1", -1.0, 0), None):
+        assert trust_warning(selection) is None
+    only_copies = AuditConfig(k=8, threshold=0.99, checks=["near_duplicates", "leaks"])
+    assert audit_embeddings(planted.embeddings, planted.catalogue, only_copies, False, selection=poor).warnings() == []

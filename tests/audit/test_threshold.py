@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from retrieval.audit import Catalogue, audit_embeddings
 from retrieval.audit.threshold import choose_threshold

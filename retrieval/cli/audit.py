@@ -5,7 +5,8 @@ reads the vectors and columns of an `index build` directory (`--index`, nothing 
 builds the FAISS kNN graph and writes REPORT_DIR: one CSV per section (each row names its image
 paths) and `index.html` with thumbnails (`retrieval.audit`). The near-duplicate threshold is
 `--threshold`, else chosen on the catalogue's different-label pairs (`retrieval.audit.threshold`);
-leaks come from the copy check's ratio rule (`--leak-ratio`).
+leaks come from the copy check's ratio rule (`--leak-ratio`). Settings are the config's `audit:`
+section (`--config`, `--set audit.KEY=VALUE`); the flags are shorthands for its keys.
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="REPORT_DIR",
         help="report folder to write: a new or empty folder, or an earlier report (replaced whole)",
     )
-    add_config_arguments(parser)
+    add_config_arguments(parser, "the audit section's defaults; other sections are not read", "audit.k=20")
     # Shorthands for keys of the config's audit section (`retrieval.config.AuditConfig` checks every value).
     parser.add_argument("--threshold", metavar="S", help="near-duplicate cosine: --set audit.threshold=S")
     parser.add_argument("--leak-ratio", metavar="R", help="copy check's distance ratio: --set audit.leak_ratio=R")

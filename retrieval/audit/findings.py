@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.colour import recoloured_leaks
 from retrieval.audit.duplicates import Groups, exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph, build_knn_graph
 from retrieval.audit.leaks import Leaks, copy_leaks
@@ -42,6 +43,7 @@ class AuditSummary(Record):
     near_duplicate_groups: int | None
     leak_ratio: float  # a leak's distance to its partner over the next earlier-split image's, at most
     leaked_rows: int | None  # None: no split column
+    recoloured_leaks: int | None  # leaked rows whose partner differs only in colour (perhaps another item)
     test_nearest_neighbour_leak_share: float | None  # NaN: no test rows
     label_issues: int | None  # None: no labels
     outliers: int | None
@@ -64,6 +66,7 @@ class Findings:
     scores: Scores
     class_names: list[str]  # the label of class index c (empty without labels)
     selection: Selection | None = None  # the checkpoint's model-selection record, when it has one
+    recoloured: np.ndarray | None = None  # (N,) bool: leaked rows whose partner differs in colour (None: no leaks)
 
     def ran(self, check: str) -> bool:
         """Whether `check` (one of `retrieval.config.AUDIT_CHECKS`) was asked for."""
@@ -94,6 +97,7 @@ class Findings:
                 "near_duplicate_groups": None if near is None else near.count,
                 "leak_ratio": self.settings.leak_ratio,
                 "leaked_rows": None if self.leaks is None else int(self.leaks.leaked.sum()),
+                "recoloured_leaks": None if self.recoloured is None else int(self.recoloured.sum()),
                 "test_nearest_neighbour_leak_share": None if self.leaks is None else self.leaks.nearest_leak_share,
                 "label_issues": None if issues is None else int(issues.sum()),
                 "outliers": int(scores.is_outlier.sum()) if self.ran("outliers") else None,
@@ -138,23 +142,13 @@ def audit_embeddings(
             embeddings, catalogue, settings.threshold, settings.threshold_fmr, settings.threshold_floor, stored
         )
         near = near_duplicate_groups(graph, threshold.score)
-    leaks = None
+    leaks, recoloured = None, None
     if catalogue.splits is not None and "leaks" in settings.checks:
         leaks = copy_leaks(catalogue.paths, catalogue.splits, graph.neighbours[:, 0], settings.leak_ratio, progress)
+        recoloured = recoloured_leaks(catalogue.paths, leaks)
     _log.info("scoring label issues and outliers with cleanlab")
-    if catalogue.labels is None:
-        return Findings(
-            catalogue,
-            settings,
-            graph,
-            exact,
-            threshold,
-            near,
-            leaks,
-            score_issues(graph, embeddings, None),
-            [],
-            selection,
-        )
-    codes, class_names = catalogue.label_codes()
+    codes, class_names = (None, []) if catalogue.labels is None else catalogue.label_codes()
     scores = score_issues(graph, embeddings, codes, len(class_names))
-    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, scores, class_names, selection)
+    return Findings(
+        catalogue, settings, graph, exact, threshold, near, leaks, scores, class_names, selection, recoloured
+    )

@@ -134,7 +134,13 @@ def _reason(section: str, rows: list[Row]) -> str:
         best = max(float(member.cell("score")) for member in rows)
         return f"{len(rows)} images the embedding scores as copies (best cosine {best:.4f})"
     if section == "leaks":
-        return f"a copy of the {cell('partner_split')} image beside it (distance ratio {float(cell('ratio')):.3f})"
+        ratio = float(cell("ratio"))
+        if cell("colour") == "differs":
+            return (
+                f"the {cell('partner_split')} image beside it recoloured: the two differ only in colour, perhaps "
+                f"another item (distance ratio {ratio:.3f})"
+            )
+        return f"a copy of the {cell('partner_split')} image beside it (distance ratio {ratio:.3f})"
     if section == "label_issues":
         return (
             f"labelled {cell('label')!r}, its neighbours say {cell('suggested_label')!r} "

@@ -83,13 +83,15 @@ class NearDuplicateRow(ExactDuplicateRow):
 
 @dataclass(frozen=True)
 class LeakRow(_ImageRow):
-    """An image with a copy (`partner_*`) in an earlier split; `ratio`: lower is surer; `score`: thumbnails' cosine."""
+    """An image with a copy (`partner_*`) in an earlier split; `ratio`: lower is surer; `score`: thumbnails' cosine;
+    `colour`: "differs" when the two differ only in colour (a recoloured drawing, perhaps another item), else "same"."""
 
     partner_path: str
     partner_split: str
     partner_label: str
     ratio: float
     score: float
+    colour: str
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,10 @@ SECTIONS = (
     Section(
         "leaks",
         "Leaks between splits",
-        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "ratio", "score"),
+        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "ratio", "score", "colour"),
         "an image with a copy in an earlier split (train < val < test); path is the later split's image; ratio: "
-        "distance to the copy over distance to the next image (lower is surer), score: the thumbnails' cosine",
+        "distance to the copy over distance to the next image (lower is surer), score: the thumbnails' cosine; "
+        "colour: differs when the two differ only in colour (a recoloured drawing: perhaps another item)",
     ),
     Section(
         "label_issues",
@@ -225,7 +228,7 @@ def _group_rows(findings: Findings, groups: Groups, with_score: bool) -> list[Ro
 
 
 def _leak_rows(findings: Findings) -> list[Row]:
-    leaks = findings.leaks
+    leaks, recoloured = findings.leaks, findings.recoloured
     assert leaks is not None  # report_tables asks only then
     leaked = np.flatnonzero(leaks.leaked)
     rows: list[Row] = []
@@ -239,6 +242,7 @@ def _leak_rows(findings: Findings) -> list[Row]:
                 partner_label=partner["label"],
                 ratio=round(float(leaks.ratio[row]), 6),
                 score=round(float(leaks.score[row]), 6),
+                colour="differs" if recoloured is not None and recoloured[row] else "same",
             )
         )
     return rows

@@ -99,7 +99,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"report: {args.out / 'index.html'}")
     if summary.threshold is not None:
         print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
-    for key in ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "label_issues", "outliers"):
+    keys = ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "recoloured_leaks", "label_issues")
+    for key in (*keys, "outliers"):
         if getattr(summary, key) is not None:
             print(f"{key.replace('_', ' ')}: {getattr(summary, key)}")
     share = summary.test_nearest_neighbour_leak_share

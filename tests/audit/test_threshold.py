@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from retrieval.audit import Catalogue, audit_embeddings
 from retrieval.audit.threshold import choose_threshold
@@ -84,3 +87,27 @@ def test_the_override_wins_and_without_labels_the_model_then_the_floor_decide():
     assert floor.score == 0.95 and "no labels" in floor.source
     one_each = Catalogue(catalogue.paths, [str(row) for row in range(len(catalogue))])  # no same-label pair
     assert choose_threshold(embeddings, one_each, None, 1e-4, 0.95).score == 0.95
+
+
+_WITHOUT_TORCH = """
+import sys
+from pathlib import Path
+import numpy as np
+from retrieval.audit import Catalogue, audit_embeddings
+from retrieval.config import AuditConfig
+rng = np.random.default_rng(0)
+embeddings = rng.normal(size=(40, 8)).astype(np.float32)
+embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
+catalogue = Catalogue([Path(f"/c/{row}.png") for row in range(40)], [str(row % 4) for row in range(40)])
+findings = audit_embeddings(embeddings, catalogue, AuditConfig(k=3, checks=["near_duplicates"]), False)
+assert findings.threshold is not None and findings.threshold.source.startswith(("chosen at", "the floor"))
+print("torch" in sys.modules)
+"""
+
+
+@pytest.mark.slow  # starts a process
+def test_choosing_the_threshold_needs_no_torch():
+    """The threshold's pair machinery lives in retrieval.metrics, whose input checks imported torch: `audit
+    --model` runs in an install without it (the [serve,audit] extras)."""
+    result = subprocess.run([sys.executable, "-c", _WITHOUT_TORCH], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"

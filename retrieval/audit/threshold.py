@@ -26,6 +26,7 @@ __all__ = ["GROUP_MIN", "GROUP_SHARE", "NearThreshold", "choose_threshold", "gro
 
 GROUP_SHARE = 0.05  # a near-duplicate group above this share of the catalogue is warned about
 GROUP_MIN = 10  # ... when it also holds more than this many images (a pair in 30 images is no alarm)
+_ROUGH_FALSE_MATCHES = 10  # a rate allowing fewer different-label pairs than this is said to be rough
 
 
 @dataclass(frozen=True)
@@ -70,9 +71,11 @@ def choose_threshold(
     point = threshold_at_fmr(pairs, fmr)
     impostors = pairs.num_impostor
     sampled = f" (a sample of {pairs.total:,} pairs)" if pairs.sampled else ""
+    allowed = fmr * impostors
+    rough = f"; rough: the rate allows {allowed:.1f} of them" if allowed < _ROUGH_FALSE_MATCHES else ""
     chosen = (
         f"FMR {fmr_text(fmr)} on the catalogue's {impostors:,} different-label pairs{sampled}: "
-        f"{round(point.fmr * impostors):,} of them score at or above {point.threshold:.4f}"
+        f"{round(point.fmr * impostors):,} of them score at or above {point.threshold:.4f}{rough}"
     )
     if point.threshold < floor:
         return NearThreshold(floor, f"the floor audit.threshold_floor, above {chosen}")

@@ -30,10 +30,12 @@ from retrieval.runtime.files import write_text
 from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
 
 __all__ = [
+    "AUDIT_CHECKS",
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
     "TRACKERS",
+    "AuditConfig",
     "AugmentConfig",
     "Config",
     "ConfigDocument",
@@ -47,6 +49,7 @@ __all__ = [
     "config_from_dict",
     "config_to_dict",
     "config_with_overrides",
+    "load_audit_config",
     "load_config",
     "resolve_augment",
     "save_config",
@@ -78,6 +81,10 @@ _POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number 
 _NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
 _PROBABILITY = accepts(lambda value: 0.0 <= value <= 1.0, "a probability in [0, 1]")
 _PAIR = BeforeValidator(split_text)
+_COSINE = accepts(lambda value: value is None or -1.0 <= value <= 1.0, "a cosine in [-1, 1]")
+
+# The checks of `retrieval audit`, each one section of its report (retrieval.audit.tables.SECTIONS)
+AUDIT_CHECKS = ("exact_duplicates", "near_duplicates", "leaks", "label_issues", "outliers", "confused_classes")
 
 
 class _Section(Record):
@@ -361,6 +368,36 @@ class RerankerConfig(_Section):
     grid: Annotated[int, at_least(1)] = 2  # cells a side of the descriptor's layout of the feature map
 
 
+class AuditConfig(_Section):
+    """`retrieval audit`: which checks run, and their settings (`retrieval.audit`, docs/audit.md).
+
+    Read by `retrieval audit` only, from `--config` and `--set audit.KEY=VALUE`; its flags `-k`,
+    `--threshold`, `--leak-ratio`, `--show` and `--no-hash` are shorthands that set these same keys.
+    """
+
+    section: ClassVar[str] = "audit"
+
+    # the report sections to make; leaving out exact_duplicates skips reading every file, leaks the copy check
+    checks: Annotated[
+        list[str],
+        _PAIR,
+        accepts(
+            lambda names: bool(names) and all(name in AUDIT_CHECKS for name in names),
+            f"a non-empty list of {', '.join(AUDIT_CHECKS)}",
+        ),
+    ] = Field(default_factory=lambda: list(AUDIT_CHECKS))
+    k: Annotated[int, at_least(1)] = 10  # neighbours per image in the kNN graph (cleanlab's scores read them)
+    # the near-duplicate cosine; null: chosen on the catalogue's different-label pairs (retrieval.audit.threshold)
+    threshold: Annotated[float | None, _COSINE] = None
+    # ... at this share of the catalogue's different-label pairs scoring at or above it
+    threshold_fmr: Annotated[float, accepts(lambda value: 0.0 < value < 1.0, "a false match rate in (0, 1)")] = 1e-4
+    # ... and at least this cosine (on category data the different-label pairs would allow whole classes)
+    threshold_floor: Annotated[float, _COSINE] = 0.95
+    # a cross-split pair is a copy when its distance is at most this times the next image's (retrieval.audit.leaks)
+    leak_ratio: Annotated[float, accepts(lambda value: 0.0 <= value < 1.0, "a distance ratio in [0, 1)")] = 0.5
+    show: Annotated[int, at_least(1)] = 50  # findings per section of the report page (the CSVs hold all)
+
+
 class Config(BaseModel):
     """The whole run configuration: one model per YAML section."""
 
@@ -373,6 +410,7 @@ class Config(BaseModel):
     train: TrainConfig = Field(default_factory=TrainConfig)
     pretrain: PretrainConfig = Field(default_factory=PretrainConfig)
     reranker: RerankerConfig = Field(default_factory=RerankerConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
 
 
 _SECTIONS: dict[str, type[_Section]] = {
@@ -383,12 +421,31 @@ _SECTIONS: dict[str, type[_Section]] = {
     "train": TrainConfig,
     "pretrain": PretrainConfig,
     "reranker": RerankerConfig,
+    "audit": AuditConfig,
 }
 
 
 def load_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> Config:
     """Read a YAML config (the digits demo when `path` is None) and apply `a.b=value` overrides."""
     return config_with_overrides(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
+
+
+def load_audit_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> AuditConfig:
+    """The `audit` section of a YAML config (defaults without one) with `audit.KEY=value` overrides; no PyTorch.
+
+    The file's other sections are left unread (a run's config may be given as it is).
+
+    Raises:
+        UserError: an unknown section or audit key, a bad value, or a `--set` of another section.
+    """
+    raw, texts = _overridden(_read_yaml(Path(path)) if path is not None else {}, overrides)
+    unknown = set(raw) - set(_SECTIONS)
+    if unknown:
+        raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
+    other = next((key for key in texts if not key.startswith("audit.")), None)
+    if other is not None:
+        raise UserError(f"--set {other}: retrieval audit reads only the audit section; use --set audit.KEY=VALUE")
+    return AuditConfig.build(raw.get("audit") or {}, texts)
 
 
 def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> None:
@@ -490,6 +547,9 @@ def _build_config(raw: ConfigDocument, texts: Mapping[str, str]) -> Config:
     config = Config(
         model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain, reranker=reranker
     )
+
+    audit = AuditConfig.build(raw.get("audit") or {}, texts)
+    config = Config(model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain, audit=audit)
     _check_across_fields(config)
     return config
 

@@ -46,10 +46,12 @@ sys.path.insert(0, str(ROOT / "tools"))
 
 from make_fashion_mnist import IDX_DIR, read_idx  # noqa: E402
 
+from retrieval.config import AUDIT_CHECKS, AuditConfig  # noqa: E402
 from retrieval.runtime.files import write_text  # noqa: E402
 
 __all__ = ["main"]
 
+_NO_HASH = [check for check in AUDIT_CHECKS if check != "exact_duplicates"]  # no file is read twice
 _CLASSES = ("t-shirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot")
 
 
@@ -251,11 +253,11 @@ def _measure(
 
 def _pipeline_row(features: np.ndarray, catalogue: Any, truth: _Truth, threshold: float) -> dict[str, Any]:
     """The audit pipeline (FAISS graph, leaks at the threshold, cleanlab over the graph) on these features."""
-    from retrieval.audit import AuditSettings, audit_embeddings
+    from retrieval.audit import audit_embeddings
     from retrieval.audit.leaks import find_leaks
 
     started = time.perf_counter()
-    settings = AuditSettings(k=10, threshold=threshold, hash_files=False)
+    settings = AuditConfig(k=10, threshold=threshold, checks=_NO_HASH)
     findings = audit_embeddings(features, catalogue, settings, progress=False)
     scores = findings.scores
     # The same ratio rule over the embedding's own graph: what the embedding alone tells of copies.
@@ -386,7 +388,7 @@ def table(results: dict[str, Any]) -> str:
 
 def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     """The audit of `n` synthetic clustered unit embeddings with labels (5% flipped) and splits, in this process."""
-    from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, leaks
+    from retrieval.audit import Catalogue, audit_embeddings, leaks
     from retrieval.audit.knn_graph import graph_recall
 
     rng = np.random.default_rng(0)
@@ -413,7 +415,7 @@ def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     leaks.copy_graph = timed_copy_graph  # type: ignore[attr-defined]
     started = time.perf_counter()
     try:
-        findings = audit_embeddings(embeddings, catalogue, AuditSettings(k=10, hash_files=False), progress=False)
+        findings = audit_embeddings(embeddings, catalogue, AuditConfig(k=10, checks=_NO_HASH), progress=False)
     finally:
         leaks.copy_descriptors, leaks.copy_graph = real_descriptors, real_graph  # type: ignore[attr-defined]
     seconds = time.perf_counter() - started

@@ -6,16 +6,13 @@ written as CSVs and one HTML page (`report.write_report`). Needs the `audit` ext
 """
 
 from retrieval.audit.catalogue import Catalogue, read_catalogue
-from retrieval.audit.findings import DEFAULT_THRESHOLD, AuditSettings, Findings, audit_embeddings, threshold_of
+from retrieval.audit.findings import Findings, audit_embeddings
 from retrieval.audit.report import write_report
 
 __all__ = [
-    "DEFAULT_THRESHOLD",
-    "AuditSettings",
     "Catalogue",
     "Findings",
     "audit_embeddings",
     "read_catalogue",
-    "threshold_of",
     "write_report",
 ]

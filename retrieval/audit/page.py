@@ -19,7 +19,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.audit.tables import SECTIONS, Row, Section
+from retrieval.audit.tables import SECTIONS, LabelIssueRow, Row, Section
 from retrieval.images import UnreadableImage, load_image
 
 if TYPE_CHECKING:
@@ -35,6 +35,7 @@ main.audit { display: block; max-width: 1200px; }
 section { margin-bottom: 32px; }
 section h2 { margin: 0 0 4px; font-size: 18px; }
 section p.about, p.note { margin: 0 0 12px; color: #5b6573; font-size: 13px; }
+p.warning { margin: 0 0 12px; color: #b3261e; font-weight: 600; }
 .finding { display: flex; gap: 12px; align-items: center; padding: 8px; margin-bottom: 8px;
   border: 1px solid #d5dae1; border-radius: 8px; background: #fff; }
 .finding .cards { display: flex; flex-wrap: wrap; gap: 8px; }
@@ -58,14 +59,14 @@ _CARD_COLUMNS = {"path": ("split", "label"), "partner_path": ("partner_split", "
 def render_page(tables: dict[str, list[Row]], summary: AuditSummary, limit: int, title: str) -> str:
     """The whole page: a summary, the left-out sections said once, and each present section's first findings."""
     thumbnail = _thumbnails()
-    parts = [f"<p class='note'>{_text(note)}</p>" for note in summary.left_out]
+    parts = [f"<p class='warning'>{_text(warning)}</p>" for warning in summary.warnings]
+    parts += [f"<p class='note'>{_text(note)}</p>" for note in summary.left_out]
     for section in SECTIONS:
         if section.name in tables:
             parts.append(_section(section, tables[section.name], limit, thumbnail))
-    head = (
-        f"{summary.images} images, k={summary.k}, near-duplicate threshold {summary.threshold:.4f} "
-        f"({summary.threshold_source})"
-    )
+    head = f"{summary.images} images, k={summary.k}"
+    if summary.threshold is not None:
+        head += f", near-duplicate threshold {summary.threshold:.4f} ({summary.threshold_source})"
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{_text(title)}</title><style>{_SEARCH_STYLE.read_text(encoding='utf-8')}{_STYLE}</style>"
@@ -97,9 +98,12 @@ def _finding(section: Section, rows: list[Row], thumbnail: Callable[[str], str])
             path = str(row.cell(column))
             if path:
                 cards.append(_card(path, _caption(row, column), thumbnail(path)))
+        for number, voter in enumerate(row.voters if isinstance(row, LabelIssueRow) else (), start=1):
+            caption = f"neighbour {number} · label: {voter.label} · cosine {voter.score:.3f}"
+            cards.append(_card(voter.path, caption, thumbnail(voter.path)))
     if len(cards) > _CARDS:
         cards = [*cards[:_CARDS], f"<div class='label'>and {len(cards) - _CARDS} more</div>"]
-    on_cards = ("keep", "split", "label", "suggested_label", "partner_split", "partner_label")
+    on_cards = ("keep", "split", "label", "suggested_label", "partner_split", "partner_label", "votes")
     shown = [name for name in section.columns if name not in _PATH_COLUMNS and name not in on_cards]
     fields = [f"<div class='reason'>{_text(_reason(section.name, rows))}</div>"]
     for name in shown:
@@ -130,11 +134,17 @@ def _reason(section: str, rows: list[Row]) -> str:
         best = max(float(member.cell("score")) for member in rows)
         return f"{len(rows)} images the embedding scores as copies (best cosine {best:.4f})"
     if section == "leaks":
-        return f"a copy of the {cell('partner_split')} image beside it (distance ratio {float(cell('ratio')):.3f})"
+        ratio = float(cell("ratio"))
+        if cell("colour") == "differs":
+            return (
+                f"the {cell('partner_split')} image beside it recoloured: the two differ only in colour, perhaps "
+                f"another item (distance ratio {ratio:.3f})"
+            )
+        return f"a copy of the {cell('partner_split')} image beside it (distance ratio {ratio:.3f})"
     if section == "label_issues":
         return (
             f"labelled {cell('label')!r}, its neighbours say {cell('suggested_label')!r} "
-            f"(label score {float(cell('label_score')):.3f}, lower is surer)"
+            f"(votes: {cell('votes')}; label score {float(cell('label_score')):.3f}, lower is surer)"
         )
     if section == "outliers":
         nearest = f"; nearest class {cell('nearest_class')!r}" if cell("nearest_class") != "" else ""

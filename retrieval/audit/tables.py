@@ -10,6 +10,7 @@ outliers by strangeness (highest first), class pairs by cleanlab's joint share.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +29,7 @@ __all__ = [
     "OutlierRow",
     "Row",
     "Section",
+    "Voter",
     "report_tables",
 ]
 
@@ -81,22 +83,36 @@ class NearDuplicateRow(ExactDuplicateRow):
 
 @dataclass(frozen=True)
 class LeakRow(_ImageRow):
-    """An image with a copy (`partner_*`) in an earlier split; `ratio`: lower is surer; `score`: thumbnails' cosine."""
+    """An image with a copy (`partner_*`) in an earlier split; `ratio`: lower is surer; `score`: thumbnails' cosine;
+    `colour`: "differs" when the two differ only in colour (a recoloured drawing, perhaps another item), else "same"."""
 
     partner_path: str
     partner_split: str
     partner_label: str
     ratio: float
     score: float
+    colour: str
+
+
+@dataclass(frozen=True)
+class Voter:
+    """A neighbour whose label voted on a label issue: its path, label and cosine to the image."""
+
+    path: str
+    label: str
+    score: float
 
 
 @dataclass(frozen=True)
 class LabelIssueRow(_ImageRow):
-    """A likely label error, ranked from the most likely; `label_score` lower is more likely wrong."""
+    """A likely label error, ranked from the most likely; `label_score` lower is more likely wrong; `votes` the
+    neighbours' labels with their counts, most first; `voters` (the page's, no CSV column) the neighbours."""
 
     rank: int
     suggested_label: str
     label_score: float
+    votes: str
+    voters: tuple[Voter, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -137,15 +153,17 @@ SECTIONS = (
     Section(
         "leaks",
         "Leaks between splits",
-        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "ratio", "score"),
+        ("path", "split", "label", "partner_path", "partner_split", "partner_label", "ratio", "score", "colour"),
         "an image with a copy in an earlier split (train < val < test); path is the later split's image; ratio: "
-        "distance to the copy over distance to the next image (lower is surer), score: the thumbnails' cosine",
+        "distance to the copy over distance to the next image (lower is surer), score: the thumbnails' cosine; "
+        "colour: differs when the two differ only in colour (a recoloured drawing: perhaps another item)",
     ),
     Section(
         "label_issues",
         "Likely label errors",
-        ("rank", "path", "split", "label", "suggested_label", "label_score"),
-        "cleanlab's label issues from the kNN label distribution; label_score: lower is more likely wrong",
+        ("rank", "path", "split", "label", "suggested_label", "label_score", "votes"),
+        "cleanlab's label issues from the kNN label distribution, with the neighbours that voted; label_score: lower "
+        "is more likely wrong; votes: the neighbours' labels and how many of them hold each, most first",
     ),
     Section(
         "outliers",
@@ -167,17 +185,19 @@ SECTIONS = (
 
 
 def report_tables(findings: Findings, embeddings: np.ndarray) -> dict[str, list[Row]]:
-    """Rows of every section present (a missing label or split column leaves its sections out)."""
+    """Rows of every section present: asked for (`audit.checks`) and possible (labels, a split column)."""
     tables: dict[str, list[Row]] = {}
     if findings.exact is not None:
         tables["exact_duplicates"] = _group_rows(findings, findings.exact, with_score=False)
-    tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
+    if findings.near is not None:
+        tables["near_duplicates"] = _group_rows(findings, findings.near, with_score=True)
     if findings.leaks is not None:
         tables["leaks"] = _leak_rows(findings)
-    if findings.scores.label_score is not None:
+    if findings.scores.label_score is not None and findings.ran("label_issues"):
         tables["label_issues"] = _label_rows(findings)
-    tables["outliers"] = _outlier_rows(findings, embeddings)
-    if findings.class_names:
+    if findings.ran("outliers"):
+        tables["outliers"] = _outlier_rows(findings, embeddings)
+    if findings.class_names and findings.ran("confused_classes"):
         tables["confused_classes"] = _pair_rows(findings)
     return tables
 
@@ -208,7 +228,7 @@ def _group_rows(findings: Findings, groups: Groups, with_score: bool) -> list[Ro
 
 
 def _leak_rows(findings: Findings) -> list[Row]:
-    leaks = findings.leaks
+    leaks, recoloured = findings.leaks, findings.recoloured
     assert leaks is not None  # report_tables asks only then
     leaked = np.flatnonzero(leaks.leaked)
     rows: list[Row] = []
@@ -222,6 +242,7 @@ def _leak_rows(findings: Findings) -> list[Row]:
                 partner_label=partner["label"],
                 ratio=round(float(leaks.ratio[row]), 6),
                 score=round(float(leaks.score[row]), 6),
+                colour="differs" if recoloured is not None and recoloured[row] else "same",
             )
         )
     return rows
@@ -232,15 +253,31 @@ def _label_rows(findings: Findings) -> list[Row]:
     assert scores.label_score is not None and scores.is_label_issue is not None and scores.predicted is not None
     flagged = np.flatnonzero(scores.is_label_issue)
     ranked = flagged[np.argsort(scores.label_score[flagged], kind="stable")]
-    return [
-        LabelIssueRow(
-            rank=rank,
-            **_cells(findings, int(row)),
-            suggested_label=findings.class_names[int(scores.predicted[row])],
-            label_score=round(float(scores.label_score[row]), 6),
+    rows: list[Row] = []
+    for rank, row in enumerate(ranked, start=1):
+        voters = tuple(
+            Voter(
+                **{name: _cells(findings, int(other))[name] for name in ("path", "label")}, score=round(float(score), 6)
+            )
+            for other, score in zip(findings.graph.neighbours[row], findings.graph.scores[row], strict=True)
         )
-        for rank, row in enumerate(ranked, start=1)
-    ]
+        rows.append(
+            LabelIssueRow(
+                rank=rank,
+                **_cells(findings, int(row)),
+                suggested_label=findings.class_names[int(scores.predicted[row])],
+                label_score=round(float(scores.label_score[row]), 6),
+                votes=_votes(voters),
+                voters=voters,
+            )
+        )
+    return rows
+
+
+def _votes(voters: tuple[Voter, ...]) -> str:
+    """`coat 6; sandal 4`: each label among the voters with its count, most first (ties in first-seen order)."""
+    counts = Counter(voter.label for voter in voters)
+    return "; ".join(f"{label} {count}" for label, count in counts.most_common())
 
 
 def _outlier_rows(findings: Findings, embeddings: np.ndarray) -> list[Row]:

@@ -20,16 +20,18 @@ __all__ = [
 ]
 
 
-def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """`--config FILE.yaml` and repeatable `--set key.sub=value`."""
-    parser.add_argument("--config", metavar="FILE.yaml", help="YAML config (default: the embedded digits demo)")
+def add_config_arguments(
+    parser: argparse.ArgumentParser, default: str = "the embedded digits demo", example: str = "train.epochs=5"
+) -> None:
+    """`--config FILE.yaml` and repeatable `--set key.sub=value`; `default` says what runs without a file."""
+    parser.add_argument("--config", metavar="FILE.yaml", help=f"YAML config (default: {default})")
     parser.add_argument(
         "--set",
         dest="overrides",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="override one config key, e.g. --set train.epochs=5 (repeatable)",
+        help=f"override one config key, e.g. --set {example} (repeatable)",
     )
 
 

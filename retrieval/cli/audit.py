@@ -3,9 +3,10 @@
 Embeds a CSV's images with `--checkpoint` (torch) or `--model` (an ONNX export, no torch), or
 reads the vectors and columns of an `index build` directory (`--index`, nothing embedded again),
 builds the FAISS kNN graph and writes REPORT_DIR: one CSV per section (each row names its image
-paths) and `index.html` with thumbnails (`retrieval.audit`). The near-duplicate threshold is the
-model's stored match threshold when it has one (`evaluate --save-threshold`), else `--threshold`
-or the default 0.95; leaks come from the copy check's ratio rule (`--leak-ratio`).
+paths) and `index.html` with thumbnails (`retrieval.audit`). The near-duplicate threshold is
+`--threshold`, else chosen on the catalogue's different-label pairs (`retrieval.audit.threshold`);
+leaks come from the copy check's ratio rule (`--leak-ratio`). Settings are the config's `audit:`
+section (`--config`, `--set audit.KEY=VALUE`); the flags are shorthands for its keys.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_embedding_arguments, distance_ratio
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     import numpy as np
 
     from retrieval.audit import Catalogue
+    from retrieval.audit.trust import Selection
+    from retrieval.config import AuditConfig
     from retrieval.core.match_threshold import MatchThreshold
     from retrieval.inference.interface import Encoder
 
@@ -59,28 +62,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         metavar="REPORT_DIR",
         help="report folder to write: a new or empty folder, or an earlier report (replaced whole)",
     )
-    parser.add_argument(
-        "--threshold",
-        type=_cosine,
-        metavar="S",
-        help="cosine at which two images are near-duplicates (default: the model's match threshold, else 0.95)",
-    )
-    parser.add_argument(
-        "--leak-ratio",
-        type=distance_ratio,
-        metavar="R",
-        help="a cross-split pair is a copy when its distance is at most R times the next image's (default 0.5, "
-        "chosen on validation: docs/audit.md)",
-    )
-    parser.add_argument("-k", type=_at_least_one, default=10, help="neighbours per image in the kNN graph (default 10)")
-    parser.add_argument("--no-hash", action="store_true", help="skip the exact-duplicate check (reads every file)")
-    parser.add_argument("--show", type=_at_least_one, default=50, metavar="N", help="findings per page section")
+    add_config_arguments(parser, "the audit section's defaults; other sections are not read", "audit.k=20")
+    # Shorthands for keys of the config's audit section (`retrieval.config.AuditConfig` checks every value).
+    parser.add_argument("--threshold", metavar="S", help="near-duplicate cosine: --set audit.threshold=S")
+    parser.add_argument("--leak-ratio", metavar="R", help="copy check's distance ratio: --set audit.leak_ratio=R")
+    parser.add_argument("-k", help="neighbours per image in the kNN graph: --set audit.k=K")
+    parser.add_argument("--show", metavar="N", help="findings per page section: --set audit.show=N")
+    parser.add_argument("--no-hash", action="store_true", help="no exact-duplicate check (no file read again)")
     add_embedding_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue, threshold_of, write_report
-    from retrieval.audit.leaks import MAX_RATIO
+    from retrieval.audit import audit_embeddings, read_catalogue, write_report
     from retrieval.audit.report import check_report_folder
 
     check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
@@ -88,33 +81,33 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--csv needs --checkpoint CKPT or --model EXPORT_DIR to embed its images (or give --index)")
     if args.index is not None and (args.checkpoint is not None or args.model is not None):
         raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
+    settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
     with showing_progress("audit") as log:
+        selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:
             catalogue, embeddings, stored_threshold = _indexed(args.index)
         else:
-            catalogue, embeddings, stored_threshold = _embedded(args, catalogue, log)
+            encoder, selection = _encoder(args)
+            catalogue, embeddings = _embedded(args, encoder, catalogue, log)
+            stored_threshold = encoder.match_threshold
         for note in catalogue.missing:
             log.info(note)
-        threshold, source = threshold_of(stored_threshold, args.threshold)
-        settings = AuditSettings(
-            k=args.k,
-            threshold=threshold,
-            threshold_source=source,
-            hash_files=not args.no_hash,
-            leak_ratio=MAX_RATIO if args.leak_ratio is None else args.leak_ratio,
-        )
-        findings = audit_embeddings(embeddings, catalogue, settings)
+        findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold, selection=selection)
         name = (args.csv or args.index).name
-        summary = write_report(findings, embeddings, args.out, args.show, f"audit of {name}")
+        summary = write_report(findings, embeddings, args.out, settings.show, f"audit of {name}")
     print(f"report: {args.out / 'index.html'}")
-    print(f"near-duplicate threshold: {threshold:.4f} ({source})")
-    for key in ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "label_issues", "outliers"):
+    if summary.threshold is not None:
+        print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
+    keys = ("exact_duplicate_groups", "near_duplicate_groups", "leaked_rows", "recoloured_leaks", "label_issues")
+    for key in (*keys, "outliers"):
         if getattr(summary, key) is not None:
             print(f"{key.replace('_', ' ')}: {getattr(summary, key)}")
     share = summary.test_nearest_neighbour_leak_share
     if share is not None and share == share:  # NaN: no test rows
         print(f"test queries whose nearest neighbour is a leak: {share:.4f}")
+    for warning in summary.warnings:
+        print(warning)
     return 0
 
 
@@ -128,46 +121,45 @@ def _indexed(directory: Path) -> tuple[Catalogue, np.ndarray, MatchThreshold | N
 
 
 def _embedded(
-    args: argparse.Namespace, catalogue: Catalogue, log: logging.Logger
-) -> tuple[Catalogue, np.ndarray, MatchThreshold | None]:
-    """The CSV's readable images and their embeddings by the model, with its stored match threshold."""
+    args: argparse.Namespace, encoder: Encoder, catalogue: Catalogue, log: logging.Logger
+) -> tuple[Catalogue, np.ndarray]:
+    """The CSV's readable images and their embeddings by the model."""
     from retrieval.inference.sources import report_unreadable
 
-    encoder = _encoder(args)
     log.info("embedding %d images", len(catalogue))
     embedded = encoder.embed_files(catalogue.paths, args.batch_size, args.num_workers)
     report_unreadable(embedded.failures)
     if len(embedded.positions) < 2:
         raise UserError(f"fewer than 2 readable images in {args.csv}; an audit compares images with each other")
-    return catalogue.subset(embedded.positions), embedded.embeddings, encoder.match_threshold
+    return catalogue.subset(embedded.positions), embedded.embeddings
 
 
-def _encoder(args: argparse.Namespace) -> Encoder:
-    """The encoder of `--model` (onnxruntime) or `--checkpoint` (torch, imported only then)."""
+def _encoder(args: argparse.Namespace) -> tuple[Encoder, Selection | None]:
+    """The encoder of `--model` (onnxruntime) or `--checkpoint` (torch, imported only then), and the checkpoint's
+    model-selection record (an export keeps none)."""
     if args.model is not None:
         from retrieval.export.onnx_encoder import OnnxEncoder
 
-        return OnnxEncoder.from_export(args.model, device=args.device)
+        return OnnxEncoder.from_export(args.model, device=args.device), None
+    from retrieval.audit.trust import Selection
+    from retrieval.checkpoint import Checkpoint
     from retrieval.inference.image_encoder import ImageEncoder
 
-    return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
+    checkpoint = Checkpoint.read(args.checkpoint)
+    selection = Selection(checkpoint.config().train.select_on, checkpoint.best_score, checkpoint.best_epoch)
+    return ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device), selection
 
 
-def _cosine(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not -1.0 <= value <= 1.0:
-        raise argparse.ArgumentTypeError(f"takes a cosine in [-1, 1], like 0.95, got {text!r}")
-    return value
+def _settings(args: argparse.Namespace) -> AuditConfig:
+    """The config's audit section: `--config`, then `--set`, then the shorthand flags, which set the same keys."""
+    from retrieval.config import load_audit_config
 
-
-def _at_least_one(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"takes an integer >= 1, got {text!r}")
-    return value
+    flags = {"threshold": args.threshold, "leak_ratio": args.leak_ratio, "k": args.k, "show": args.show}
+    shorthands = [f"audit.{key}={value}" for key, value in flags.items() if value is not None]
+    settings = load_audit_config(args.config, [*args.overrides, *shorthands])
+    if args.no_hash:
+        checks = [check for check in settings.checks if check != "exact_duplicates"]
+        if not checks:
+            raise UserError("--no-hash leaves audit.checks with no check to run; add one (--set audit.checks=...)")
+        settings = settings.model_copy(update={"checks": checks})
+    return settings

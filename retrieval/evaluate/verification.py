@@ -18,7 +18,15 @@ import numpy as np
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.errors import UserError
-from retrieval.metrics.verification import FMR_TARGETS, Pairs, pairs_of, rates_at, roc_auc, threshold_at_fmr
+from retrieval.metrics.verification import (
+    FMR_TARGETS,
+    Pairs,
+    fmr_text,
+    pairs_of,
+    rates_at,
+    roc_auc,
+    threshold_at_fmr,
+)
 from retrieval.validation import Record
 
 __all__ = [
@@ -184,12 +192,6 @@ def threshold_record(report: VerificationReport, fmr: float, dataset: str) -> Ma
         test_fnmr=point.test_fnmr,
         dataset=dataset,
     )
-
-
-def fmr_text(fmr: float) -> str:
-    """`1e-3` for 0.001: the way false match rates are written."""
-    mantissa, exponent = f"{fmr:.0e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
 
 
 def _split_pairs(embeddings: np.ndarray, split: EvalSplit) -> Pairs:

@@ -1,26 +1,38 @@
 """Turn user arrays (numpy or torch) into the validated numpy arrays the metrics work on.
 
-Every check raises `UserError` with a message that says what is wrong and how to fix it.
+Every check raises `UserError` with a message that says what is wrong and how to fix it. torch is
+not imported here: a tensor exists only once its caller has imported torch, so the metrics run in
+an install without it (`retrieval audit --model`, the `[serve,audit]` extras).
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from numbers import Integral
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 import numpy as np
-import torch
 
 from retrieval.errors import UserError
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["ArrayLike", "as_class_codes", "as_embeddings", "as_ks", "as_label_codes", "as_mask"]
 
-ArrayLike = np.ndarray | torch.Tensor
+ArrayLike = Union[np.ndarray, "torch.Tensor"]  # noqa: UP007 (a string member: torch is imported for mypy only)
+
+
+def _is_tensor(array: Any) -> TypeGuard[torch.Tensor]:
+    """Whether `array` is a torch tensor (none can be while torch is not imported)."""
+    torch_module = sys.modules.get("torch")
+    return torch_module is not None and isinstance(array, torch_module.Tensor)
 
 
 def _to_numpy(array: ArrayLike) -> np.ndarray:
     """A numpy view or copy of `array`; torch tensors are detached and moved to the CPU."""
-    if isinstance(array, torch.Tensor):
+    if _is_tensor(array):
         return array.detach().cpu().numpy()
     return np.asarray(array)
 
@@ -37,8 +49,8 @@ def as_embeddings(embeddings: ArrayLike) -> np.ndarray:
     Raises:
         UserError: if the array is not 2-D, is empty, or holds NaN/inf.
     """
-    if isinstance(embeddings, torch.Tensor):
-        embeddings = embeddings.detach().to(device="cpu", dtype=torch.float32)
+    if _is_tensor(embeddings):
+        embeddings = embeddings.detach().to(device="cpu", dtype=sys.modules["torch"].float32)
     matrix = np.ascontiguousarray(_to_numpy(embeddings), dtype=np.float32)
     if matrix.ndim != 2 or matrix.size == 0:
         raise UserError(

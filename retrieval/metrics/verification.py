@@ -22,7 +22,17 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from retrieval.errors import UserError
 from retrieval.metrics._inputs import ArrayLike, as_embeddings, as_label_codes, as_mask
 
-__all__ = ["FMR_TARGETS", "MAX_PAIRS", "OperatingPoint", "Pairs", "rates_at", "roc_auc", "threshold_at_fmr", "pairs_of"]
+__all__ = [
+    "FMR_TARGETS",
+    "MAX_PAIRS",
+    "OperatingPoint",
+    "Pairs",
+    "fmr_text",
+    "pairs_of",
+    "rates_at",
+    "roc_auc",
+    "threshold_at_fmr",
+]
 
 FMR_TARGETS = (1e-2, 1e-3, 1e-4)  # the false match rates verification reports
 MAX_PAIRS = 5_000_000  # all pairs up to this many (a 3,162-image split); a uniform sample of this many beyond
@@ -179,3 +189,9 @@ def rates_at(pairs: Pairs, threshold: float) -> tuple[float, float]:
     """`(FMR, FNMR)` of `pairs` at `threshold` (a pair matches when its score is >= threshold)."""
     matches = pairs.scores >= threshold
     return float(matches[~pairs.genuine].mean()), float(1 - matches[pairs.genuine].mean())
+
+
+def fmr_text(fmr: float) -> str:
+    """`1e-3` for 0.001: the way false match rates are written."""
+    mantissa, exponent = f"{fmr:.0e}".split("e")
+    return f"{mantissa}e{int(exponent)}"

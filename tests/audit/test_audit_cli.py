@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 from pathlib import Path
 
 import pytest
 
+from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from tests.conftest import add_train_copy_as_test
 
@@ -25,7 +27,7 @@ def test_audit_writes_the_report_and_finds_the_copy(csv_dataset, tiny_checkpoint
     assert code == 0
     printed = capsys.readouterr().out
     assert f"report: {out / 'index.html'}" in printed and "exact duplicate groups: 1" in printed
-    assert "near-duplicate threshold: 0.9500 (default)" in printed
+    assert "near-duplicate threshold: " in printed and "different-label pairs" in printed
     with (out / "leaks.csv").open() as handle:
         leaks = list(csv.DictReader(handle))
     copy = str((dataset.parent / "images" / "copy.png").resolve())
@@ -103,3 +105,17 @@ def test_a_source_without_its_model_or_with_one_too_many_is_a_one_line_error(tmp
     code = main(arguments)
     error = capsys.readouterr().err.strip()
     assert code == 2 and message in error and len(error.splitlines()) == 1
+
+
+def test_a_checkpoint_selected_at_a_low_recall_warns_in_one_line_printed_and_on_the_page(
+    csv_dataset, tiny_checkpoint, tmp_path, capsys
+):
+    """Issue 49 #4: the checkpoint's own record said it retrieves poorly, and the audit did not say so."""
+    checkpoint = Checkpoint.read(tiny_checkpoint)
+    poor = tmp_path / "poor.pt"
+    dataclasses.replace(checkpoint, best_score=0.25, best_epoch=2).save(poor)
+    out = tmp_path / "report"
+    assert main(["audit", "--checkpoint", str(poor), "--csv", str(csv_dataset), "--out", str(out), "--no-hash"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if "not to be trusted" in line]
+    assert line.startswith("warning: this checkpoint's Recall@1 at model selection is 0.2500 (epoch 2)")
+    assert line in (out / "index.html").read_text().replace("&#x27;", "'")

@@ -8,16 +8,17 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, threshold_of
+from retrieval.audit import Catalogue, audit_embeddings
 from retrieval.audit.copies import copy_descriptors, copy_graph
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import copy_leaks, find_leaks
-from retrieval.core.match_threshold import MatchThreshold
+from retrieval.config import AuditConfig
+from tests.audit.conftest import NO_HASH
 
 
 def test_planted_faults_are_found(planted):
-    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False)
     source, copy = planted.copies
     members = findings.near.members()
     assert [sorted(group.tolist()) for group in members] == [[source, copy]]
@@ -35,7 +36,7 @@ def test_planted_faults_are_found(planted):
 
 def test_without_labels_only_outliers_are_scored(planted):
     catalogue = Catalogue(planted.catalogue.paths, None, planted.catalogue.splits)
-    findings = audit_embeddings(planted.embeddings, catalogue, AuditSettings(k=8, hash_files=False), False)
+    findings = audit_embeddings(planted.embeddings, catalogue, AuditConfig(k=8, checks=NO_HASH), False)
     assert findings.scores.label_score is None and findings.class_names == []
     assert int(np.argmin(findings.scores.outlier_score)) == planted.outlier
     assert findings.exact is None
@@ -94,18 +95,9 @@ def test_the_copy_check_finds_a_crop_and_a_recolouring_of_a_textured_image(tmp_p
     assert np.flatnonzero(leaks.leaked).tolist() == [6, 7]
 
 
-def test_threshold_comes_from_the_flag_then_the_model_then_the_default():
-    stored = MatchThreshold(score=0.71, target_fmr=0.001, chosen_on="val")
-    assert threshold_of(stored, 0.9) == (0.9, "--threshold")
-    assert threshold_of(stored, None) == (0.71, "the model's match threshold (FMR 0.001, chosen on val)")
-    assert threshold_of(None, None)[1] == "default"
-
-
 def test_bad_settings_are_value_errors(planted):
-    with pytest.raises(ValueError, match="threshold must be a cosine"):
-        AuditSettings(threshold=2.0)
     with pytest.raises(ValueError, match="120 embeddings for 2 images"):
-        audit_embeddings(planted.embeddings, planted.catalogue.subset(np.arange(2)), AuditSettings())
+        audit_embeddings(planted.embeddings, planted.catalogue.subset(np.arange(2)), AuditConfig())
 
 
 def test_a_test_image_identical_to_several_training_images_is_a_leak(tmp_path):

@@ -24,11 +24,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from retrieval.audit import AuditSettings, Catalogue, Findings, write_report
+from retrieval.audit import Catalogue, Findings, write_report
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import build_knn_graph
 from retrieval.audit.leaks import copy_leaks
 from retrieval.audit.scoring import ClassPair, Scores
+from retrieval.audit.threshold import NearThreshold
+from retrieval.config import AuditConfig
 from retrieval.data.exclusion import excluded_paths
 from tests.properties import examples
 
@@ -83,7 +85,7 @@ def _report(folder: Path, names: list[str]) -> tuple[list[Path], Path]:
 
 def _findings(catalogue: Catalogue, embeddings: np.ndarray) -> Findings:
     """The audit's own graph, duplicates and leaks; every row flagged by a made-up cleanlab, which costs seconds."""
-    settings = AuditSettings(k=1, threshold=0.99)
+    settings = AuditConfig(k=1, threshold=0.99)
     graph = build_knn_graph(embeddings, 1, progress=False)
     assert catalogue.splits is not None
     leaks = copy_leaks(catalogue.paths, catalogue.splits, graph.neighbours[:, 0], progress=False)
@@ -93,8 +95,9 @@ def _findings(catalogue: Catalogue, embeddings: np.ndarray) -> Findings:
     pairs = (ClassPair(0, 1, n, 0.5),) if len(class_names) == 2 else ()
     made_up = Scores(scores, scores, flags, scores, flags, 1 - codes, pairs)
     exact = exact_duplicate_groups(catalogue.paths, progress=False)
-    near = near_duplicate_groups(graph, settings.threshold)
-    return Findings(catalogue, settings, graph, exact, near, leaks, made_up, class_names)
+    threshold = NearThreshold(0.99, "given (audit.threshold)")
+    near = near_duplicate_groups(graph, threshold.score)
+    return Findings(catalogue, settings, graph, exact, threshold, near, leaks, made_up, class_names)
 
 
 def _csv_paths(path: Path) -> list[str]:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.audit import AuditSettings, audit_embeddings, write_report
+from retrieval.audit import audit_embeddings, write_report
+from retrieval.config import AuditConfig
 from tests.serve.test_page import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = [
@@ -17,7 +18,7 @@ pytestmark = [
 
 def test_report_page_shows_every_section_with_loaded_thumbnails(planted, tmp_path):
     sync_api = pytest.importorskip("playwright.sync_api")
-    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False)
     write_report(findings, planted.embeddings, tmp_path / "report", limit=6)
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.audit import AuditSettings, Catalogue, audit_embeddings, write_report
+from retrieval.audit import Catalogue, audit_embeddings, write_report
 from retrieval.cli.main import main
+from retrieval.config import AuditConfig
 from retrieval.errors import UserError
 
 
@@ -28,7 +29,7 @@ def test_a_folder_holding_other_files_is_refused_and_left_as_it_was(planted, tmp
     folder.mkdir()
     (folder / "best.pt").write_text("weights")
     (folder / "summary.json").write_text("{}")  # a report's name among others is not a report
-    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False)
     with pytest.raises(UserError, match="is not an earlier audit report \\(it holds 'best.pt'\\)"):
         write_report(findings, planted.embeddings, folder)
     assert sorted(path.name for path in folder.iterdir()) == ["best.pt", "summary.json"]
@@ -36,11 +37,11 @@ def test_a_folder_holding_other_files_is_refused_and_left_as_it_was(planted, tmp
 
 def test_an_earlier_report_is_replaced_whole_without_its_stale_sections(planted, tmp_path):
     out = tmp_path / "report"
-    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8, threshold=0.99), False)
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8, threshold=0.99), False)
     write_report(findings, planted.embeddings, out)
     assert (out / "label_issues.csv").is_file() and (out / "leaks.csv").is_file()
     unlabelled = Catalogue(planted.catalogue.paths)
-    findings = audit_embeddings(planted.embeddings, unlabelled, AuditSettings(k=8, threshold=0.99), False)
+    findings = audit_embeddings(planted.embeddings, unlabelled, AuditConfig(k=8, threshold=0.99), False)
     write_report(findings, planted.embeddings, out)
     names = sorted(path.name for path in out.iterdir())
     assert names == ["exact_duplicates.csv", "index.html", "near_duplicates.csv", "outliers.csv", "summary.json"]
@@ -49,6 +50,6 @@ def test_an_earlier_report_is_replaced_whole_without_its_stale_sections(planted,
 
 def test_an_empty_folder_takes_the_report(planted, tmp_path: Path):
     (tmp_path / "empty").mkdir()
-    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditSettings(k=8), False)
+    findings = audit_embeddings(planted.embeddings, planted.catalogue, AuditConfig(k=8), False)
     write_report(findings, planted.embeddings, tmp_path / "empty")
     assert (tmp_path / "empty" / "index.html").is_file()

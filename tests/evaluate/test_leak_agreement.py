@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
-from retrieval.audit import AuditSettings, audit_embeddings, read_catalogue
+from retrieval.audit import audit_embeddings, read_catalogue
 from retrieval.audit.leaks import MAX_RATIO
-from retrieval.config import DataConfig
+from retrieval.config import AuditConfig, DataConfig
 from retrieval.evaluate.leak_check import copied_test_rows
+from tests.audit.conftest import NO_HASH
 
 
 def _picture(rng: np.random.Generator) -> Image.Image:
@@ -88,7 +89,7 @@ def _audit_leaks(dataset: Path, ratio: float) -> set[str]:
     catalogue = read_catalogue(dataset)
     embeddings = np.random.default_rng(0).normal(size=(len(catalogue), 8)).astype(np.float32)
     embeddings /= np.linalg.norm(embeddings, axis=1, keepdims=True)
-    findings = audit_embeddings(embeddings, catalogue, AuditSettings(leak_ratio=ratio, hash_files=False), False)
+    findings = audit_embeddings(embeddings, catalogue, AuditConfig(leak_ratio=ratio, checks=NO_HASH), False)
     assert findings.leaks is not None and catalogue.splits is not None
     test = np.array([split == "test" for split in catalogue.splits])
     return {str(catalogue.paths[row]) for row in np.flatnonzero(findings.leaks.leaked & test)}

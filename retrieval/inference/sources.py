@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from retrieval.config import DataConfig
 from retrieval.core.column_types import ColumnType, typed_table
-from retrieval.data import CsvSplit, list_images, read_splits
-from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
+from retrieval.data.csv_dataset import IMAGE_LIST_CSV, CsvSplit, flag_is_set, read_csv_rows
+from retrieval.data.folder import list_images
+from retrieval.data.splits import read_splits
 from retrieval.errors import UserError
 from retrieval.inference.interface import Encoder
 from retrieval.inference.splits import SPLITS
@@ -30,6 +31,7 @@ __all__ = [
     "dataset_source",
     "embed_source",
     "image_files",
+    "query_images",
     "read_source",
     "report_unreadable",
 ]
@@ -78,6 +80,27 @@ def image_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise UserError(f"image folder not found: {directory}; pass a folder of images with --images")
     return list_images(directory)
+
+
+def query_images(files: list[Path] | None, folder: Path | None) -> list[Path]:
+    """The query images of `--image FILE...`, each an existing file, or every image under `--images DIR`.
+
+    Raises:
+        UserError: a file that is not there, or a folder without images.
+    """
+    if files:
+        missing = next((path for path in files if not path.is_file()), None)
+        if missing is not None:
+            raise UserError(
+                f"query image not found: {missing}; pass image files with --image, or a folder with --images"
+            )
+        return list(files)
+    if folder is None:
+        raise UserError("no query images given; pass --image FILE... or --images DIR")
+    paths = image_files(folder)
+    if not paths:
+        raise UserError(f"no images in {folder}; pass query images with --image or --images")
+    return paths
 
 
 def dataset_source(

@@ -14,7 +14,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_embedding_arguments, distance_ratio
+from retrieval.cli._common import add_embedding_arguments, distance_ratio, existing_checkpoint
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -89,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
     if args.index is not None and (args.checkpoint is not None or args.model is not None):
         raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
+    if args.checkpoint is not None:
+        existing_checkpoint(args.checkpoint)  # before PyTorch loads
     with showing_progress("audit") as log:
         if catalogue is None:
             catalogue, embeddings, stored_threshold = _indexed(args.index)

@@ -67,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
     from retrieval.index.gallery import IndexGallery
+    from retrieval.inference.sources import query_images
 
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
@@ -77,14 +78,10 @@ def run(args: argparse.Namespace) -> int:
     columns = _shown_columns(args.columns, where, index.metadata_schema.names)
     min_score = min_score_for(args.min_score, index.manifest.match_threshold)
     reranker = rerank_at_query(args.rerank) if args.rerank else None
+    paths = query_images(args.image, args.images)  # before the model: a missing image fails before PyTorch loads
     encoder = encoder_for_index(
         index.manifest.model.record(), args.checkpoint, device=args.device, model_dir=args.model
     )
-    from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
-
-    paths = list(args.image) if args.image else image_files(args.images)
-    if not paths:
-        raise UserError(f"no images in {args.images}; pass query images with --image or --images")
     embedded = encoder.embed_files(paths, args.batch_size, args.num_workers, progress=False)
     if embedded.failures:
         path, reason = embedded.failures[0]

@@ -265,7 +265,7 @@ def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
     line = _error_line(capsys)
     assert "cannot read query image" in line and "query.jpg" in line
     assert main(["index", "query", "--index", str(index), "--image", str(tmp_path / "missing.png"), *NO_WORKERS]) == 2
-    assert "FileNotFoundError" in _error_line(capsys)
+    assert f"query image not found: {tmp_path / 'missing.png'}" in _error_line(capsys)
 
 
 @pytest.mark.parametrize(

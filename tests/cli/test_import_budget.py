@@ -116,6 +116,10 @@ def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
         (["audit", "--csv", "train.csv", "--out", "r"], "--csv needs --checkpoint CKPT or --model EXPORT_DIR"),
         (["index", "build", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "i"], "checkpoint not found"),
         (["index", "query", "--index", ".", "--image", "missing.png"], "is not a retrieval index"),
+        (["index", "build", "--model", "x", "--csv", "train.csv", "--split", "val", "--out", "i"], "(split=val)"),
+        (["embed", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "e.npz"], "checkpoint not found"),
+        (["embed", "--checkpoint", "missing.pt", "--images", "empty", "--out", "e.npz"], "no images to index in empty"),
+        (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "x"], "checkpoint not found"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )

@@ -18,13 +18,14 @@ import importlib.resources
 import math
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
 from retrieval.choices.datasets import dataset_traits
+from retrieval.choices.losses import check_loss_name
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
 from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
@@ -238,7 +239,7 @@ class AugmentConfig(_Section):
 class LossConfig(_Section):
     section: ClassVar[str] = "loss"
 
-    # a loss of the registry, retrieval/losses/registry.py (LOSSES), e.g. anchor, proxy_nca; or any
+    # a loss of the registry, retrieval/choices/losses.py (LOSS_CLASSES), e.g. anchor, proxy_nca; or any
     # pytorch-metric-learning loss as pml.<ClassName> (its arguments in loss.kwargs, a PML miner in loss.miner)
     name: str = "anchor"
     params: dict[str, Any] = Field(default_factory=dict)  # the loss constructor's own arguments
@@ -448,22 +449,28 @@ def load_audit_config(path: str | Path | None = None, overrides: Sequence[str] =
     return AuditConfig.build(raw.get("audit") or {}, texts)
 
 
-def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> None:
+def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> DataConfig:
     """Check what of `load_config(path, overrides)` needs no PyTorch, so that a typo fails in an instant.
 
-    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, and every
-    field of sections model, data and train, `data.name` included (against the torch-free
-    `retrieval.choices.datasets`). What `load_config` checks beyond it may need PyTorch: the loss's
-    name and parameters (the loss classes' constructors, `retrieval.losses.registry`, are their one
-    source), the augment section (timm parses an auto-augment policy) and the rules across fields.
+    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, every
+    field of sections model, data, train and pretrain, `data.name` included (against the torch-free
+    `retrieval.choices.datasets`), and a `loss.name` that no loss can have (`retrieval.choices.losses`).
+    What `load_config` checks beyond it needs PyTorch: the loss's parameters (the loss classes'
+    constructors, `retrieval.losses.registry`, are their one source) and a pytorch-metric-learning
+    class name, the augment section (timm parses an auto-augment policy) and the rules across fields.
     The `--set` values are checked on the file given or the demo; each field's check reads only its
     own value, so they hold for any base (a checkpoint's saved config included).
+
+    Returns:
+        The data section, for a command to check the dataset's files before PyTorch loads too.
 
     Raises:
         UserError: the first mistake found, worded as `load_config` words it.
     """
     raw, texts = _overridden(_read_yaml(Path(path) if path is not None else DEMO_CONFIG), overrides)
-    _build_plain_sections(raw, texts)
+    sections = _build_plain_sections(raw, texts)
+    _loss_name(raw.get("loss") or {})
+    return sections.data
 
 
 def config_with_overrides(raw: ConfigDocument, overrides: Sequence[str]) -> Config:
@@ -539,22 +546,35 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
 
 def _build_config(raw: ConfigDocument, texts: Mapping[str, str]) -> Config:
     """The config of nested dicts `raw`; `texts` maps `section.key` to the `--set` text it came from."""
-    model, data, train = _build_plain_sections(raw, texts)
+    model, data, train, pretrain = _build_plain_sections(raw, texts)
     augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
     loss = _build_loss_section(raw.get("loss") or {}, texts)
-    pretrain = PretrainConfig.build(raw.get("pretrain") or {}, texts)
     reranker = RerankerConfig.build(raw.get("reranker") or {}, texts)
-    config = Config(
-        model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain, reranker=reranker
-    )
-
     audit = AuditConfig.build(raw.get("audit") or {}, texts)
-    config = Config(model=model, data=data, augment=augment, loss=loss, train=train, pretrain=pretrain, audit=audit)
+    config = Config(
+        model=model,
+        data=data,
+        augment=augment,
+        loss=loss,
+        train=train,
+        pretrain=pretrain,
+        reranker=reranker,
+        audit=audit,
+    )
     _check_across_fields(config)
     return config
 
 
-def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> tuple[ModelConfig, DataConfig, TrainConfig]:
+class _PlainSections(NamedTuple):
+    """The sections whose checks need no registry (nor PyTorch)."""
+
+    model: ModelConfig
+    data: DataConfig
+    train: TrainConfig
+    pretrain: PretrainConfig
+
+
+def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> _PlainSections:
     """The sections whose checks need no registry (nor PyTorch), after refusing an unknown section."""
     unknown = set(raw) - set(_SECTIONS)
     if unknown:
@@ -562,7 +582,8 @@ def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> tupl
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
     dataset_traits(data.name)  # an unknown name fails here, without the dataset readers
-    return model, data, TrainConfig.build(raw.get("train") or {}, texts)
+    train = TrainConfig.build(raw.get("train") or {}, texts)
+    return _PlainSections(model, data, train, PretrainConfig.build(raw.get("pretrain") or {}, texts))
 
 
 def _default(section: type[_Section], name: str) -> Any:
@@ -667,9 +688,7 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
         loss_parameters,
     )
 
-    if not isinstance(values, dict):
-        raise UserError("config section 'loss' must be a mapping: name plus the loss's own parameters")
-    name = canonical_loss_name(str(values.get("name", _default(LossConfig, "name"))))
+    name = canonical_loss_name(_loss_name(values))
     defaults = loss_parameters(name)  # raises for an unknown name, listing the valid ones
     entries = {key: value for key, value in values.items() if key.startswith("kwargs.") and "kwargs" in defaults}
     given = {key: value for key, value in values.items() if key != "name" and key not in entries}
@@ -685,6 +704,19 @@ def _build_loss_section(values: Any, texts: Mapping[str, str]) -> LossConfig:
         kwargs = params["kwargs"] if isinstance(params["kwargs"], dict) else {}
         params["kwargs"] = {**kwargs, **{key.removeprefix("kwargs."): value for key, value in entries.items()}}
     return LossConfig(name=name, params=check_loss_parameters(name, params))
+
+
+def _loss_name(values: Any) -> str:
+    """The `loss.name` of loss section `values`, refused at once when no loss can have it (torch-free).
+
+    Raises:
+        UserError: the section is not a mapping, or the name is neither registered nor can be PML's.
+    """
+    if not isinstance(values, dict):
+        raise UserError("config section 'loss' must be a mapping: name plus the loss's own parameters")
+    name = str(values.get("name", _default(LossConfig, "name")))
+    check_loss_name(name)
+    return name
 
 
 class _LossParameters(_Section):

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from retrieval.choices.augment_presets import PRESETS, PresetName
+from retrieval.choices.losses import LOSS_CLASSES
 from retrieval.config import (
     BAD_IMAGE_POLICIES,
     DEMO_CONFIG,
@@ -18,6 +19,7 @@ from retrieval.config import (
     Config,
     DataConfig,
     ModelConfig,
+    check_config,
     config_from_dict,
     config_to_dict,
     load_config,
@@ -112,6 +114,23 @@ def test_overrides_are_typed_by_the_field_they_set():
 def test_bad_configs_fail_with_the_valid_options(raw, message):
     with pytest.raises(UserError, match=message):
         config_from_dict(raw)
+
+
+def test_check_config_refuses_a_loss_name_no_loss_can_have_in_load_config_s_words():
+    """`loss.name=anchr` waited for PyTorch (issue 48). A capitalised name may be a pytorch-metric-learning
+    class given bare: that is checked, with torch, when the loss section is built."""
+    with pytest.raises(UserError) as early:
+        check_config(None, ["loss.name=anchr"])
+    with pytest.raises(UserError) as built:
+        load_config(None, ["loss.name=anchr"])
+    assert str(early.value) == str(built.value) and "unknown loss.name 'anchr'; valid names: anchor," in str(
+        built.value
+    )
+    check_config(None, ["loss.name=MultiSimilarityLoss"])
+    check_config(None, ["loss.name=Anchr"])
+    with pytest.raises(UserError, match="unknown loss.name 'Anchr'; valid names: anchor,"):
+        load_config(None, ["loss.name=Anchr"])
+    assert list(LOSSES) == list(LOSS_CLASSES)  # the registry is made from the torch-free table
 
 
 @pytest.mark.parametrize("override", ["train.lr", "lr=3", "train.=3"])

@@ -187,6 +187,39 @@ def test_the_config_checks_dataset_names_and_presets_without_torch_or_the_datase
     ]
 
 
+# What the commands read before PyTorch loads (issue 48): the config, a dataset's files, the images to
+# embed or query, a pretraining run's checkpoint path; `retrieval.data` itself loads its names on first use.
+_READERS_WITHOUT_TORCH = """
+import sys
+import retrieval.data, retrieval.data.splits, retrieval.inference.sources, retrieval.pretrain.resume_path
+import retrieval.choices.losses
+print(sorted(name for name in sys.modules if name.split(".")[0] in ("torch", "timm", "torchvision")))
+"""
+
+
+def test_what_commands_check_before_pytorch_loads_imports_no_torch() -> None:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", _READERS_WITHOUT_TORCH], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "[]"
+
+
+def test_every_name_of_the_data_package_is_its_module_s() -> None:
+    """`from retrieval.data import X` (loaded on first use) gives the object its module defines, for every X."""
+    import importlib
+
+    import retrieval.data as data
+
+    homes = {name: getattr(data, name) for name in data.__all__}
+    assert sorted(homes) == sorted(data._HOMES)
+    for name, value in homes.items():
+        assert value is getattr(importlib.import_module(data._HOMES[name]), name)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        data.nothing  # noqa: B018
+
+
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("from retrieval import config\nfrom retrieval.data.image_loader import ImageLoader\n")

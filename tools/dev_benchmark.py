@@ -57,7 +57,8 @@ import torch
 from retrieval.config import DataConfig
 from retrieval.core.rerank import RERANK_METHODS
 from retrieval.data.csv_dataset import CsvSplit
-from retrieval.data.datasets import EvalSplit, read_splits
+from retrieval.data.datasets import EvalSplit
+from retrieval.data.splits import read_splits
 from retrieval.evaluate.evaluator import KS
 from retrieval.evaluate.rerank_choice import choose_rerank
 from retrieval.evaluate.uncertainty import QueryValues, compare_runs, load_query_values, save_query_values

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments, existing_checkpoint
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -83,6 +83,8 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
     settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
+    if args.checkpoint is not None:
+        existing_checkpoint(args.checkpoint)  # before PyTorch loads
     with showing_progress("audit") as log:
         selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:

@@ -23,7 +23,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from retrieval.cli._common import add_column_types_argument, add_embedding_arguments
+from retrieval.cli._common import add_column_types_argument, add_embedding_arguments, existing_checkpoint
 from retrieval.cli._progress import showing_progress
 from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES
 from retrieval.errors import UserError
@@ -92,10 +92,8 @@ def _embed(args: argparse.Namespace) -> int:
         refuse_file_in_the_way(directory, f"--out {args.out}")
         if args.part_rows is not None and args.part_rows < 1:
             raise UserError(f"--part-rows must be >= 1, got {args.part_rows}")
-    from retrieval.checkpoint import Checkpoint
     from retrieval.core.column_types import parse_column_types
     from retrieval.embedding_files.file_formats import write_embeddings
-    from retrieval.inference.image_encoder import ImageEncoder
     from retrieval.inference.sources import dataset_source, embed_source, read_source
 
     if args.batch_size < 1:
@@ -108,12 +106,17 @@ def _embed(args: argparse.Namespace) -> int:
             f"give exactly one image source, got {' and '.join(given) or 'none'}: --csv FILE, --images DIR, "
             "or --set data.name=... --set data.root=... (a configured dataset)"
         )
-    checkpoint = Checkpoint.read(args.checkpoint)
     column_types = parse_column_types(args.column_types)
-    if args.overrides:
+    # The images of --csv or --images and the checkpoint's presence before PyTorch loads (a configured
+    # dataset's images need the checkpoint's config).
+    source = None if args.overrides else read_source(args.csv, args.images, args.split, column_types)
+    existing_checkpoint(args.checkpoint)
+    from retrieval.checkpoint import Checkpoint
+    from retrieval.inference.image_encoder import ImageEncoder
+
+    checkpoint = Checkpoint.read(args.checkpoint)
+    if source is None:
         source = dataset_source(_data_config(checkpoint, args.overrides), args.split, column_types)
-    else:
-        source = read_source(args.csv, args.images, args.split, column_types)
     if directory is not None:
         return _embed_parts(args, checkpoint, source, directory)
     encoder = ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device)

@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import output_folder
+from retrieval.cli._common import existing_checkpoint, output_folder
 
 if TYPE_CHECKING:
     from retrieval.export.manifest import Quantization
@@ -73,14 +73,16 @@ def run(args: argparse.Namespace) -> int:
     output_folder(args.out, "--out", MODEL_FILE)  # before torch loads: refused in a moment, not after the export
 
     from retrieval.errors import UserError
-    from retrieval.export.manifest import ExportManifest
-    from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command
-    from retrieval.export.quantize import QuantizeRequest
 
     options = {"calibration_images": args.calibration_images, "tolerance": args.tolerance}
     given = {name: value for name, value in options.items() if value is not None}
     if args.quantize is None and (given or args.overrides):
         raise UserError("--calibration-images, --tolerance and --set apply to --quantize int8 only; add it")
+    existing_checkpoint(args.checkpoint)
+    from retrieval.export.manifest import ExportManifest
+    from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command
+    from retrieval.export.quantize import QuantizeRequest
+
     request = None if args.quantize is None else QuantizeRequest(**given, overrides=tuple(args.overrides))
     manifest = ExportManifest.model_validate(
         export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)

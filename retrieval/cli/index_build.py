@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments, output_folder
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments, existing_checkpoint, output_folder
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
 from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, built_from_embeddings
@@ -128,11 +128,14 @@ def _build(args: argparse.Namespace) -> int:
         )
     if args.csv is None and args.images is None:
         raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+    if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
+        raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
+    from retrieval.config import check_config
     from retrieval.core.column_types import parse_column_types
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.inference.interface import ModelInfo
-    from retrieval.inference.sources import embed_source, read_source  # PyTorch: only a build from images needs it
+    from retrieval.inference.sources import embed_source, read_source
 
     target_recall, default_target_recall = _tuning(args.target_recall)
     options = IndexBuildOptions(
@@ -141,6 +144,14 @@ def _build(args: argparse.Namespace) -> int:
         target_recall=target_recall,
         default_target_recall=default_target_recall,
     )
+    # The images, the checkpoint's presence and a backbone's config before the model: before PyTorch loads.
+    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
+    if args.checkpoint is not None:
+        existing_checkpoint(args.checkpoint)
+    if args.backbone is not None:
+        check_config(args.config, args.overrides)
+    if args.exclude is not None:
+        source = _without_excluded(source, args.exclude)
     encoder = _build_encoder(args)
     options = dataclasses.replace(
         options,
@@ -148,9 +159,6 @@ def _build(args: argparse.Namespace) -> int:
         model_info=ModelInfo.read(encoder.info()),
         match_threshold=encoder.match_threshold,
     )
-    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
-    if args.exclude is not None:
-        source = _without_excluded(source, args.exclude)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
     index = SearchIndex.build(embeddings, rows, options)
     skipped = len(source.paths) - index.ntotal
@@ -220,8 +228,6 @@ def _build_encoder(args: argparse.Namespace) -> Encoder:
     """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
     from retrieval.export.onnx_encoder import OnnxEncoder
 
-    if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
-        raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
     if args.model is not None:
         return OnnxEncoder.from_export(args.model, device=args.device)
     from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it

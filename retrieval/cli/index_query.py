@@ -74,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.index import SearchIndex
     from retrieval.index.filter_language import load_filter
     from retrieval.index.gallery import IndexGallery
+    from retrieval.inference.sources import query_images
 
     if not 1 <= args.k <= 1000:
         raise UserError(f"-k must be between 1 and 1000, got {args.k}")
@@ -91,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
             "pass one"
         )
     reranker = rerank_at_query(args.rerank) if args.rerank else None
+    paths = query_images(args.image, args.images)  # before the model: a missing image fails before PyTorch loads
     learned = None
     if args.reranker is not None:
         from retrieval.export.reranker_onnx import reranker_for_index
@@ -99,11 +101,6 @@ def run(args: argparse.Namespace) -> int:
     encoder = encoder_for_index(
         index.manifest.model.record(), args.checkpoint, device=args.device, model_dir=args.model
     )
-    from retrieval.inference.sources import image_files  # PyTorch: after the index and the query are checked
-
-    paths = list(args.image) if args.image else image_files(args.images)
-    if not paths:
-        raise UserError(f"no images in {args.images}; pass query images with --image or --images")
     embedded = encoder.embed_files(paths, args.batch_size, args.num_workers, progress=False)
     if embedded.failures:
         path, reason = embedded.failures[0]

@@ -44,8 +44,12 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Train (or resume); the stage each run is in prints as it starts (`showing_progress`)."""
+    """Train (or resume); the stage each run is in prints as it starts (`showing_progress`).
+
+    What the arguments, the config and the dataset's files can tell is checked before PyTorch loads.
+    """
     from retrieval.config import check_config  # pydantic: not for --help
+    from retrieval.data.splits import check_training_files
 
     if args.seeds and args.resume:
         raise UserError("--seeds and --resume cannot be combined; resume one seed's run directory instead")
@@ -53,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         existing_checkpoint(_resumed_path(args.resume))
     if args.output_dir is not None:
         refuse_file_in_the_way(args.output_dir, f"--output-dir {args.output_dir}")
-    check_config(args.config, args.overrides)  # a typo fails at once, before seconds of imports
+    data = check_config(args.config, args.overrides)  # a typo fails at once, before seconds of imports
+    if not args.resume or args.config:  # a resume without --config trains on the data its checkpoint records
+        check_training_files(data)  # the files as training reads them: path, columns, splits
     with showing_progress("train") as log:
         log.info("loading PyTorch and timm ...")  # the first line, before the imports that take seconds
         return _resume(args) if args.resume else _train(args)

@@ -1,26 +1,24 @@
-"""Build the train, validation and test sets of `data.name` (read as `retrieval.data.registry` says)."""
+"""Build the train, validation and test sets of `data.name` (its files read by `retrieval.data.splits`)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 from torch.utils.data import Dataset
 
-from retrieval.choices.datasets import dataset_traits
 from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
-from retrieval.data.exclusion import excluded_paths, without_excluded
 from retrieval.data.holdout import holdout_classes, holdout_images
 from retrieval.data.image_dataset import ImageDataset
-from retrieval.data.registry import DATASETS, TensorLoader, dataset_spec
+from retrieval.data.registry import TensorLoader, dataset_spec
+from retrieval.data.splits import training_splits
 from retrieval.data.transforms import ModelDataConfig, build_eval_transform, build_train_transform
 from retrieval.errors import UserError
 
-__all__ = ["EvalSplit", "RetrievalData", "build_data", "read_splits"]
+__all__ = ["EvalSplit", "RetrievalData", "build_data"]
 
 # (indices into the training rows, their labels, transform) -> a dataset of those rows.
 _MakeSubset = Callable[[np.ndarray, np.ndarray, Callable], Dataset]
@@ -65,10 +63,7 @@ def _tensors(cfg: DataConfig, load: TensorLoader, train_tf: Callable, eval_tf: C
 
 def _image_files(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> RetrievalData:
     """Any dataset of image files: a CSV, a class-folder tree or an official benchmark layout."""
-    splits = read_splits(cfg)
-    for required in ("train", "test"):
-        if required not in splits:
-            raise UserError(f"{cfg.path} has no rows with split={required}; every dataset needs train and test rows")
+    splits = training_splits(cfg)
     train = splits["train"]
 
     def subset(indices: np.ndarray, subset_labels: np.ndarray, transform: Callable) -> Dataset:
@@ -77,43 +72,6 @@ def _image_files(cfg: DataConfig, train_tf: Callable, eval_tf: Callable) -> Retr
     test = _eval_split(splits["test"], eval_tf, cfg.on_bad_image, train.class_names)
     val = _eval_split(splits["val"], eval_tf, cfg.on_bad_image, train.class_names) if "val" in splits else None
     return _with_validation(cfg, train.labels, subset, train_tf, eval_tf, test, val)
-
-
-def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
-    """The splits (`train`, `test`, maybe `val`) of a dataset of image files, before any validation holdout.
-
-    Labels are each split's class indices; `class_names` holds the dataset's own class ids.
-
-    Raises:
-        UserError: `data.name` is not a dataset of files (digits), its path/root is unset or
-            missing, or the layout does not match (the message names the file).
-    """
-    spec = dataset_spec(cfg.name)
-    if spec.read_files is None:
-        files = ", ".join(name for name, other in DATASETS.items() if other.read_files is not None)
-        raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use {files}")
-    check_images = cfg.on_bad_image == "fail"  # with skip, a missing image is skipped when read
-    if not dataset_traits(cfg.name).reads_root:
-        if not cfg.path:
-            raise UserError(
-                f"data.name is {cfg.name} but data.path is not set; use --set data.path=path/to/dataset.csv"
-            )
-        return _excluding(spec.read_files(Path(cfg.path), check_images), cfg.exclude)
-    if not cfg.root:
-        raise UserError(f"data.name is {cfg.name} but data.root is not set; use --set data.root=path/to/dataset")
-    root = Path(cfg.root).expanduser()
-    if not root.is_dir():
-        raise UserError(f"data.root {root} is not a folder; set data.root to the extracted {cfg.name} dataset")
-    return _excluding(spec.read_files(root, check_images), cfg.exclude)
-
-
-def _excluding(splits: dict[str, CsvSplit], exclude: str | None) -> dict[str, CsvSplit]:
-    """The splits without the images `data.exclude` lists (`retrieval.data.exclusion`); a split left empty is gone."""
-    if not exclude:
-        return splits
-    excluded = excluded_paths(exclude)
-    kept = {name: without_excluded(split, excluded, Path(exclude)) for name, split in splits.items()}
-    return {name: split for name, split in kept.items() if split.paths}
 
 
 def _eval_split(split: CsvSplit, transform: Callable, on_bad_image: str, train_names: list[str]) -> EvalSplit:

@@ -3,7 +3,8 @@
 `read_splits` and `build_data` read this table. What the config checks of a name (that it exists,
 whether it reads `data.root`, what `augment.preset: auto` means for it) is in the torch-free table
 `retrieval.choices.datasets.DATASET_TRAITS`, under the same names, so that the config never imports
-the readers; a new dataset is one entry in each.
+the readers; a new dataset is one entry in each. The table and the file readers import no torch (a
+command reads a dataset's files before PyTorch loads); the digits load it when they are loaded.
 """
 
 from __future__ import annotations
@@ -11,22 +12,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
-from torch import Tensor
 
 from retrieval.choices.datasets import dataset_traits
 from retrieval.data.csv_dataset import CsvSplit, read_csv_splits
-from retrieval.data.digits import load_digits_split
 from retrieval.data.folder import read_folder
 from retrieval.data.official import read_cars196, read_cub200, read_inshop, read_sop
+
+if TYPE_CHECKING:
+    from torch import Tensor
 
 __all__ = ["DATASETS", "DatasetSpec", "SplitReader", "TensorLoader", "dataset_spec"]
 
 # (data.path or data.root, check that listed images exist) -> the splits (train, test, maybe val).
 SplitReader = Callable[[Path, bool], dict[str, CsvSplit]]
 # (split: train | test, image size) -> images (N, 3, S, S) in [0, 1] and labels (N,).
-TensorLoader = Callable[[str, int], tuple[Tensor, np.ndarray]]
+TensorLoader: TypeAlias = "Callable[[str, int], tuple[Tensor, np.ndarray]]"  # a string: torch is not loaded
 
 
 @dataclass(frozen=True)
@@ -48,9 +51,16 @@ class DatasetSpec:
             raise ValueError("a DatasetSpec needs exactly one of read_files and load_tensors")
 
 
+def _load_digits(split: str, image_size: int) -> tuple[Tensor, np.ndarray]:
+    """`retrieval.data.digits.load_digits_split`, imported (with torch and scikit-learn) when the digits are loaded."""
+    from retrieval.data.digits import load_digits_split
+
+    return load_digits_split(split, image_size)
+
+
 DATASETS: dict[str, DatasetSpec] = {
     # scikit-learn's bundled 8x8 digits: a stratified half of each digit trains, the other half tests.
-    "digits": DatasetSpec(load_tensors=load_digits_split),
+    "digits": DatasetSpec(load_tensors=_load_digits),
     # data.path: path,label,split[,is_query,is_gallery] (retrieval/data/csv_dataset.py).
     "csv": DatasetSpec(read_files=read_csv_splits),
     # data.root: one folder of images per class, or train/ val/ test/ folders of them.

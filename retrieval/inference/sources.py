@@ -19,8 +19,9 @@ import pyarrow as pa
 
 from retrieval.config import DataConfig
 from retrieval.core.column_types import ColumnType, typed_table
-from retrieval.data import CsvSplit, list_images, read_splits
-from retrieval.data.csv_dataset import IMAGE_LIST_CSV, flag_is_set, read_csv_rows
+from retrieval.data.csv_dataset import IMAGE_LIST_CSV, CsvSplit, flag_is_set, read_csv_rows
+from retrieval.data.folder import list_images
+from retrieval.data.splits import read_splits
 from retrieval.errors import UserError
 from retrieval.inference.interface import Encoder
 from retrieval.inference.splits import SPLITS
@@ -30,6 +31,7 @@ __all__ = [
     "dataset_source",
     "embed_source",
     "image_files",
+    "query_images",
     "read_source",
     "report_unreadable",
 ]
@@ -61,16 +63,15 @@ def read_source(
     `column_types`: declared metadata types (`--column-types`); other columns are inferred, except those
     of `stored_types` (an index's own columns, for `index add`), read as the index stores them.
     """
-    declared, stored = column_types or {}, stored_types or {}
     if csv_path is not None:
-        source, where = _read_csv(csv_path, split, declared, stored), f"{csv_path} (split={split})"
+        (paths, columns), name, where = _read_csv(csv_path, split), str(csv_path), f"{csv_path} (split={split})"
     elif images_dir is not None:
-        source, where = _read_folder(images_dir, declared, stored), str(images_dir)
+        (paths, columns), name, where = _read_folder(images_dir), str(images_dir), str(images_dir)
     else:
         raise UserError("no images given; pass --csv FILE or --images DIR")
-    if not source.paths:
+    if not paths:  # before typing the columns: an empty source fails without loading Arrow's pandas layer
         raise UserError(f"no images to index in {where}; check the path and --split")
-    return source
+    return ImageSource(paths, typed_table(columns, column_types or {}, name, stored_types or {}))
 
 
 def image_files(directory: Path) -> list[Path]:
@@ -78,6 +79,27 @@ def image_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         raise UserError(f"image folder not found: {directory}; pass a folder of images with --images")
     return list_images(directory)
+
+
+def query_images(files: list[Path] | None, folder: Path | None) -> list[Path]:
+    """The query images of `--image FILE...`, each an existing file, or every image under `--images DIR`.
+
+    Raises:
+        UserError: a file that is not there, or a folder without images.
+    """
+    if files:
+        missing = next((path for path in files if not path.is_file()), None)
+        if missing is not None:
+            raise UserError(
+                f"query image not found: {missing}; pass image files with --image, or a folder with --images"
+            )
+        return list(files)
+    if folder is None:
+        raise UserError("no query images given; pass --image FILE... or --images DIR")
+    paths = image_files(folder)
+    if not paths:
+        raise UserError(f"no images in {folder}; pass query images with --image or --images")
+    return paths
 
 
 def dataset_source(
@@ -154,17 +176,15 @@ def report_unreadable(failures: list[tuple[str, str]]) -> None:
         print(f"  ... and {len(failures) - _MAX_SHOWN_FAILURES} more", file=sys.stderr)
 
 
-def _read_folder(directory: Path, declared: dict[str, ColumnType], stored: dict[str, ColumnType]) -> ImageSource:
+def _read_folder(directory: Path) -> tuple[list[Path], dict[str, list[str]]]:
+    """The images under `directory` and their text columns: `path`, and `label` (the first-level subfolder)."""
     paths = image_files(directory)
     labels = [p.relative_to(directory).parts[0] if len(p.relative_to(directory).parts) > 1 else "" for p in paths]
-    columns = {"path": [str(p.resolve()) for p in paths], "label": labels}
-    return ImageSource([p.resolve() for p in paths], typed_table(columns, declared, str(directory), stored))
+    return [p.resolve() for p in paths], {"path": [str(p.resolve()) for p in paths], "label": labels}
 
 
-def _read_csv(
-    csv_path: Path, split: str, declared: dict[str, ColumnType], stored: dict[str, ColumnType]
-) -> ImageSource:
-    """The rows of `split` in a CSV read by the one strict reader (only `path` is required)."""
+def _read_csv(csv_path: Path, split: str) -> tuple[list[Path], dict[str, list[str]]]:
+    """The images of `split`'s rows in a CSV and their text columns (the one strict reader: only `path` required)."""
     if split not in SPLITS:
         raise UserError(f"unknown --split {split!r}; use one of: {', '.join(SPLITS)}")
     columns, rows = read_csv_rows(csv_path, IMAGE_LIST_CSV)
@@ -174,7 +194,7 @@ def _read_csv(
     paths = [(csv_path.parent / row["path"]).resolve() for row in rows]
     metadata = {"path": [str(p) for p in paths], "label": [row.get("label", "") for row in rows]}
     metadata.update({name: [row[name] for row in rows] for name in columns if name not in metadata})
-    return ImageSource(paths, typed_table(metadata, declared, str(csv_path), stored))
+    return paths, metadata
 
 
 def _in_split(row: dict[str, str], split: str) -> bool:

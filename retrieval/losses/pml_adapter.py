@@ -30,6 +30,7 @@ from pytorch_metric_learning.miners.base_miner import BaseMiner
 from pytorch_metric_learning.utils import loss_and_miner_utils as lmu
 from torch import Tensor, nn
 
+from retrieval.choices.losses import PML_PREFIX, is_pml_name
 from retrieval.errors import UserError
 from retrieval.losses.base import MetricLoss, PairLoss, PairMemory
 
@@ -45,18 +46,12 @@ __all__ = [
     "pml_loss_names",
 ]
 
-PML_PREFIX = "pml."
 
 # Constructor arguments the trainer fills in from the data and the model, never the user.
 _PROVIDED = ("num_classes", "embedding_size", "descriptors_dim")
 # Classes of PML's modules that are no loss of (embeddings, labels): bases and wrappers of other
 # losses, and VICReg, which compares two views of the same images instead of labels.
 _NOT_LOSSES = frozenset({"BaseMetricLossFunction", "GenericPairLoss", "VICRegLoss"})
-
-
-def is_pml_name(name: str) -> bool:
-    """`name` asks for a pytorch-metric-learning class (`pml.<ClassName>`)."""
-    return name.startswith(PML_PREFIX)
 
 
 def pml_loss_names() -> list[str]:

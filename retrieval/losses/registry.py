@@ -1,5 +1,8 @@
 """The loss registry: config name -> class, and `build_loss` that checks parameters against it.
 
+`LOSSES` is made from the torch-free table `retrieval.choices.losses.LOSS_CLASSES` (name -> module and
+class), which the config checks a name against before PyTorch loads.
+
 Besides the registered names, `pml.<ClassName>` builds any pytorch-metric-learning loss through
 `retrieval.losses.pml_adapter`, with its constructor's arguments in `loss.kwargs` and an optional
 PML miner in `loss.miner`.
@@ -7,25 +10,18 @@ PML miner in `loss.miner`.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
 import numpy as np
 
+from retrieval.choices.losses import LOSS_CLASSES, PML_PREFIX, unknown_loss_name
 from retrieval.errors import UserError
-from retrieval.losses.anchor import AnchorLoss
-from retrieval.losses.arcface import ArcFaceLoss
-from retrieval.losses.asymmetric_proxy import AsymmetricProxyLoss
 from retrieval.losses.base import MetricLoss
-from retrieval.losses.circle import CircleLoss
 from retrieval.losses.class_weights import class_weights
-from retrieval.losses.contrastive import ContrastiveLoss
-from retrieval.losses.cosface import CosFaceLoss
-from retrieval.losses.focal_proxy import FocalProxyLoss
 from retrieval.losses.memory import CrossBatchMemory
-from retrieval.losses.multi_similarity import MultiSimilarityLoss
 from retrieval.losses.pml_adapter import (
-    PML_PREFIX,
     PMLLoss,
     PMLPairLoss,
     build_pml_loss,
@@ -34,12 +30,7 @@ from retrieval.losses.pml_adapter import (
     pml_adapter_class,
     pml_loss_class,
 )
-from retrieval.losses.proxy_anchor import ProxyAnchorLoss
-from retrieval.losses.proxy_nca import ProxyNCALoss
 from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
-from retrieval.losses.soft_triple import SoftTripleLoss
-from retrieval.losses.supcon import SupConLoss
-from retrieval.losses.triplet import TripletLoss
 
 __all__ = [
     "LOSSES",
@@ -51,21 +42,17 @@ __all__ = [
     "registry_name",
 ]
 
-LOSSES: dict[str, type[MetricLoss]] = {
-    "proxy_nca": ProxyNCALoss,
-    "anchor": AnchorLoss,
-    "arcface": ArcFaceLoss,
-    "cosface": CosFaceLoss,
-    "focal_proxy": FocalProxyLoss,
-    "asymmetric_proxy": AsymmetricProxyLoss,
-    "proxy_anchor": ProxyAnchorLoss,
-    "circle": CircleLoss,
-    "triplet": TripletLoss,
-    "multi_similarity": MultiSimilarityLoss,
-    "supcon": SupConLoss,
-    "contrastive": ContrastiveLoss,
-    "soft_triple": SoftTripleLoss,
-}
+
+def _registered(home: str) -> type[MetricLoss]:
+    """The loss class at `module:Class` under `retrieval/losses/` (an entry of `LOSS_CLASSES`)."""
+    module, _, name = home.partition(":")
+    cls = getattr(importlib.import_module(f"retrieval.losses.{module}"), name)
+    if not (isinstance(cls, type) and issubclass(cls, MetricLoss)):
+        raise TypeError(f"LOSS_CLASSES entry {home!r} is not a MetricLoss class")
+    return cls
+
+
+LOSSES: dict[str, type[MetricLoss]] = {name: _registered(home) for name, home in LOSS_CLASSES.items()}
 
 # Losses over pairs inside the batch: they need P x K batches (data.sampler: pk). A view of the registry.
 PAIR_LOSSES: frozenset[str] = frozenset(name for name, cls in LOSSES.items() if cls.needs_pk_batches)
@@ -214,8 +201,5 @@ def check_loss_parameters(name: str, params: dict[str, Any]) -> dict[str, Any]:
 
 def _loss_class(name: str) -> type[MetricLoss]:
     if name not in LOSSES:
-        raise UserError(
-            f"unknown loss.name {name!r}; valid names: {', '.join(sorted(LOSSES))}, or any pytorch-metric-learning "
-            "loss as pml.<ClassName> (e.g. pml.MultiSimilarityLoss)"
-        )
+        raise unknown_loss_name(name)
     return LOSSES[name]

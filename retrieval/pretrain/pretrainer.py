@@ -32,6 +32,7 @@ from retrieval.core.epoch_record import EpochRecord, StepTimes
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.pretrain.methods import SelfSupervisedModel, build_method
+from retrieval.pretrain.resume_path import missing_checkpoint
 from retrieval.pretrain.views import views_dataset
 from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.runtime.distributed import DistributedContext
@@ -78,12 +79,7 @@ class PretrainCheckpoint(Record):
             UserError: the file is missing, unreadable, not a pretraining checkpoint, or a field is
                 missing or of the wrong type (naming the file and the field).
         """
-        state = load_torch_file(
-            path,
-            f"no pretraining checkpoint at {path}; give a `retrieval pretrain` run directory",
-            str(path),
-            "it is not a pretraining checkpoint",
-        )
+        state = load_torch_file(path, missing_checkpoint(path), str(path), "it is not a pretraining checkpoint")
         if not isinstance(state, dict) or state.get("format") != PRETRAIN_FORMAT:
             raise UserError(f"{path} is not a `retrieval pretrain` checkpoint; resume a run directory `pretrain` wrote")
         try:

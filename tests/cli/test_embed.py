@@ -120,5 +120,6 @@ def test_an_unknown_split_value_in_the_csv_is_one_line(tmp_path, tiny_checkpoint
 
 
 def test_a_missing_checkpoint_is_one_line(tmp_path, capsys):
+    (tmp_path / "a.png").write_bytes(b"listed, never read: the checkpoint is missing")
     assert _embed("--checkpoint", tmp_path / "none.pt", "--images", tmp_path, "--out", tmp_path / "x.npz") == 2
     assert "checkpoint not found" in capsys.readouterr().err

@@ -101,6 +101,25 @@ def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
         (["evaluate", "--checkpoint", "missing.pt"], "checkpoint not found: missing.pt"),
         (["evaluate", "--backbone", "resnet18", "--set", "data.batch_size=1"], "data.batch_size must be"),
         (["index", "query", "--index", "missing-index", "--image", "x.png"], "index directory not found"),
+        # What the paths and the files' headers tell (issue 48's list): answered before PyTorch too.
+        (["train", "--set", "data.name=csv", "--set", "data.path=missing.csv"], "dataset CSV not found: missing.csv"),
+        (["train", "--set", "data.name=csv", "--set", "data.path=nosplit.csv"], "nosplit.csv lacks column(s) split"),
+        (["train", "--set", "loss.name=anchr"], "unknown loss.name 'anchr'"),
+        (["pretrain", "--images", "missing", "--output-dir", "o"], "image folder not found: missing"),
+        (["pretrain", "--images", "empty", "--output-dir", "o"], "no images to index in empty"),
+        (["pretrain", "--images", "notimages", "--output-dir", "o"], "no images to index in notimages"),
+        (["pretrain", "--csv", "train.csv", "--split", "val", "--output-dir", "o"], "(split=val)"),
+        (["pretrain", "--resume", "notarun", "--output-dir", "o"], "no pretraining checkpoint at notarun"),
+        (["pretrain", "--images", "notimages", "--set", "pretrain.epochs=0", "--output-dir", "o"], "pretrain.epochs"),
+        (["audit", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "r"], "checkpoint not found"),
+        (["audit", "--checkpoint", "missing.pt", "--csv", "missing.csv", "--out", "r"], "CSV not found: missing.csv"),
+        (["audit", "--csv", "train.csv", "--out", "r"], "--csv needs --checkpoint CKPT or --model EXPORT_DIR"),
+        (["index", "build", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "i"], "checkpoint not found"),
+        (["index", "query", "--index", ".", "--image", "missing.png"], "is not a retrieval index"),
+        (["index", "build", "--model", "x", "--csv", "train.csv", "--split", "val", "--out", "i"], "(split=val)"),
+        (["embed", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "e.npz"], "checkpoint not found"),
+        (["embed", "--checkpoint", "missing.pt", "--images", "empty", "--out", "e.npz"], "no images to index in empty"),
+        (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "x"], "checkpoint not found"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
@@ -108,6 +127,11 @@ def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_load
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     """The one-line error comes in an instant: no "loading PyTorch" line, no torch or timm imported first."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "notimages").mkdir()
+    (tmp_path / "notimages" / "notes.txt").write_text("not an image")
+    (tmp_path / "nosplit.csv").write_text("path,label\na.png,1\n")
+    (tmp_path / "train.csv").write_text("path,label,split\na.png,1,train\n")
     names, done = _imported(args, cwd=tmp_path)
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert (done.returncode, done.stdout) == (2, "")
@@ -149,3 +173,21 @@ def test_an_output_folder_that_a_file_occupies_is_refused_before_pytorch_loads(
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
     assert sorted(names & {"torch", "timm", "torchvision"}) == []
     assert (tmp_path / "taken").read_text() == "mine"
+
+
+def test_a_missing_query_image_of_a_checkpoint_index_is_refused_before_pytorch_loads(
+    tmp_path: Path, tiny_checkpoint: Path, csv_dataset_factory
+) -> None:
+    """`index query --image missing.png` of an index built with a checkpoint used to load its model first."""
+    from retrieval.cli.main import main
+
+    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=1, test_classes=1, per_class=2)
+    build = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path)]
+    assert main([*build, "--out", str(tmp_path / "index"), "--type", "flat", "--num-workers", "0"]) == 0
+    names, done = _imported(["index", "query", "--index", "index", "--image", "missing.png"], cwd=tmp_path)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert (done.returncode, done.stdout) == (2, "")
+    assert errors == [
+        "error: query image not found: missing.png; pass image files with --image, or a folder with --images"
+    ]
+    assert sorted(names & {"torch", "timm", "torchvision"}) == []

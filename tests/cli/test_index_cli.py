@@ -265,7 +265,7 @@ def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
     line = _error_line(capsys)
     assert "cannot read query image" in line and "query.jpg" in line
     assert main(["index", "query", "--index", str(index), "--image", str(tmp_path / "missing.png"), *NO_WORKERS]) == 2
-    assert "FileNotFoundError" in _error_line(capsys)
+    assert f"query image not found: {tmp_path / 'missing.png'}" in _error_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -274,14 +274,14 @@ def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
         (["query", "--index", "{tmp}/none", "--image", "x.png"], "none"),
         (["query", "--index", "{index}", "--image", "x.png", "-k", "0"], "-k must be between 1 and 1000"),
         (["remove", "--index", "{index}", "--ids", "12345"], "12345"),
-        (["build", "--checkpoint", "{tmp}/none.pt", "--images", "{tmp}", "--out", "{tmp}/i"], "checkpoint not found"),
+        (["build", "--checkpoint", "{tmp}/none.pt", "--csv", "{csv}", "--out", "{tmp}/i"], "checkpoint not found"),
         (["build", "--checkpoint", "{ckpt}", "--images", "{tmp}/empty", "--out", "{tmp}/i"], "image folder not found"),
         (["build", "--checkpoint", "{ckpt}", "--csv", "{tmp}/none.csv", "--out", "{tmp}/i"], "CSV not found"),
     ],
 )
 def test_user_errors_are_one_line_with_exit_code_2(args, message, built, tiny_checkpoint, tmp_path, capsys):
-    _, index, _ = built
-    values = {"tmp": str(tmp_path), "index": str(index), "ckpt": str(tiny_checkpoint)}
+    csv_path, index, _ = built
+    values = {"tmp": str(tmp_path), "index": str(index), "ckpt": str(tiny_checkpoint), "csv": str(csv_path)}
     assert main(["index", *[arg.format(**values) for arg in args]]) == 2
     assert message in _error_line(capsys)
 

@@ -52,6 +52,7 @@ def _run_without(blocked: str, args: list[str], cwd: Path) -> subprocess.Complet
 def test_a_command_that_needs_torch_without_it_names_the_train_extra(args: list[str], tmp_path: Path) -> None:
     (tmp_path / "best.pt").write_bytes(b"not read: torch is missing first")
     (tmp_path / "images").mkdir()
+    (tmp_path / "images" / "a.png").write_bytes(b"listed before torch loads, never read")
     done = _run_without(TRAINING, args, tmp_path)
     command = " ".join(["retrieval", *args[: 2 if args[0] == "index" else 1]])
     expected = f"error: {command} needs the training dependencies: pip install 'retrieval[train]'"

@@ -20,7 +20,9 @@ _GOLDEN = Path(__file__).parent / "data" / "evaluate_report.json"
 
 
 def _same(written: Any, expected: Any, where: str = "") -> None:
-    """Equal key for key (order included); floats to 1e-9 relative, the CPU's run-to-run noise."""
+    """Equal key for key (order included); floats to 1e-4 relative: the golden's CPU and another CPU model train
+    the digits model through other float kernels (an AMD EPYC differs by up to 2.7e-5 relative, in a false
+    non-match rate, and 2.5e-6 in MAP@R), while a key, an order or a type that changed differs wholly."""
     if isinstance(expected, dict):
         assert isinstance(written, dict) and list(written) == list(expected), where
         for key, value in expected.items():
@@ -31,7 +33,7 @@ def _same(written: Any, expected: Any, where: str = "") -> None:
             _same(got, value, f"{where}[{index}]")
     elif isinstance(expected, float) and not isinstance(written, bool):
         assert isinstance(written, float) and (
-            (math.isnan(expected) and math.isnan(written)) or written == pytest.approx(expected, rel=1e-9, abs=1e-12)
+            (math.isnan(expected) and math.isnan(written)) or written == pytest.approx(expected, rel=1e-4, abs=1e-9)
         ), where
     else:
         assert type(written) is type(expected) and written == expected, where

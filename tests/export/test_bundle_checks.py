@@ -130,9 +130,9 @@ def test_a_wrong_export_is_refused_in_one_line_by_index_build_and_serve(
         OnnxEncoder.from_export(damaged, device="cpu")
 
 
-def test_the_error_names_the_model_file(exported, tmp_path, capsys) -> None:
+def test_the_error_names_the_model_file(exported, images, tmp_path, capsys) -> None:
     damaged = _damaged(exported, tmp_path, _CASES["truncated model"][0])
-    build = ["index", "build", "--model", str(damaged), "--images", str(tmp_path), "--out", str(tmp_path / "index")]
+    build = ["index", "build", "--model", str(damaged), "--images", str(images), "--out", str(tmp_path / "index")]
     assert f"{damaged.resolve() / 'model.onnx'}" in _one_line_error(capsys, build)
 
 

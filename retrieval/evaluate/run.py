@@ -25,7 +25,6 @@ from retrieval.runtime.files import write_text
 
 if TYPE_CHECKING:
     import torch
-    from torch.utils.data import Dataset
 
     from retrieval.checkpoint import Checkpoint
     from retrieval.config import Config
@@ -148,7 +147,7 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     """
     from retrieval.data import build_data
     from retrieval.evaluate.evaluator import embed_as_configured, score_split
-    from retrieval.evaluate.records import ClassificationNote, EvaluationRecord, LeakNote
+    from retrieval.evaluate.records import EvaluationRecord, LeakNote
     from retrieval.evaluate.rerank_choice import choose_rerank
     from retrieval.evaluate.uncertainty import QueryValues, save_query_values, uncertainty_summary
     from retrieval.evaluate.verification import check_threshold_request
@@ -165,13 +164,10 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
 
     embedded: dict[int, np.ndarray] = {}
 
-    def embed_data(dataset: Dataset) -> np.ndarray:
-        return embed_as_configured(model, dataset, config.data, device, precision)
-
     def embed(split: EvalSplit) -> np.ndarray:
         """The split's embeddings, computed once whichever options (calibration, verification, re-ranking) ask."""
         if id(split) not in embedded:
-            embedded[id(split)] = embed_data(split.dataset)
+            embedded[id(split)] = embed_as_configured(model, split.dataset, config.data, device, precision)
         return embedded[id(split)]
 
     classifier = _classifier_for(checkpoint, config, data)
@@ -207,18 +203,8 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
         extras.rerank = rerank.record()
     if learned is not None:
         alone = metrics if split_reranker is None else score_split(embeddings, scored_test, class_groups, proxies)[0]
-        extras.reranker = _learned_note(learned, metrics, alone)
-        notes.extend(_learned_lines(learned, metrics, alone))
-    calibrated = None
-    if request.calibrate:
-        assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
-        calibrated = extras.calibration = _calibration(request, embed, embeddings, data.test, data.val, classifier)
-        notes.append(_calibration_line(calibrated))
-    if request.classification:
-        assert classifier is not None  # _check_requests refused the request otherwise
-        report = _classification(request.classification, embeddings, data.test, classifier, calibrated)
-        extras.classification = ClassificationNote(directory=str(request.classification), accuracy=report.accuracy)
-        notes.append(f"classification: accuracy {report.accuracy:.4f}, written to {request.classification}")
+        notes.extend(_learned_outputs(learned, metrics, alone, extras))
+    notes.extend(_classifier_outputs(request, classifier, data, embeddings, embed, extras))
     if request.verification or request.save_threshold is not None:
         extras.verification, lines = _verification(request, checkpoint, config, data, embeddings, embed)
         notes.extend(lines)
@@ -228,6 +214,31 @@ def run_evaluation(request: EvaluationRequest) -> EvaluationReport:
     if leak_warning:
         extras.leaks = LeakNote(warning=leak_warning, excluded=request.exclude_leaks)
     return EvaluationReport(metrics, extras, notes, uncertainty, leak_warning)
+
+
+def _classifier_outputs(
+    request: EvaluationRequest,
+    classifier: ProxyClassifier | None,
+    data: RetrievalData,
+    embeddings: np.ndarray,
+    embed: Callable[[EvalSplit], np.ndarray],
+    extras: EvaluationRecord,
+) -> list[str]:
+    """`--calibrate` and `--classification` through the proxies: their files and records written, their lines."""
+    from retrieval.evaluate.records import ClassificationNote
+
+    lines = []
+    calibrated = None
+    if request.calibrate:
+        assert classifier is not None and data.val is not None  # _check_requests refused the request otherwise
+        calibrated = extras.calibration = _calibration(request, embed, embeddings, data.test, data.val, classifier)
+        lines.append(_calibration_line(calibrated))
+    if request.classification:
+        assert classifier is not None  # _check_requests refused the request otherwise
+        report = _classification(request.classification, embeddings, data.test, classifier, calibrated)
+        extras.classification = ClassificationNote(directory=str(request.classification), accuracy=report.accuracy)
+        lines.append(f"classification: accuracy {report.accuracy:.4f}, written to {request.classification}")
+    return lines
 
 
 def _learned_reranker(request: EvaluationRequest, config: Config) -> RerankerFiles | None:
@@ -269,6 +280,14 @@ def _split_reranker(
     data = config.data
     descriptors = describe_split(model, split.dataset, data.eval_batch_size, device, precision, data.num_workers)
     return split_reranker(files.manifest.blend, model.head, embeddings, descriptors, split)
+
+
+def _learned_outputs(
+    files: RerankerFiles, reranked: dict[str, float], alone: dict[str, float], extras: EvaluationRecord
+) -> list[str]:
+    """The learned re-ranker's record set in `extras`, and its printed lines."""
+    extras.reranker = _learned_note(files, reranked, alone)
+    return _learned_lines(files, reranked, alone)
 
 
 def _learned_note(files: RerankerFiles, reranked: dict[str, float], alone: dict[str, float]) -> LearnedRerankNote:

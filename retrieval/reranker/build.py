@@ -40,6 +40,8 @@ from retrieval.runtime.files import file_sha256, write_text
 if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
+    from retrieval.config import Config
+    from retrieval.evaluate.learned_rerank import BlendChoice
     from retrieval.export.preprocess import Preprocess
     from retrieval.models.pair_model import PairModel
 
@@ -138,7 +140,22 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     choice = choose_blend(model.head, val_embeddings, descriptors, val, settings)
     transform = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
     preprocess = Preprocess.from_description(transform)
-    fields = {
+    fields = _manifest_fields(request, sha256, config, choice, len(pairs.targets), pairs.positives, train_seconds)
+    manifest = _write(request.output_dir, model, preprocess, fields)
+    return RerankerReport(manifest, request.output_dir)
+
+
+def _manifest_fields(
+    request: RerankerRequest,
+    sha256: str,
+    config: Config,
+    choice: BlendChoice,
+    pairs_total: int,
+    positives: int,
+    train_seconds: float,
+) -> dict[str, Any]:
+    """The manifest's fields: where the re-ranker comes from, its blend, its validation scores and its cost."""
+    return {
         "format": RERANKER_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "checkpoint": str(request.checkpoint.resolve()),
@@ -146,7 +163,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
         "depth": choice.blend.depth,
         "weight": choice.blend.weight,
         "image_size": config.data.image_size,
-        "descriptor_dim": settings.width,
+        "descriptor_dim": config.reranker.width,
         "validation": {
             "map_at_r": choice.metrics["map@r"],
             "recall_at_1": choice.metrics["recall@1"],
@@ -155,13 +172,11 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
             "queries": choice.queries,
         },
         "grid": choice.grid,
-        "pairs": {"total": len(pairs.targets), "positives": pairs.positives},
+        "pairs": {"total": pairs_total, "positives": positives},
         "train_seconds": round(train_seconds, 3),
         "versions": {"retrieval": __version__, "torch": torch.__version__},
-        "settings": dict(settings.model_dump(mode="json")),
+        "settings": dict(config.reranker.model_dump(mode="json")),
     }
-    manifest = _write(request.output_dir, model, preprocess, fields)
-    return RerankerReport(manifest, request.output_dir)
 
 
 def _write(out: Path, model: PairModel, preprocess: Preprocess, fields: dict[str, Any]) -> RerankerManifest:

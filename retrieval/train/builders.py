@@ -139,11 +139,38 @@ def assemble_training(
     if context.enabled and device.type == "cuda" and not train.freeze_bn:
         # BatchNorm statistics over the global batch, as one process would compute them (NCCL only).
         model = nn.SyncBatchNorm.convert_sync_batchnorm(model)
+    kind = _check_data(data, loss, loading)
+    class_groups = frequency_groups(data.train_labels, data.num_classes)
+    loss = loss.to(device)
+    if kind == "pk":
+        loading = fitting_p(loading, data.train_labels, context)
+    loader = build_train_loader(data.train, data.train_labels, kind, loading, train.seed, context, device)
+    optimizer = build_optimizer(model, loss, train)
+    schedule = _schedule(train, optimizer_steps(len(loader), train.accumulate_steps))
+    # Pair losses compare the images of a batch: under several processes they see every rank's share.
+    criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
+    step = OptimizerStep(
+        model, criterion, optimizer, context, autocast, train.grad_clip, train.compile, train.accumulate_steps
+    )
+    if train.accumulate_steps > 1 and loss.needs_pk_batches and context.is_main:
+        _warn_pairs_stay_in_micro_batches(train.accumulate_steps)
+    evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
+    return TrainingRun(
+        model, loss, data, loader, optimizer, schedule, step, evaluators, device, class_groups, channels_last, context,
+        loading,
+    )  # fmt: skip
+
+
+def _check_data(data: RetrievalData, loss: MetricLoss, loading: DataConfig) -> str:
+    """The sampler kind for `loss`, once the splits, the labels and the loss are known to train together.
+
+    Raises:
+        UserError: a test / validation query without a positive, labels outside the loss's classes, or
+            multi-label data with a loss or sampler that cannot take it.
+    """
     for split in (data.test, data.val):
         if split is not None:
             check_queries_have_positives(split.labels, split.query_mask, split.gallery_mask)
-    class_groups = frequency_groups(data.train_labels, data.num_classes)
-    loss = loss.to(device)
     _check_train_labels(data, loss)
     kind = sampler_kind(loading.sampler, loss)
     if data.train_labels.ndim == 2 and (kind == "pk" or not loss.multi_label):
@@ -151,46 +178,29 @@ def assemble_training(
             f"{loading.path} is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy "
             "and data.sampler=random (or auto)"
         )
-    if kind == "pk":
-        loading = fitting_p(loading, data.train_labels, context)
-    loader = build_train_loader(data.train, data.train_labels, kind, loading, train.seed, context, device)
-    optimizer = build_optimizer(model, loss, train)
-    schedule = LrSchedule(
+    return kind
+
+
+def _schedule(train: TrainConfig, steps_per_epoch: int) -> LrSchedule:
+    """The learning-rate schedule of `train` over `steps_per_epoch` optimizer steps an epoch."""
+    return LrSchedule(
         train.schedule,
-        optimizer_steps(len(loader), train.accumulate_steps),
+        steps_per_epoch,
         train.epochs,
         train.warmup_epochs,
         train.freeze_backbone_epochs,
         train.step_epochs,
         train.step_gamma,
     )
-    # Pair losses compare the images of a batch: under several processes they see every rank's share.
-    criterion: nn.Module = GatheredLoss(loss) if context.enabled and loss.needs_pk_batches else loss
-    step = OptimizerStep(
-        model, criterion, optimizer, context, autocast, train.grad_clip, train.compile, train.accumulate_steps
-    )
-    if train.accumulate_steps > 1 and loss.needs_pk_batches and context.is_main:
-        _log.warning(
-            "train.accumulate_steps=%d with a pair loss: pairs never cross micro-batches, so a step is not one batch "
-            "%d times larger (each micro-batch of data.p x data.k images forms its pairs alone)",
-            train.accumulate_steps,
-            train.accumulate_steps,
-        )
-    evaluators = build_evaluators(data, loading, device, context, autocast, channels_last, class_groups)
-    return TrainingRun(
-        model,
-        loss,
-        data,
-        loader,
-        optimizer,
-        schedule,
-        step,
-        evaluators,
-        device,
-        class_groups,
-        channels_last,
-        context,
-        loading,
+
+
+def _warn_pairs_stay_in_micro_batches(accumulate_steps: int) -> None:
+    """Gradient accumulation with a pair loss: a step is not one larger batch, since pairs never cross micro-batches."""
+    _log.warning(
+        "train.accumulate_steps=%d with a pair loss: pairs never cross micro-batches, so a step is not one batch "
+        "%d times larger (each micro-batch of data.p x data.k images forms its pairs alone)",
+        accumulate_steps,
+        accumulate_steps,
     )
 
 

@@ -24,12 +24,12 @@ from retrieval.core.column_types import ARROW_TYPES, ColumnType, kept_type_fix, 
 from retrieval.errors import UserError
 from retrieval.index.metadata_types import check_metadata
 
-__all__ = ["ID_COLUMN", "Metadata", "MetadataInput"]
+__all__ = ["ID_COLUMN", "RESERVED_COLUMNS", "Metadata", "MetadataInput"]
 
 ID_COLUMN = "id"
 # Names a search result gives its own fields beside the row's columns (`index query --json`), so a column of that
 # name would be silently replaced in every result.
-_RESERVED = {
+RESERVED_COLUMNS = {
     ID_COLUMN: "the index assigns ids",
     "rank": "index query reports each result's rank under that name",
     "score": "search results report their score under that name",
@@ -56,7 +56,7 @@ class Metadata:
         """
         ids = np.asarray(ids, dtype=np.int64)
         table = pa.table({}) if rows is None else rows if isinstance(rows, pa.Table) else pa.table(dict(rows))
-        for name, why in _RESERVED.items():
+        for name, why in RESERVED_COLUMNS.items():
             if name in table.column_names:
                 raise UserError(
                     f"metadata must not have a column named {name!r}: {why}; rename it (e.g. to item_{name})"

@@ -24,6 +24,7 @@ from hypothesis import event
 from hypothesis import strategies as st
 
 from retrieval.index.filter_language import Filter, parse_filter, parse_where
+from retrieval.index.metadata import RESERVED_COLUMNS
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 COLUMN_TYPES: dict[str, pa.DataType] = {
@@ -120,8 +121,11 @@ def cells(kind: str) -> st.SearchStrategy[Any]:
 
 
 def column_names() -> st.SearchStrategy[str]:
-    """Keyword and punctuated names, and short drawn ones; never `id`, `"` or `\\` (refused: `index export`)."""
-    drawn = st.text(min_size=1, max_size=5).filter(lambda n: '"' not in n and "\\" not in n and n != "id")
+    """Keyword and punctuated names, and short drawn ones; never `"` or `\\` (refused: `index export`), nor `id`,
+    `rank` or `score` (refused at build: `RESERVED_COLUMNS`)."""
+    drawn = st.text(min_size=1, max_size=5).filter(
+        lambda n: '"' not in n and "\\" not in n and n not in RESERVED_COLUMNS
+    )
     return st.one_of(st.sampled_from(NAMES), drawn)
 
 

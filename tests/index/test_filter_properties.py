@@ -12,7 +12,18 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from retrieval.index import SearchIndex
-from tests.index.filter_strategies import Drawn, Node, filters, oracle, parsed, passing_ids, record_coverage, tables
+from retrieval.index.metadata import RESERVED_COLUMNS
+from tests.index.filter_strategies import (
+    Drawn,
+    Node,
+    column_names,
+    filters,
+    oracle,
+    parsed,
+    passing_ids,
+    record_coverage,
+    tables,
+)
 from tests.properties import examples
 
 DIM = 4
@@ -44,3 +55,10 @@ def test_faiss_passes_the_rows_the_oracle_passes(case: tuple[Drawn, list[Node]])
         assume(where is not None)
         expected = sorted(row["id"] for row in rows if oracle(node, row))
         assert sorted(passing_ids(index.search(unit_vectors(1, 1), len(rows), filter=where))) == expected, node
+
+
+@given(column_names())
+def test_drawn_column_names_are_never_reserved(name: str) -> None:
+    """The long profile drew `rank` (Hypothesis also draws the code's own string constants); an index refuses it at
+    build (`RESERVED_COLUMNS`), so a drawn table holding it failed before any filter ran."""
+    assert name not in RESERVED_COLUMNS

@@ -12,6 +12,7 @@ disk syncs), hence `examples(share)`.
 
 from __future__ import annotations
 
+import math
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,6 +84,30 @@ def searches(draw: st.DrawFn) -> tuple[Drawn, np.ndarray, np.ndarray, int, list[
     return data, vectors, queries, draw(st.integers(1, rows + 2)), wanted
 
 
+def exact_scores(vectors: np.ndarray, queries: np.ndarray) -> np.ndarray:
+    """`(N, Q)` inner products, each rounded once from its exact value, so equal vectors score exactly alike.
+
+    A float32 product is exact in float64 and `math.fsum` sums exactly; a BLAS product does not promise equal
+    rows equal results (its tiles sum in different orders): the long profile found two equal rows of 22 one
+    ulp apart, and the oracle then ordered that tie against the id.
+    """
+    wide, asked = vectors.astype(np.float64), queries.astype(np.float64)
+    return np.array([[math.fsum(row * query) for query in asked] for row in wide]).reshape(len(wide), len(asked))
+
+
+def test_equal_rows_score_alike_in_the_oracle_where_a_blas_product_splits_them() -> None:
+    rng = np.random.default_rng(0)
+    for _ in range(2000):  # the shapes `searches` draws; a BLAS product splits equal rows in a few of them
+        dim = int(rng.integers(2, 9))
+        directions = _unit(rng.standard_normal((int(rng.integers(1, 7)), dim)))
+        vectors = directions[rng.integers(0, len(directions), int(rng.integers(1, 25)))]
+        queries = directions[rng.integers(0, len(directions), int(rng.integers(1, 4)))]
+        exact = exact_scores(vectors, queries)
+        for row in range(len(vectors)):
+            same = (vectors == vectors[row]).all(axis=1)
+            assert (exact[same] == exact[row]).all()
+
+
 def _unit(rows: np.ndarray) -> np.ndarray:
     return (rows / np.linalg.norm(rows, axis=1, keepdims=True)).astype(np.float32)
 
@@ -96,7 +121,7 @@ def test_faiss_and_qdrant_return_the_same_top_k_in_the_same_order(
     data, vectors, queries, k, wanted = case
     rows = data.rows
     index = SearchIndex.build(vectors, data.table, kind="flat", progress=False)
-    exact = vectors.astype(np.float64) @ queries.T.astype(np.float64)  # (N, Q)
+    exact = exact_scores(vectors, queries)
     with exported(index) as collection:
         for node in wanted:
             where = None if node is None else parsed(node)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-from pydantic import model_serializer, model_validator
+from pydantic import ConfigDict
 
 from retrieval.index.gallery import IndexGallery
 from retrieval.validation import Record
@@ -26,46 +26,35 @@ if TYPE_CHECKING:
 
 __all__ = ["LearnedRanking", "LearnedReranker", "QueryAnswer", "QueryMatch", "Searchable", "search_matches"]
 
-_OWN_FIELDS = ("rank", "score")  # the flat layout's keys that are the match's, not the row's
 PathsOf = Callable[[np.ndarray], Sequence[Any]]  # ids -> their metadata `path` values (None: no image)
 
 
 class QueryMatch(Record):
-    """One result of a search: its rank (1 first), its score, and the found item's metadata row.
+    """One result of a search: its rank (1 first) and score, then the found item's metadata row (`id`, `path`, ...).
 
-    The score is the cosine of the query and the item, or a learned re-ranker's blend. The row holds the
-    user's own columns, of the types their files gave them: free-form by design, kept whole (a column
-    named `score` or `rank` included). Written and read in the layout `index query --json` prints: the
-    rank and score, then the row's other columns beside them; that layout always holds the row's `id`.
+    The score is the cosine of the query and the item, or a learned re-ranker's blend. The row's columns
+    are the user's own, of the types their files gave them: kept as extra keys, beside `rank` and `score`
+    (which an index refuses as column names, `retrieval.index.metadata`), as `index query --json` prints them.
     """
+
+    model_config = ConfigDict(extra="allow")
 
     rank: int
     score: float
-    row: dict[str, Any]
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_flat(cls, data: Any) -> Any:
-        """The flat layout (`rank`, `score` and the row's columns side by side) as the three fields."""
-        if not isinstance(data, dict) or set(data) == {*_OWN_FIELDS, "row"}:
-            return data
-        row = {name: value for name, value in data.items() if name not in _OWN_FIELDS}
-        return {"rank": data.get("rank"), "score": data.get("score"), "row": row}
-
-    @model_serializer(mode="plain")
-    def _flat(self) -> dict[str, Any]:
-        """The rank and score first, then the row's columns (its own `rank` or `score` give way to the match's)."""
-        columns = {name: value for name, value in self.row.items() if name not in _OWN_FIELDS}
-        return {"rank": self.rank, "score": self.score, **columns}
+    @property
+    def row(self) -> dict[str, Any]:
+        """The item's metadata row, as the index stores it."""
+        return dict(self.model_extra or {})
 
     @property
     def id(self) -> int:
         """The found item's id."""
-        return int(self.row["id"])
+        return int(self.column("id"))
 
     def column(self, name: str) -> Any:
         """The metadata column `name` of the item (None when its row has none)."""
-        return self.row.get(name)
+        return (self.model_extra or {}).get(name)
 
 
 class QueryAnswer(Record):
@@ -148,6 +137,6 @@ def _matches(index: Searchable, scores: np.ndarray, ids: np.ndarray) -> list[Que
     found = ids >= 0
     rows = index.metadata_for(ids[found])
     return [
-        QueryMatch(rank=rank, score=float(score), row=row)
+        QueryMatch.model_validate({**row, "rank": rank, "score": float(score)})
         for rank, (score, row) in enumerate(zip(scores[found], rows, strict=True), start=1)
     ]

@@ -14,19 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-import numpy as np
 from pydantic import ConfigDict
 
-from retrieval.index.gallery import IndexGallery
 from retrieval.validation import Record
 
 if TYPE_CHECKING:
+    import numpy as np
+
     from retrieval.core.rerank import Gallery, Reranker
     from retrieval.index.filter_language import Filter
 
 __all__ = ["LearnedRanking", "LearnedReranker", "QueryAnswer", "QueryMatch", "Searchable", "search_matches"]
 
-PathsOf = Callable[[np.ndarray], Sequence[Any]]  # ids -> their metadata `path` values (None: no image)
+PathsOf = Callable[["np.ndarray"], Sequence[Any]]  # ids -> their metadata `path` values (None: no image)
 
 
 class QueryMatch(Record):
@@ -119,6 +119,8 @@ def search_matches(
     """
     if reranker is not None and learned is not None:
         raise ValueError("search_matches takes one re-ranking: reranker or learned, not both")
+    from retrieval.index.gallery import IndexGallery  # numpy: not loaded with the records (the parsers import them)
+
     if learned is not None:
 
         def paths_of(ids: np.ndarray) -> list[Any]:

@@ -119,7 +119,7 @@ class IndexBuildRequest:
             raise UserError("index build needs the images to index: --csv FILE or --images DIR")
 
     def options(self) -> IndexBuildOptions:
-        """The kind, memory budget and tuning targets of the build (`IndexBuildOptions`)."""
+        """The kind, memory budget, tuning targets and stored vectors of the build (`IndexBuildOptions`)."""
         from retrieval.index.build import IndexBuildOptions
 
         if self.target_recall is None:
@@ -129,7 +129,11 @@ class IndexBuildRequest:
         else:
             target, default = float(self.target_recall), DEFAULT_TARGET_RECALL
         return IndexBuildOptions(
-            kind=self.kind, max_memory=self.max_memory or None, target_recall=target, default_target_recall=default
+            kind=self.kind,
+            max_memory=self.max_memory or None,
+            target_recall=target,
+            default_target_recall=default,
+            database_augmentation=self.rerank,
         )
 
 
@@ -165,7 +169,7 @@ def build_index(request: IndexBuildRequest) -> IndexBuildReport:
         UserError: the images, the exclusion CSV, the model, the embedding files or the directory cannot be
             used (see `IndexBuildRequest`, `read_source`, `open_encoder`, `built_from_files`).
     """
-    options = request.options()  # an unknown kind or memory size before anything is read
+    options = request.options()  # an unknown kind, memory size or --rerank spec before anything is read
     if request.embeddings:
         return _from_embeddings(request, options)
     source, excluded = _images(request)  # the images and the model's presence before the model loads
@@ -175,10 +179,7 @@ def build_index(request: IndexBuildRequest) -> IndexBuildReport:
     from retrieval.inference.sources import embed_source
 
     options = dataclasses.replace(
-        options,
-        database_augmentation=request.rerank,
-        model_info=ModelInfo.read(encoder.info()),
-        match_threshold=encoder.match_threshold,
+        options, model_info=ModelInfo.read(encoder.info()), match_threshold=encoder.match_threshold
     )
     embeddings, rows = embed_source(encoder, source, request.batch_size, request.num_workers)
     index = SearchIndex.build(embeddings, rows, options)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 __all__ = ["MAX_K", "QueryReport", "QueryRequest", "query_index"]
 
 MAX_K = 1000  # results per query image
-FIXED_COLUMNS = ("rank", "score", "id", "label", "path")  # every table shows these
+_FIXED_COLUMNS = ("rank", "score", "id", "label", "path")  # every table shows these
 
 
 @dataclass(frozen=True)
@@ -172,8 +172,8 @@ def _shown_columns(requested: tuple[str, ...] | None, where: Filter | None, name
     """
     if requested is None:
         filtered = [] if where is None else [condition.column for condition in where.leaves()]
-        return [name for name in dict.fromkeys(filtered) if name not in FIXED_COLUMNS]
+        return [name for name in dict.fromkeys(filtered) if name not in _FIXED_COLUMNS]
     unknown = [name for name in requested if name not in names]
     if unknown:
         raise UserError(f"--columns: {', '.join(unknown)} not in the index's metadata; its columns: {', '.join(names)}")
-    return [name for name in dict.fromkeys(requested) if name not in FIXED_COLUMNS]
+    return [name for name in dict.fromkeys(requested) if name not in _FIXED_COLUMNS]

@@ -43,8 +43,13 @@ def test_the_target_recall_sets_the_tuning() -> None:
         IndexBuildRequest(Path("i"), embeddings=FILES, target_recall=target).options() for target in (None, "none", 0.9)
     ]
     assert [(o.target_recall, o.default_target_recall) for o in options] == [(None, 0.95), (None, None), (0.9, 0.95)]
-    with pytest.raises(UserError, match="memory"):
-        build_index(IndexBuildRequest(Path("i"), embeddings=FILES, max_memory="4X"))  # before any file is read
+
+
+@pytest.mark.parametrize(("fields", "message"), [({"max_memory": "4X"}, "4X"), ({"rerank": "qe"}, "qe")])
+def test_a_wrong_option_is_refused_before_any_file_is_read(fields: dict, message: str, tmp_path: Path) -> None:
+    missing = {"encoder": EncoderChoice(checkpoint=tmp_path / "none.pt"), "csv": tmp_path / "none.csv"}
+    with pytest.raises(UserError, match=message):
+        build_index(IndexBuildRequest(tmp_path / "i", **missing, **fields))
 
 
 def test_a_missing_checkpoint_is_refused_before_the_images_are_embedded(csv_dataset: Path, tmp_path: Path) -> None:

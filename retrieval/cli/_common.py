@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from retrieval.errors import UserError
+from retrieval.export.encoder_choice import existing_checkpoint  # the commands' one check of a checkpoint path
 
 __all__ = [
     "add_column_types_argument",
@@ -116,15 +117,4 @@ def with_folder(path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot make the folder {path.parent} for {path}: {exc.strerror or exc}") from exc
-    return path
-
-
-def existing_checkpoint(path: Path) -> Path:
-    """`path`, refused in the words of `Checkpoint.read` when no file is there: checked before PyTorch loads.
-
-    Raises:
-        UserError: no file at `path`.
-    """
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
     return path

@@ -1,17 +1,13 @@
-"""What several `retrieval index` subcommands share: image inputs, model and lock flags, write errors, measurements."""
+"""What several `retrieval index` subcommands share: image inputs, model and lock flags, the measurement lines."""
 
 from __future__ import annotations
 
 import argparse
-import errno
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrieval.cli._common import add_column_types_argument
-from retrieval.errors import UserError
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT
 from retrieval.inference.splits import SPLITS
 
@@ -23,21 +19,8 @@ __all__ = [
     "add_image_inputs",
     "add_lock_timeout",
     "format_measurement",
-    "well_measured",
-    "writing",
 ]
 
-# Fewer queries than this measure recall too coarsely for its 4 decimals, and time a batch too small
-# for its queries/s to be more than the cost of one call: such figures are not printed.
-_MIN_QUERIES = 100
-_WRITE_HINTS = {
-    errno.ENOSPC: "free space on its file system and retry",
-    errno.EDQUOT: "free space within your disk quota and retry",
-    errno.EFBIG: "raise the file size limit (ulimit -f) and retry",
-    errno.EROFS: "it is on a read-only file system: copy it somewhere writable and update the copy",
-    errno.EACCES: "make the index directory and its parent folder writable by this user",
-    errno.EPERM: "make the index directory and its parent folder writable by this user",
-}
 _SPLIT_HELP = (
     "CSV rows to index: all (default: every row, whatever its split), train, val, test, or gallery "
     "(test rows with is_gallery=1; every test row when the CSV has no is_gallery column)"
@@ -86,28 +69,10 @@ def _seconds(text: str) -> float:
     return seconds
 
 
-@contextmanager
-def writing(directory: Path) -> Iterator[None]:
-    """Turn an `OSError` while locking, reading or saving the index at `directory` into a one-line `UserError`.
-
-    Saves are atomic, so the message can promise that the previous index is unchanged.
-    """
-    try:
-        yield
-    except OSError as exc:
-        where = f" ({exc.filename})" if exc.filename else ""
-        hint = _WRITE_HINTS.get(exc.errno or 0, "check that the index's folder is writable and retry")
-        reason = exc.strerror or str(exc)
-        raise UserError(f"cannot write index {directory}: {reason}{where}; {hint}; the index is unchanged") from exc
-
-
-def well_measured(measured: Measured) -> bool:
-    """Whether a measurement counted enough queries for its recall and speed to be printed."""
-    return (measured.queries or 0) >= _MIN_QUERIES
-
-
 def format_measurement(measured: Measured) -> str:
     """Recall, latency, throughput and size lines of a `SearchIndex` measurement (speed from enough queries only)."""
+    from retrieval.index.manifest import well_measured
+
     size = (
         f"bytes/vector: {measured.resident_bytes_per_vector or 0:.1f} in memory, "
         f"{measured.disk_bytes_per_vector or 0:.1f} on disk"
@@ -126,13 +91,15 @@ def format_measurement(measured: Measured) -> str:
 
 def _recall_line(measured: Measured) -> str:
     """The recall line, saying what it counts when the index holds fewer than k candidates a query."""
+    from retrieval.index.manifest import MIN_QUERIES
+
     k, queries = measured.k, measured.queries or 0
     neighbors = measured.k if measured.neighbors is None else measured.neighbors
-    if measured.recall_at_k is None or queries < _MIN_QUERIES:
+    if measured.recall_at_k is None or queries < MIN_QUERIES:
         held = queries if measured.ntotal is None else measured.ntotal
         return (
             f"recall@{k} vs exact: not measured: too few vectors (the index holds {held}; each is searched for "
-            f"among the others, and measuring needs {_MIN_QUERIES} queries)"
+            f"among the others, and measuring needs {MIN_QUERIES} queries)"
         )
     line = f"recall@{k} vs exact: {measured.recall_at_k:.4f} ({queries} queries)"
     if neighbors is not None and k is not None and neighbors < k:

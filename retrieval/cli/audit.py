@@ -15,7 +15,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments, existing_checkpoint
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from retrieval.audit.trust import Selection
     from retrieval.config import AuditConfig
     from retrieval.core.match_threshold import MatchThreshold
+    from retrieval.export.encoder_choice import EncoderChoice
     from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
@@ -75,22 +76,23 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from retrieval.audit import audit_embeddings, read_catalogue, write_report
     from retrieval.audit.report import check_report_folder
+    from retrieval.export.encoder_choice import EncoderChoice
 
     check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
-    if args.index is None and args.checkpoint is None and args.model is None:
+    choice = EncoderChoice(checkpoint=args.checkpoint, model=args.model, device=args.device)
+    if args.index is None and not choice.chosen:
         raise UserError("--csv needs --checkpoint CKPT or --model EXPORT_DIR to embed its images (or give --index)")
-    if args.index is not None and (args.checkpoint is not None or args.model is not None):
+    if args.index is not None and choice.chosen:
         raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
     settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
-    if args.checkpoint is not None:
-        existing_checkpoint(args.checkpoint)  # before PyTorch loads
+    choice.check()  # before PyTorch loads: a checkpoint that is not there
     with showing_progress("audit") as log:
         selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:
             catalogue, embeddings, stored_threshold = _indexed(args.index)
         else:
-            encoder, selection = _encoder(args)
+            encoder, selection = _encoder(choice)
             catalogue, embeddings = _embedded(args, encoder, catalogue, log)
             stored_threshold = encoder.match_threshold
         for note in catalogue.missing:
@@ -136,20 +138,18 @@ def _embedded(
     return catalogue.subset(embedded.positions), embedded.embeddings
 
 
-def _encoder(args: argparse.Namespace) -> tuple[Encoder, Selection | None]:
-    """The encoder of `--model` (onnxruntime) or `--checkpoint` (torch, imported only then), and the checkpoint's
-    model-selection record (an export keeps none)."""
-    if args.model is not None:
-        from retrieval.export.onnx_encoder import OnnxEncoder
+def _encoder(choice: EncoderChoice) -> tuple[Encoder, Selection | None]:
+    """The chosen model's encoder, and the checkpoint's model-selection record (an export keeps none)."""
+    from retrieval.export.encoder_choice import open_encoder
 
-        return OnnxEncoder.from_export(args.model, device=args.device), None
+    if choice.checkpoint is None:
+        return open_encoder(choice), None
     from retrieval.audit.trust import Selection
     from retrieval.checkpoint import Checkpoint
-    from retrieval.inference.image_encoder import ImageEncoder
 
-    checkpoint = Checkpoint.read(args.checkpoint)
+    checkpoint = Checkpoint.read(choice.checkpoint)  # read once: for its selection record and its model
     selection = Selection(checkpoint.config().train.select_on, checkpoint.best_score, checkpoint.best_epoch)
-    return ImageEncoder.from_loaded(checkpoint, args.checkpoint, device=args.device), selection
+    return open_encoder(choice, checkpoint), selection
 
 
 def _settings(args: argparse.Namespace) -> AuditConfig:

@@ -6,8 +6,9 @@ import argparse
 from pathlib import Path
 
 from retrieval.cli._common import add_embedding_arguments
-from retrieval.cli._index_common import add_checkpoint_check, add_image_inputs, add_lock_timeout, writing
+from retrieval.cli._index_common import add_checkpoint_check, add_image_inputs, add_lock_timeout
 from retrieval.errors import UserError
+from retrieval.index.storage import writing
 
 __all__ = ["add_parser", "run"]
 

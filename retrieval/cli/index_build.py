@@ -1,27 +1,26 @@
-"""`retrieval index build`: embed images with a model (or read embedding files) and write an index directory."""
+"""`retrieval index build`: embed images with a model (or read embedding files) and write an index directory.
+
+The flags and the lines printed; the build is `retrieval.export.index_build` (an `IndexBuildRequest` in, an
+`IndexBuildReport` out).
+"""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.cli._common import add_config_arguments, add_embedding_arguments, existing_checkpoint, output_folder
-from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement, well_measured, writing
+from retrieval.cli._common import add_config_arguments, add_embedding_arguments, output_folder
+from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement
 from retrieval.cli._progress import showing_progress
-from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, built_from_embeddings
-from retrieval.errors import UserError
+from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, parse_shard
 from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
-from retrieval.index.locking import writer_lock
 from retrieval.index.storage import INDEX_FILE
 
 if TYPE_CHECKING:
-    from retrieval.index import SearchIndex
+    from retrieval.export.index_build import IndexBuildReport
     from retrieval.index.manifest import IndexManifest
-    from retrieval.inference.interface import Encoder
-    from retrieval.inference.sources import ImageSource
 
 __all__ = ["add_parser", "run"]
 
@@ -91,117 +90,66 @@ def _target_recall(text: str) -> float | str:
     return value
 
 
-def _tuning(target: float | str | None) -> tuple[float | None, float | None]:
-    """`IndexBuildOptions`' `(target_recall, default_target_recall)` for `--target-recall` (None: not given)."""
-    if target is None:
-        return None, DEFAULT_TARGET_RECALL
-    if target == "none":
-        return None, None
-    return float(target), DEFAULT_TARGET_RECALL
-
-
 def run(args: argparse.Namespace) -> int:
     """`index build`: from images with a model, or streamed from `--embeddings` files."""
-    with showing_progress("index build"):  # in a log, where no bar shows, a line every so often while embedding
-        return _build(args)
-
-
-def _build(args: argparse.Namespace) -> int:
     output_folder(args.out, "--out", INDEX_FILE)  # the save replaces the folder as a whole
-    if args.embeddings:
-        if args.column_types:
-            raise UserError(
-                "--column-types types the columns of --csv/--images; embedding files keep the types embed gave"
-            )
-        if args.rerank:
-            raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
-        if args.exclude:
-            raise UserError("--exclude leaves images out of --csv/--images; embedding files are built as they are")
-        with built_from_embeddings(args, *_tuning(args.target_recall)) as (index, inputs):
-            return _save_built(args, index, inputs)
-    if args.trained or args.shard:
-        raise UserError("--trained and --shard build shards from embedding files: pass --embeddings PATH...")
-    if args.checkpoint is None and args.model is None and args.backbone is None:
-        raise UserError(
-            "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone NAME) and --csv FILE "
-            "or --images DIR, or --embeddings PATH... (no model)"
-        )
-    if args.csv is None and args.images is None:
-        raise UserError("index build needs the images to index: --csv FILE or --images DIR")
-    if args.backbone is None and (args.weights is not None or args.config is not None or args.overrides):
-        raise UserError("--weights, --config and --set describe a --backbone; a checkpoint holds its own")
-    from retrieval.config import check_config
-    from retrieval.core.column_types import parse_column_types
-    from retrieval.index import SearchIndex
-    from retrieval.index.build import IndexBuildOptions
-    from retrieval.inference.interface import ModelInfo
-    from retrieval.inference.sources import embed_source, read_source
+    from retrieval.export.encoder_choice import EncoderChoice
+    from retrieval.export.index_build import IndexBuildRequest, build_index
 
-    target_recall, default_target_recall = _tuning(args.target_recall)
-    options = IndexBuildOptions(
+    encoder = EncoderChoice(
+        checkpoint=args.checkpoint,
+        model=args.model,
+        backbone=args.backbone,
+        weights=args.weights,
+        config=args.config,
+        overrides=tuple(args.overrides),
+        device=args.device,
+    )
+    request = IndexBuildRequest(
+        out=args.out,
+        encoder=encoder,
+        csv=args.csv,
+        images=args.images,
+        split=args.split,
+        column_types=args.column_types,
+        exclude=args.exclude,
+        embeddings=tuple(args.embeddings or ()),
+        on_disk=args.on_disk,
+        trained=args.trained,
+        shard=None if args.shard is None else parse_shard(args.shard),
         kind=args.type,
-        max_memory=args.max_memory or None,
-        target_recall=target_recall,
-        default_target_recall=default_target_recall,
+        max_memory=args.max_memory,
+        target_recall=args.target_recall,
+        rerank=args.rerank,
+        lock_timeout=args.lock_timeout,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
     )
-    # The images, the checkpoint's presence and a backbone's config before the model: before PyTorch loads.
-    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types))
-    if args.checkpoint is not None:
-        existing_checkpoint(args.checkpoint)
-    if args.backbone is not None:
-        check_config(args.config, args.overrides)
-    if args.exclude is not None:
-        source = _without_excluded(source, args.exclude)
-    encoder = _build_encoder(args)
-    options = dataclasses.replace(
-        options,
-        database_augmentation=args.rerank,
-        model_info=ModelInfo.read(encoder.info()),
-        match_threshold=encoder.match_threshold,
-    )
-    embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
-    index = SearchIndex.build(embeddings, rows, options)
-    skipped = len(source.paths) - index.ntotal
-    inputs = f"vectors: {index.ntotal} of {len(source.paths)} images" + (
-        f" ({skipped} unreadable, skipped)" if skipped else ""
-    )
-    return _save_built(args, index, inputs)
-
-
-def _without_excluded(source: ImageSource, exclude: Path) -> ImageSource:
-    """The images of `source` that `--exclude` does not list (`retrieval.data.exclusion`)."""
-    import numpy as np
-
-    from retrieval.data.exclusion import excluded_paths
-    from retrieval.inference.sources import ImageSource
-
-    excluded = excluded_paths(exclude)
-    kept = np.array([i for i, path in enumerate(source.paths) if path.resolve() not in excluded], dtype=np.int64)
-    if len(kept) == 0:
-        raise UserError(f"--exclude {exclude} lists every image to index; nothing is left to build from")
-    print(f"excluded: {len(source.paths) - len(kept)} image(s) listed in {exclude}")
-    return ImageSource([source.paths[i] for i in kept], source.rows(kept))
-
-
-def _save_built(args: argparse.Namespace, index: SearchIndex, inputs: str) -> int:
-    """Save a built index to `--out` under its writer lock and print what it holds and how it measured."""
-    with writing(args.out), writer_lock(args.out, args.lock_timeout):
-        index.save(args.out)
-    # Measured while building, on held-out vectors; a build too small to hold out enough of them is measured
-    # as index eval measures it: every stored vector (up to 1,000) searched for among the others.
-    shard = index.manifest.trained is not None  # a shard (index build --trained) is measured once merged
-    measured = index.manifest.measured
-    if not shard and not well_measured(measured):
-        measured = index.evaluate(k=10)
-    print(f"index: {args.out} ({index.kind}: {index.factory})")
-    print(inputs)
+    with showing_progress("index build"):  # in a log, where no bar shows, a line every so often while embedding
+        report = build_index(request)
+    if report.excluded:
+        print(f"excluded: {report.excluded} image(s) listed in {args.exclude}")
+    print(f"index: {report.directory} ({report.manifest.kind}: {report.manifest.factory})")
+    print(_inputs_line(report))
+    measured = report.measured
     print(
         format_measurement(measured)
         if measured.model_fields_set
         else "not measured: a shard; index merge, then index eval"
     )
-    print(_tuning_line(index.manifest))
+    print(_tuning_line(report.manifest))
     return 0
+
+
+def _inputs_line(report: IndexBuildReport) -> str:
+    """`vectors: 90 of 91 images (1 unreadable, skipped)`, or how many embedding inputs (and a shard's ids)."""
+    if report.images is None:
+        ids = "" if report.first_id is None else f", ids {report.first_id}..{report.first_id + report.vectors - 1}"
+        return f"vectors: {report.vectors} from {report.embedding_files} embedding input(s){ids}"
+    skipped = report.images - report.vectors
+    return f"vectors: {report.vectors} of {report.images} images" + (
+        f" ({skipped} unreadable, skipped)" if skipped else ""
+    )
 
 
 def _tuning_line(manifest: IndexManifest) -> str:
@@ -222,20 +170,3 @@ def _tuning_line(manifest: IndexManifest) -> str:
         reached = f"the most accurate explored: recall@10 {measured:.4f}, short of {which} {target}"
         return f"search parameters: {parameters} ({reached})"
     return f"search parameters: {parameters} (tuned to recall@10 {target}, {which})"
-
-
-def _build_encoder(args: argparse.Namespace) -> Encoder:
-    """The encoder of `--checkpoint`, `--model` (an export), or `--backbone` (`--weights`, `--config`, `--set`)."""
-    from retrieval.export.onnx_encoder import OnnxEncoder
-
-    if args.model is not None:
-        return OnnxEncoder.from_export(args.model, device=args.device)
-    from retrieval.inference.backbone import backbone_config  # torch: only a checkpoint or a backbone needs it
-    from retrieval.inference.image_encoder import ImageEncoder
-
-    if args.backbone is None:
-        return ImageEncoder.from_checkpoint(args.checkpoint, device=args.device)
-    from retrieval.config import load_config  # pydantic: only a backbone's config needs it
-
-    config = backbone_config(load_config(args.config, args.overrides), args.backbone, args.weights)
-    return ImageEncoder.from_backbone(config, device=args.device)

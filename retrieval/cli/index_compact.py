@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval.cli._index_common import add_lock_timeout, writing
-from retrieval.index.storage import INDEX_FILE
+from retrieval.cli._index_common import add_lock_timeout
+from retrieval.index.storage import INDEX_FILE, writing
 
 __all__ = ["add_parser", "run"]
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from retrieval.cli._index_common import add_lock_timeout, writing
+from retrieval.cli._index_common import add_lock_timeout
 from retrieval.errors import UserError
+from retrieval.index.storage import writing
 
 __all__ = ["add_parser", "run"]
 

@@ -24,6 +24,7 @@ from retrieval.inference.interface import ModelInfo
 from retrieval.validation import Record, ValidationError, Worded, user_error
 
 __all__ = [
+    "MIN_QUERIES",
     "FileEntry",
     "IndexManifest",
     "Measured",
@@ -32,7 +33,12 @@ __all__ = [
     "ShardInput",
     "ShardRecord",
     "SourceRecord",
+    "well_measured",
 ]
+
+# Fewer queries than this measure recall too coarsely for its 4 decimals, and time a batch too small
+# for its queries/s to be more than the cost of one call: such figures are not printed.
+MIN_QUERIES = 100
 
 _Count = Annotated[int, Field(ge=0)]
 _BUILT_KINDS = tuple(kind.value for kind in KINDS)  # what a built index records (never `auto`)
@@ -83,6 +89,11 @@ class Measured(Record):
     def as_dict(self) -> dict[str, JsonValue]:
         """JSON-ready, with exactly the keys it was made from (as `manifest.json` and `index eval --json` show it)."""
         return self.model_dump(exclude_unset=True)
+
+
+def well_measured(measured: Measured) -> bool:
+    """Whether a measurement counted enough queries (`MIN_QUERIES`) for its recall and speed to be printed."""
+    return (measured.queries or 0) >= MIN_QUERIES
 
 
 class SourceRecord(Record):

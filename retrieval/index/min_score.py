@@ -13,11 +13,9 @@ from __future__ import annotations
 import math
 from typing import Any, Protocol, TypeVar
 
-from pydantic import ConfigDict
-
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.validation import Record
+from retrieval.index.query import QueryAnswer, QueryMatch  # the records a minimum is applied to, importable here
 
 __all__ = ["STORED", "QueryAnswer", "QueryMatch", "Scored", "keep_matches", "min_score_for", "no_match_text"]
 
@@ -44,30 +42,6 @@ def min_score_for(value: Any, stored: MatchThreshold | None) -> float | None:
         UserError: a value that is not a cosine or `stored`, or `stored` for an index without a threshold.
     """
     return _resolve(_parse(value), stored)
-
-
-class QueryMatch(Record):
-    """One result of `index query`: its rank and score, then the item's metadata row (`id`, `path`, `label`, ...).
-
-    The row's columns are the user's own, of the types their files gave them: kept as extra keys.
-    """
-
-    model_config = ConfigDict(extra="allow")
-
-    rank: int
-    score: float
-
-    def column(self, name: str) -> Any:
-        """The metadata column `name` of the item (None when its row has none)."""
-        return (self.model_extra or {}).get(name)
-
-
-class QueryAnswer(Record):
-    """The answer to one query image of `index query`: its results best first, none below `min_score`."""
-
-    query: str
-    min_score: float | None
-    results: list[QueryMatch]
 
 
 def _parse(value: Any) -> float | str | None:

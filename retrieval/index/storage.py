@@ -14,7 +14,7 @@ manifest, then every file's size and checksum, and only then lets `faiss.read_in
 file: FAISS trusts its input and a damaged file can crash the process.
 
 Saving does not lock: writers that may race each other hold `locking.writer_lock` across
-load, change and save.
+load, change and save, inside `writing`, which words a failed write (a full disk, a read-only folder).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -48,6 +49,7 @@ __all__ = [
     "read_verified_manifest",
     "working_directory",
     "write_index_directory",
+    "writing",
 ]
 
 FORMAT = "retrieval-index"
@@ -193,3 +195,28 @@ def _keep_modes(target: Path, staging: Path, names: list[str]) -> None:
 def _describe(path: Path) -> dict[str, int | str]:
     """The `FileEntry` of `path`, as JSON."""
     return {"size": path.stat().st_size, "sha256": file_sha256(path)}
+
+
+_WRITE_HINTS = {
+    errno.ENOSPC: "free space on its file system and retry",
+    errno.EDQUOT: "free space within your disk quota and retry",
+    errno.EFBIG: "raise the file size limit (ulimit -f) and retry",
+    errno.EROFS: "it is on a read-only file system: copy it somewhere writable and update the copy",
+    errno.EACCES: "make the index directory and its parent folder writable by this user",
+    errno.EPERM: "make the index directory and its parent folder writable by this user",
+}
+
+
+@contextmanager
+def writing(directory: Path) -> Iterator[None]:
+    """Turn an `OSError` while locking, reading or saving the index at `directory` into a one-line `UserError`.
+
+    Saves are atomic, so the message can promise that the previous index is unchanged.
+    """
+    try:
+        yield
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        hint = _WRITE_HINTS.get(exc.errno or 0, "check that the index's folder is writable and retry")
+        reason = exc.strerror or str(exc)
+        raise UserError(f"cannot write index {directory}: {reason}{where}; {hint}; the index is unchanged") from exc

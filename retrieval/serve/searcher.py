@@ -11,6 +11,7 @@ share of the `DecodeBudget` from decode to embedding.
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -26,7 +27,7 @@ from retrieval.export.index_encoder import encoder_for_index
 from retrieval.export.reranker_onnx import IndexReranker
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
-from retrieval.index.gallery import IndexGallery
+from retrieval.index.query import LearnedRanking, search_matches
 from retrieval.inference.interface import Encoder, ModelInfo, model_identity
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
@@ -201,35 +202,22 @@ class Searcher:
         where: Filter | None = None,
         descriptors: np.ndarray | None = None,
     ) -> list[SearchResult]:
-        """The results of `vectors` (one query): re-ranked by the learned re-ranker where the query's `descriptors`
-        are given, else by `--rerank`'s method or none."""
+        """The results of `vectors` (one query) by `search_matches`: re-ranked by the learned re-ranker where the
+        query's `descriptors` are given, else by `--rerank`'s method or none."""
+        learned = None
+        if self.learned is not None and descriptors is not None:
+            self._check_learned(view)
+            learned = LearnedRanking(self.learned, descriptors)
         # OpenMP's thread count is per calling thread: set it in this threadpool worker, not once at start.
         faiss.omp_set_num_threads(self.search_threads)
-        with self._index_lock:
+        with self._index_lock, self._model_lock if learned is not None else nullcontext():
             try:
-                if self.learned is not None and descriptors is not None:
-                    self._check_learned(view)
-
-                    def paths_of(ids: np.ndarray) -> list[Any]:
-                        return [row.get("path") for row in view.index.metadata_for(ids)]
-
-                    gallery = IndexGallery(view.index, where)
-                    with self._model_lock:
-                        scores, ids = self.learned.search(gallery, vectors, descriptors, k, paths_of)
-                elif self.reranker is None:
-                    scores, ids = view.index.search(vectors, k=k, filter=where)
-                else:
-                    scores, ids = self.reranker.search(IndexGallery(view.index, where), vectors, k)
+                (matches,) = search_matches(view.index, vectors, k, where, self.reranker, learned)
             except BackendFailed:
                 raise
             except UserError as exc:  # the query is valid by now: a filter naming a missing column or type
                 raise RequestError(400, str(exc)) from exc
-            found = ids[0] >= 0  # FAISS pads with -1 when fewer than k vectors are stored
-            rows = view.index.metadata_for(ids[0][found])
-        return [
-            SearchResult.model_validate({**self._public(row), "score": float(score)})
-            for score, row in zip(scores[0][found], rows, strict=True)
-        ]
+        return [SearchResult.model_validate({**self._public(match.row), "score": match.score}) for match in matches]
 
     def check_min_score(self, minimum: float | None) -> None:
         """Refuse a `min_score` on a search the learned re-ranker re-scores: its scores are blends, not cosines."""

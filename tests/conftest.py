@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import csv
+import os
+import sys
 from pathlib import Path
+
+# Under pytest-xdist (`-n auto`: a worker a core) every worker runs on one thread. torch and FAISS would each
+# start a thread a core in every worker: on 2 cores, 2 workers x 2 threads spin against each other, and torch
+# on 2 threads is only ~1.2x faster than on 1 anyway. Set before NumPy, torch or FAISS loads its thread pool.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
 
 import numpy as np
 import pytest
 from PIL import Image
 
 import tests.properties  # noqa: F401  # registers the Hypothesis profiles before the plugin loads one
+
+
+@pytest.fixture(autouse=True)
+def one_thread_a_worker() -> None:
+    """Under xdist, torch and FAISS back on one thread before each test: `retrieval train` sets a run's
+    `train.threads` (the digits demo's 2) for the whole process, which would leave the worker on 2 for the
+    tests after it. Only modules already imported are touched: importing torch here would slow the rest."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        torch, faiss = sys.modules.get("torch"), sys.modules.get("faiss")
+        if torch is not None and torch.get_num_threads() != 1:
+            torch.set_num_threads(1)
+        if faiss is not None and faiss.omp_get_max_threads() != 1:
+            faiss.omp_set_num_threads(1)
 
 
 def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3, per_class: int = 4) -> Path:

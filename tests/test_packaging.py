@@ -1,6 +1,7 @@
 """What a non-editable install gets (the demo config, the type hints, its dependencies) and what CI runs."""
 
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,7 +14,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project built as a wheel, once for this module."""
+    """The project built as a wheel, once for this module, from a copy of what it packages: a build writes
+    `build/` and `retrieval.egg-info/` beside its sources, and two pytest-xdist workers would write them at once."""
+    source = tmp_path_factory.mktemp("source")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
+    shutil.copytree(ROOT / "retrieval", source / "retrieval", ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run(
         [
@@ -26,7 +32,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "--no-build-isolation",
             "-w",
             str(out),
-            str(ROOT),
+            str(source),
         ],
         check=True,
         capture_output=True,

@@ -23,11 +23,11 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from retrieval.choices.splits import SPLITS
 from retrieval.cli._common import add_column_types_argument, add_embedding_arguments, existing_checkpoint
 from retrieval.cli._progress import showing_progress
 from retrieval.embedding_files.file_formats import EMBEDDING_SUFFIXES
 from retrieval.errors import UserError
-from retrieval.inference.splits import SPLITS
 from retrieval.runtime.directories import refuse_file_in_the_way
 
 if TYPE_CHECKING:

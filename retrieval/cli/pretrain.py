@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.choices.splits import SPLITS
 from retrieval.cli._common import add_config_arguments
 from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
@@ -25,8 +26,6 @@ if TYPE_CHECKING:
     from retrieval.inference.sources import ImageSource
 
 __all__ = ["add_parser", "run"]
-
-_SPLITS = ("all", "train", "val", "test", "gallery")
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     source.add_argument("--csv", type=Path, metavar="FILE", help="the images of a CSV's path column (labels ignored)")
     parser.add_argument(
         "--split",
-        choices=_SPLITS,
+        choices=SPLITS,
         default="all",
         help="--csv rows to use: all (default), a split, or gallery (the test images queries search)",
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from retrieval.choices.splits import SPLITS
 from retrieval.config import DataConfig
 from retrieval.core.column_types import ColumnType, typed_table
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, CsvSplit, flag_is_set, read_csv_rows
@@ -24,7 +25,6 @@ from retrieval.data.folder import list_images
 from retrieval.data.splits import read_splits
 from retrieval.errors import UserError
 from retrieval.inference.interface import Encoder
-from retrieval.inference.splits import SPLITS
 
 __all__ = [
     "ImageSource",

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 import tests.properties  # noqa: F401  # registers the Hypothesis profiles before the plugin loads one
@@ -30,6 +31,19 @@ def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3,
         writer = csv.DictWriter(handle, fieldnames=["path", "label", "split"])
         writer.writeheader()
         writer.writerows(rows)
+    return path
+
+
+def write_csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Path:
+    """`tmp_path/config.yaml`: a 16-d resnet10t trained 1 epoch on `csv_path` at 32 px on the CPU, with `loss`."""
+    config = {
+        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
+        "data": {"name": "csv", "path": str(csv_path), "image_size": 32, "batch_size": 8, "num_workers": 0},
+        "loss": loss or {"name": "proxy_nca"},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
     return path
 
 
@@ -115,6 +129,29 @@ def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
     out = io.StringIO()  # capsys is per test; this fixture is per session
     with contextlib.redirect_stdout(out):
         assert main(["train", *(f"--set={o}" for o in [*tiny, "train.epochs=1"]), "--output-dir", str(run)]) == 0
+    return run, out.getvalue()
+
+
+# The tiny demo of `tests/cli/test_cli.py` and the resume tests: resnet10t, 32-d, 2 epochs of the digits demo.
+TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "train.epochs=2")
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory) -> tuple[Path, str]:
+    """The run directory and stdout of `retrieval train` with `TINY_DEMO`, trained once for the session.
+
+    Its tests only read the finished run (files, printed lines, checkpoints), or compare a resumed run with it:
+    training it once per test would pay the same deterministic run twice.
+    """
+    import contextlib
+    import io
+
+    from retrieval.cli.main import main
+
+    run = tmp_path_factory.mktemp("tiny_demo") / "run"
+    sets = [item for override in TINY_DEMO for item in ("--set", override)]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["train", *sets, "--output-dir", str(run)]) == 0
     return run, out.getvalue()
 
 

@@ -1,4 +1,5 @@
-"""Arguments shared by the subcommands."""
+"""Arguments shared by the subcommands, and the checks of a flag's path before any work (`existing_checkpoint` is the
+library's, `retrieval.runtime.checkpoint_files`, shared by every command that reads a checkpoint)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import os
 from pathlib import Path
 
 from retrieval.errors import UserError
+from retrieval.runtime.checkpoint_files import existing_checkpoint
 
 __all__ = [
     "add_column_types_argument",
@@ -116,15 +118,4 @@ def with_folder(path: Path) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UserError(f"cannot make the folder {path.parent} for {path}: {exc.strerror or exc}") from exc
-    return path
-
-
-def existing_checkpoint(path: Path) -> Path:
-    """`path`, refused in the words of `Checkpoint.read` when no file is there: checked before PyTorch loads.
-
-    Raises:
-        UserError: no file at `path`.
-    """
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
     return path

@@ -132,6 +132,27 @@ def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
     return run, out.getvalue()
 
 
+@pytest.fixture(scope="session")
+def parts_dataset(tmp_path_factory) -> Path:
+    """42 images of 40 px in a CSV, the one at row 9 unreadable: 6 parts of 8 images for `embed --out DIR/`."""
+    csv_path = write_csv_dataset(tmp_path_factory.mktemp("parts_data"), train_classes=4, test_classes=3, per_class=6)
+    (csv_path.parent / "images/train_1_3.png").write_bytes(b"not an image")  # row 9, in part 1
+    return csv_path
+
+
+@pytest.fixture(scope="session")
+def single_process_parts(tmp_path_factory, tiny_checkpoint, parts_dataset) -> Path:
+    """`parts_dataset` embedded by `tiny_checkpoint` in parts of 8 in one process: what every other run must equal."""
+    from retrieval.inference.embed_run import EmbedRequest, run_embed
+
+    out = tmp_path_factory.mktemp("single") / "parts"
+    request = EmbedRequest(
+        tiny_checkpoint, f"{out}/", csv=parts_dataset, part_rows=8, batch_size=5, num_workers=0, device="cpu"
+    )
+    run_embed(request)
+    return out
+
+
 # The tiny demo of `tests/cli/test_cli.py` and the resume tests: resnet10t, 32-d, 2 epochs of the digits demo.
 TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "train.epochs=2")
 

@@ -60,6 +60,7 @@ from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.models.backbones import backbone_builder, builder_path
+from retrieval.runtime.checkpoint_files import missing_checkpoint
 from retrieval.runtime.files import atomic_write
 from retrieval.validation import Record, ValidationError, accepts, at_least, user_error
 
@@ -367,7 +368,7 @@ class Checkpoint:
         path = Path(path)
         raw = load_torch_file(
             path,
-            f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt",
+            missing_checkpoint(path),
             f"checkpoint {path}",
             "is it a retrieval checkpoint?",
         )

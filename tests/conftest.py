@@ -15,6 +15,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 
 import numpy as np
 import pytest
+import yaml
 from PIL import Image
 
 import tests.properties  # noqa: F401  # registers the Hypothesis profiles before the plugin loads one
@@ -51,6 +52,19 @@ def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3,
         writer = csv.DictWriter(handle, fieldnames=["path", "label", "split"])
         writer.writeheader()
         writer.writerows(rows)
+    return path
+
+
+def write_csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Path:
+    """`tmp_path/config.yaml`: a 16-d resnet10t trained 1 epoch on `csv_path` at 32 px on the CPU, with `loss`."""
+    config = {
+        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
+        "data": {"name": "csv", "path": str(csv_path), "image_size": 32, "batch_size": 8, "num_workers": 0},
+        "loss": loss or {"name": "proxy_nca"},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
+    }
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
     return path
 
 
@@ -136,6 +150,50 @@ def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
     out = io.StringIO()  # capsys is per test; this fixture is per session
     with contextlib.redirect_stdout(out):
         assert main(["train", *(f"--set={o}" for o in [*tiny, "train.epochs=1"]), "--output-dir", str(run)]) == 0
+    return run, out.getvalue()
+
+
+@pytest.fixture(scope="session")
+def parts_dataset(tmp_path_factory) -> Path:
+    """42 images of 40 px in a CSV, the one at row 9 unreadable: 6 parts of 8 images for `embed --out DIR/`."""
+    csv_path = write_csv_dataset(tmp_path_factory.mktemp("parts_data"), train_classes=4, test_classes=3, per_class=6)
+    (csv_path.parent / "images/train_1_3.png").write_bytes(b"not an image")  # row 9, in part 1
+    return csv_path
+
+
+@pytest.fixture(scope="session")
+def single_process_parts(tmp_path_factory, tiny_checkpoint, parts_dataset) -> Path:
+    """`parts_dataset` embedded by `tiny_checkpoint` in parts of 8 in one process: what every other run must equal."""
+    from retrieval.inference.embed_run import EmbedRequest, run_embed
+
+    out = tmp_path_factory.mktemp("single") / "parts"
+    request = EmbedRequest(
+        tiny_checkpoint, f"{out}/", csv=parts_dataset, part_rows=8, batch_size=5, num_workers=0, device="cpu"
+    )
+    run_embed(request)
+    return out
+
+
+# The tiny demo of `tests/cli/test_cli.py` and the resume tests: resnet10t, 32-d, 2 epochs of the digits demo.
+TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "train.epochs=2")
+
+
+@pytest.fixture(scope="session")
+def tiny_demo(tmp_path_factory) -> tuple[Path, str]:
+    """The run directory and stdout of `retrieval train` with `TINY_DEMO`, trained once for the session.
+
+    Its tests only read the finished run (files, printed lines, checkpoints), or compare a resumed run with it:
+    training it once per test would pay the same deterministic run twice.
+    """
+    import contextlib
+    import io
+
+    from retrieval.cli.main import main
+
+    run = tmp_path_factory.mktemp("tiny_demo") / "run"
+    sets = [item for override in TINY_DEMO for item in ("--set", override)]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["train", *sets, "--output-dir", str(run)]) == 0
     return run, out.getvalue()
 
 

@@ -1,4 +1,5 @@
-"""The named choices of the run configuration, as plain tables: augmentation presets and dataset traits.
+"""The named choices of the run configuration and the command line, as plain tables: augmentation presets, dataset
+traits, split names.
 
 They sit below `retrieval.config`, which validates a config against them, and below the registries that
 attach code to the same names (`retrieval.data.registry`: each dataset's readers), so the config

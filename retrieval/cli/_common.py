@@ -1,4 +1,5 @@
-"""Arguments shared by the subcommands."""
+"""Arguments shared by the subcommands, and the checks of a flag's path before any work (`existing_checkpoint` is the
+library's, `retrieval.runtime.checkpoint_files`, shared by every command that reads a checkpoint)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import os
 from pathlib import Path
 
 from retrieval.errors import UserError
-from retrieval.export.encoder_choice import existing_checkpoint  # the commands' one check of a checkpoint path
+from retrieval.runtime.checkpoint_files import existing_checkpoint  # the commands' one check of a checkpoint path
 
 __all__ = [
     "add_column_types_argument",

@@ -7,9 +7,9 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.choices.splits import SPLITS
 from retrieval.cli._common import add_column_types_argument
 from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT
-from retrieval.inference.splits import SPLITS
 
 if TYPE_CHECKING:
     from retrieval.index.manifest import Measured

@@ -34,6 +34,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from retrieval.choices.splits import SPLIT_NAMES
 from retrieval.errors import UserError
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
 ]
 
 _FLAGS = ("is_query", "is_gallery")
-_SPLITS = ("train", "val", "test")
+_SPLIT_CHOICES = f"{', '.join(SPLIT_NAMES[:-1])} or {SPLIT_NAMES[-1]}"  # "train, val or test"
 # The values of an is_query / is_gallery cell (compared lower-case); anything else is an error.
 _FLAG_TRUE, _FLAG_FALSE = frozenset({"1", "true", "yes"}), frozenset({"0", "false", "no", ""})
 _CSV_PATHS_HINT = "paths are relative to the CSV's folder"
@@ -164,8 +165,8 @@ def flag_is_set(cell: str) -> bool:
 
 def _check_row(csv_path: Path, line: int, row: dict[str, str]) -> None:
     """Refuse a row whose split, flags or labels are not values of the format."""
-    if "split" in row and row["split"] not in _SPLITS:
-        raise UserError(f"{csv_path}:{line}: split must be train, val or test, got {row['split']!r}")
+    if "split" in row and row["split"] not in SPLIT_NAMES:
+        raise UserError(f"{csv_path}:{line}: split must be {_SPLIT_CHOICES}, got {row['split']!r}")
     for flag in _FLAGS:
         if flag in row and row[flag].lower() not in _FLAG_TRUE | _FLAG_FALSE:
             raise UserError(f"{csv_path}:{line}: {flag} must be 0/1, true/false or yes/no, got {row[flag]!r}")
@@ -200,7 +201,7 @@ def read_csv_splits(csv_path: str | Path, check_images: bool = True) -> dict[str
         raise UserError(f"{csv_path} has a header but no rows")
     multi_label = any(_MULTI in row["label"] for row in rows)
     splits = {}
-    for split in _SPLITS:
+    for split in SPLIT_NAMES:
         chosen = [row for row in rows if row["split"] == split]
         if chosen:
             splits[split] = _split_of(csv_path, chosen, bool(flags), multi_label, check_images)

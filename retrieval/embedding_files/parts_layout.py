@@ -28,8 +28,8 @@ from typing import Annotated, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from pydantic import ConfigDict
 
+from retrieval.core.image_source_spec import ImageSourceSpec
 from retrieval.embedding_files.file_formats import read_embeddings, write_embeddings
 from retrieval.errors import UserError
 from retrieval.runtime.files import file_sha256, write_text
@@ -57,21 +57,10 @@ JOB_FILE = "_job.json"
 _REWRITE = "rerun the same embed command to rewrite it"
 
 
-class EmbedSource(Record):
-    """What the images of an embed job are, as the command line named them: `--csv`, `--images` or `--set`."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    csv: str | None = None  # the CSV file, resolved
-    images: str | None = None  # the image folder, resolved
-    set: list[str] | None = None  # the `--set` overrides of the checkpoint's data section
-    split: str | None = None  # `--split`
-
-
 class EmbedJob(Record):
     """What the parts of a directory are of (`_job.json`); a rerun resumes the same job only."""
 
-    source: EmbedSource  # what the images are: `--csv`, `--images` or `--set`, and `--split`
+    source: ImageSourceSpec  # what the images are: `--csv`, `--images` or `--set`, and `--split`
     checkpoint_sha256: str | None  # the model's file (a backbone without training: its weights' checksum)
     part_rows: Annotated[int, at_least(1)]  # input rows per part
     input_rows: Annotated[int, at_least(0)]  # rows of the source, readable or not
@@ -96,7 +85,7 @@ class EmbedSuccess(Record):
     dim: int
     parts: list[str]  # the parquet files, in input order
     checkpoint_sha256: str | None = None
-    source: EmbedSource | None = None
+    source: ImageSourceSpec | None = None
     part_rows: int | None = None
     input_rows: int | None = None
     skipped: int = 0

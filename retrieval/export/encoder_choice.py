@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from retrieval.errors import UserError
+from retrieval.runtime.checkpoint_files import existing_checkpoint
 
 if TYPE_CHECKING:
     from retrieval.checkpoint import Checkpoint
     from retrieval.inference.interface import Encoder
 
-__all__ = ["EncoderChoice", "existing_checkpoint", "open_encoder"]
+__all__ = ["EncoderChoice", "open_encoder"]
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,6 @@ class EncoderChoice:
             from retrieval.config import check_config  # pydantic: only a backbone's config needs it
 
             check_config(self.config, self.overrides)
-
-
-def existing_checkpoint(path: Path) -> Path:
-    """`path`, refused in the words of `Checkpoint.read` when no file is there: checked before PyTorch loads.
-
-    Raises:
-        UserError: no file at `path`.
-    """
-    if not path.is_file():
-        raise UserError(f"checkpoint not found: {path}; pass a run's checkpoints/best.pt or last.pt")
-    return path
 
 
 def open_encoder(choice: EncoderChoice, loaded: Checkpoint | None = None) -> Encoder:

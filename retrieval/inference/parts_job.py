@@ -14,22 +14,16 @@ from __future__ import annotations
 
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import torch
 from tqdm import tqdm
 
-from retrieval.embedding_files.parts_layout import (
-    EmbedJob,
-    EmbedSource,
-    finish_parts,
-    part_finished,
-    start_parts,
-    write_part,
-)
+from retrieval.core.image_source_spec import ImageSourceSpec
+from retrieval.embedding_files.parts_layout import EmbedJob, finish_parts, part_finished, start_parts, write_part
 from retrieval.errors import UserError
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.inference.sources import ImageSource, report_unreadable
@@ -60,7 +54,7 @@ def embed_in_parts(
     batch_size: int,
     num_workers: int,
     context: DistributedContext,
-    source_info: Mapping[str, Any],
+    spec: ImageSourceSpec,
 ) -> PartsSummary:
     """Embed this rank's unfinished parts of `source` into `directory`; rank 0 writes `_SUCCESS` after all ranks.
 
@@ -72,14 +66,14 @@ def embed_in_parts(
         batch_size: images per forward pass; batches start at each part's first row.
         num_workers: image decoding processes.
         context: this process's rank and the world size.
-        source_info: what the images are (`--csv`, `--images` or `--set`, and `--split`), recorded so that
-            a rerun resumes the same job only.
+        spec: what the images are (`--csv`, `--images` or `--set`, and `--split`), recorded so that a rerun
+            resumes the same job only.
 
     Raises:
         UserError: `directory` holds parts of another job, or no image of the source could be read.
     """
     job = EmbedJob(
-        source=EmbedSource.model_validate(dict(source_info)),
+        source=spec,
         checkpoint_sha256=encoder.checkpoint_sha256,
         part_rows=part_rows,
         input_rows=len(source.paths),

@@ -17,14 +17,15 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from retrieval.choices.splits import SPLITS
 from retrieval.config import DataConfig
 from retrieval.core.column_types import ColumnType, typed_table
+from retrieval.core.image_source_spec import ImageSourceSpec
 from retrieval.data.csv_dataset import IMAGE_LIST_CSV, CsvSplit, flag_is_set, read_csv_rows
 from retrieval.data.folder import list_images
 from retrieval.data.splits import read_splits
 from retrieval.errors import UserError
 from retrieval.inference.interface import Encoder
-from retrieval.inference.splits import SPLITS
 
 __all__ = [
     "ImageSource",
@@ -34,6 +35,7 @@ __all__ = [
     "query_images",
     "read_source",
     "report_unreadable",
+    "spec_source",
 ]
 
 _MAX_SHOWN_FAILURES = 20
@@ -72,6 +74,19 @@ def read_source(
     if not paths:  # before typing the columns: an empty source fails without loading Arrow's pandas layer
         raise UserError(f"no images to index in {where}; check the path and --split")
     return ImageSource(paths, typed_table(columns, column_types or {}, name, stored_types or {}))
+
+
+def spec_source(spec: ImageSourceSpec, column_types: dict[str, ColumnType] | None = None) -> ImageSource:
+    """The images a recorded spec names: its CSV's rows of its split (all when unset), or its folder's images.
+
+    Raises:
+        ValueError: a spec of a configured dataset (`set`): its images need the dataset's config (`dataset_source`).
+        UserError: as `read_source`.
+    """
+    if spec.set is not None:
+        raise ValueError("a spec of a configured dataset is read with dataset_source and the dataset's config")
+    csv_path, images = (Path(spec.csv) if spec.csv else None), (Path(spec.images) if spec.images else None)
+    return read_source(csv_path, None if csv_path else images, spec.split or "all", column_types)
 
 
 def image_files(directory: Path) -> list[Path]:

@@ -29,6 +29,7 @@ from tqdm import tqdm
 from retrieval.checkpoint import StateDict, load_torch_file
 from retrieval.config import Config, ConfigDocument, config_to_dict
 from retrieval.core.epoch_record import EpochRecord, StepTimes
+from retrieval.core.image_source_spec import ImageSourceSpec
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 from retrieval.pretrain.methods import SelfSupervisedModel, build_method
@@ -69,7 +70,7 @@ class PretrainCheckpoint(Record):
     grad_scaler: StateDict | None = None  # train.amp fp16 only
     epoch: Annotated[int, at_least(0)]  # the last trained epoch, 0-based
     config: ConfigDocument  # the run's config as `config_to_dict` wrote it (as `CheckpointFile.config`)
-    source: dict[str, str]  # how the images were given: `{"images": DIR}` or `{"csv": FILE, "split": ...}`
+    source: ImageSourceSpec  # how the images were given: `--images DIR`, or `--csv FILE` and `--split`
 
     @classmethod
     def read(cls, path: Path) -> PretrainCheckpoint:
@@ -88,9 +89,9 @@ class PretrainCheckpoint(Record):
             raise user_error(cls, exc, str(path), "restore an intact copy, or start the run again") from None
 
     def save(self, path: Path) -> None:
-        """Write the checkpoint to `path` atomically."""
+        """Write the checkpoint to `path` atomically; the source as the plain dict of its keys (`weights_only` data)."""
         with atomic_write(path) as temporary:
-            torch.save(dict(self), temporary)
+            torch.save({**dict(self), "source": self.source.model_dump(exclude_unset=True)}, temporary)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +115,7 @@ class Pretrainer:
         config: the resolved config (sections `model`, `data`, `augment`, `train` and `pretrain`).
         paths: the unlabeled images.
         run_dir: where the run's files go.
-        source: how the images were given (`{"images": DIR}` or `{"csv": FILE, "split": ...}`), kept for a resume.
+        source: how the images were given (`--images DIR`, or `--csv FILE` and `--split`), kept for a resume.
         context: the process group (default: the current one, or a single process).
     """
 
@@ -123,7 +124,7 @@ class Pretrainer:
         config: Config,
         paths: list[Path],
         run_dir: Path,
-        source: dict[str, str],
+        source: ImageSourceSpec,
         context: DistributedContext | None = None,
     ) -> None:
         self.config, self.paths, self.source = config, paths, source

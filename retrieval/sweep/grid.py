@@ -15,6 +15,7 @@ from pathlib import Path
 
 from retrieval.config import Config, load_config
 from retrieval.errors import UserError
+from retrieval.train.runs import seed_run_dir
 
 __all__ = ["Cell", "parse_grid", "plan_cells"]
 
@@ -101,7 +102,7 @@ def plan_cells(
         values = tuple(zip(grid, combination, strict=True))
         folder = output_dir / "__".join(_UNSAFE.sub("_", f"{key}={value}") for key, value in values)
         for seed in seeds:
-            cell = Cell(values, seed, folder / f"seed-{seed}")
+            cell = Cell(values, seed, seed_run_dir(folder, seed))
             _require_honest_selection(load_config(config_path, [*overrides, *cell.overrides]), cell.name)
             cells.append(cell)
     folders = [cell.directory for cell in cells]

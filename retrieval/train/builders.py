@@ -6,7 +6,8 @@ model, any `MetricLoss` and any `RetrievalData`, with the typed `TrainConfig` / 
 dataclasses for the knobs (no YAML file, no `Config`): see `examples/train_custom_model.py`.
 
 Nothing here changes process-wide state: threads, deterministic algorithms and global seeds are
-set by the command line (`retrieval.runtime.environment.configure_process`). The model and loss
+set by a command's entry (`retrieval.train.runs.configure_run_process`, which `run_training` calls
+before each run). The model and loss
 built from a config are initialized from `train.seed` in a forked generator, so the same config
 builds the same weights and the caller's random stream is left alone.
 """

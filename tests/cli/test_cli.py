@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 import re
 import subprocess
@@ -13,41 +11,14 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
-import timm
-import torch
 import yaml
 
 from retrieval.cli.main import main
-from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DEMO, write_csv_config
+from tests.train.training import FINAL_LINES
 
-# A tiny, fast version of the demo: resnet10t, 2 epochs.
-TINY = ["--set", "model.backbone=resnet10t", "--set", "model.embedding_dim=32", "--set", "train.epochs=2"]
-FINAL_LINES = re.compile("".join(rf"Recall@{k}: \d\.\d{{4}}\n" for k in (1, 2, 4, 8)) + r"MAP@R: \d\.\d{4}\n$")
-
-
-def _csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Path:
-    config = {
-        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
-        "data": {"name": "csv", "path": str(csv_path), "image_size": 32, "batch_size": 8, "num_workers": 0},
-        "loss": loss or {"name": "proxy_nca"},
-        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
-    }
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@pytest.fixture(scope="module")
-def tiny_demo(tmp_path_factory) -> tuple[Path, str]:
-    """The run directory and stdout of `retrieval train` with TINY, trained once for the module.
-
-    Its tests only read the finished run (files, printed lines, checkpoints): training it once per test
-    would pay the same deterministic run twice.
-    """
-    run = tmp_path_factory.mktemp("tiny_demo") / "run"
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        assert main(["train", *TINY, "--output-dir", str(run)]) == 0
-    return run, out.getvalue()
+# A tiny, fast version of the demo (conftest's `TINY_DEMO`, trained once a session as `tiny_demo`).
+TINY = [item for override in TINY_DEMO for item in ("--set", override)]
 
 
 def _error_line(capsys) -> str:
@@ -102,63 +73,20 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tiny_demo, tmp_pa
     assert json.loads(evaluated_json.read_text())["recall@1"] == pytest.approx(result["test"]["recall@1"], abs=1e-12)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", ["demo", "pk_with_workers"])
-def test_resume_continues_exactly(kind, request, tmp_path, csv_dataset, monkeypatch, capsys):
-    interrupted = tmp_path / "interrupted"
-    if kind == "demo":  # the uninterrupted run is the module's TINY run: the same command, trained once
-        args = TINY
-        straight = request.getfixturevalue("tiny_demo")[0]
-    else:  # the PK sampler's plan and a worker process must replay the same batches too
-        config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
-        args = ["--config", str(config), "--set", "data.p=2", "--set", "data.k=4", "--set", "data.num_workers=1"]
-        args += ["--set", "train.epochs=2"]
-        straight = tmp_path / "straight"
-        assert main(["train", *args, "--output-dir", str(straight)]) == 0
+def test_an_interrupted_run_exits_130_and_says_so(monkeypatch, capsys):
+    """Ctrl-C during a run: exit code 130 and one line, no traceback (the resume tests interrupt the library)."""
 
-    original = Trainer._train_epoch
-    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
-    assert main(["train", *args, "--output-dir", str(interrupted)]) == 130
-    monkeypatch.undo()
-    assert main(["train", "--resume", str(interrupted)]) == 0  # the run directory is enough
-    capsys.readouterr()
-
-    a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
-    b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)
-    assert a["epoch"] == b["epoch"] == 1
-    for name, tensor in a["model"].items():
-        torch.testing.assert_close(b["model"][name], tensor, rtol=0, atol=0, msg=name)
-    for name, tensor in a["loss"].items():  # proxies, for proxy losses
-        torch.testing.assert_close(b["loss"][name], tensor, rtol=0, atol=0, msg=name)
-    lines = (interrupted / "metrics.jsonl").read_text().splitlines()
-    assert [json.loads(line)["epoch"] for line in lines] == [1, 2]
-    assert (interrupted / "result.json").read_text() == (straight / "result.json").read_text()
-
-
-@pytest.mark.slow
-def test_resume_takes_the_weights_from_the_checkpoint_not_from_the_weights_file(tmp_path, monkeypatch, capsys):
-    weights = tmp_path / "backbone.pth"
-    torch.save(timm.create_model("resnet10t", num_classes=0).state_dict(), weights)
-    run = tmp_path / "run"
-    args = [*TINY, "--set", f"model.weights={weights}", "--set", "train.freeze_backbone_epochs=0"]
-    original = Trainer._train_epoch
-    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
-    assert main(["train", *args, "--output-dir", str(run)]) == 130
-    monkeypatch.undo()
-    weights.unlink()  # offline and without the file: resuming must not need it
-    assert main(["train", "--resume", str(run / "checkpoints" / "last.pt")]) == 0
-    assert FINAL_LINES.search(capsys.readouterr().out)
-
-
-def _interrupt_at(stop: int, original, trainer, epoch: int):
-    if epoch == stop:
+    def interrupted(request, say):
         raise KeyboardInterrupt
-    return original(trainer, epoch)
+
+    monkeypatch.setattr("retrieval.train.runs.run_training", interrupted)
+    assert main(["train", *TINY]) == 130
+    assert capsys.readouterr().err.strip().splitlines() == ["interrupted"]
 
 
 @pytest.mark.slow
 def test_csv_dataset_trains_with_a_pair_loss_on_pk_batches(tmp_path, csv_dataset, capsys):
-    config = _csv_config(tmp_path, csv_dataset, {"name": "circle"})
+    config = write_csv_config(tmp_path, csv_dataset, {"name": "circle"})
     args = ["train", "--config", str(config), "--set", "data.p=2", "--set", "data.k=4"]
     assert main([*args, "--output-dir", str(tmp_path / "run")]) == 0
     assert FINAL_LINES.search(capsys.readouterr().out)
@@ -181,7 +109,7 @@ def test_user_errors_are_one_line_with_exit_code_2(args, message, tmp_path, caps
 
 
 def test_pair_loss_with_a_random_sampler_says_why(tmp_path, csv_dataset, capsys):
-    config = _csv_config(tmp_path, csv_dataset, {"name": "triplet"})
+    config = write_csv_config(tmp_path, csv_dataset, {"name": "triplet"})
     assert main(["train", "--config", str(config), "--set", "data.sampler=random"]) == 2
     assert "needs P classes x K images per batch; set data.sampler=pk" in _error_line(capsys)
 
@@ -195,7 +123,7 @@ def test_test_split_without_any_positive_is_refused_before_training(tmp_path, cs
         writer = csv.DictWriter(handle, fieldnames=["path", "label", "split"])
         writer.writeheader()
         writer.writerows(rows)
-    config = _csv_config(tmp_path, csv_dataset)
+    config = write_csv_config(tmp_path, csv_dataset)
     assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
     assert "no query has a same-class image" in _error_line(capsys)
     assert not (tmp_path / "run").exists()
@@ -203,7 +131,7 @@ def test_test_split_without_any_positive_is_refused_before_training(tmp_path, cs
 
 def test_missing_image_is_one_line_before_training(tmp_path, csv_dataset, capsys):
     (csv_dataset.parent / "images" / "test_100_2.png").unlink()
-    config = _csv_config(tmp_path, csv_dataset)
+    config = write_csv_config(tmp_path, csv_dataset)
     assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
     assert "1 image(s) listed in" in _error_line(capsys)
     assert not (tmp_path / "run").exists()
@@ -212,7 +140,7 @@ def test_missing_image_is_one_line_before_training(tmp_path, csv_dataset, capsys
 @pytest.mark.parametrize("workers", [0, 1])
 def test_corrupt_image_is_one_line_also_from_a_worker(tmp_path, csv_dataset, capsys, workers):
     (csv_dataset.parent / "images" / "train_0_0.png").write_bytes(b"\x89PNG broken")
-    config = _csv_config(tmp_path, csv_dataset)
+    config = write_csv_config(tmp_path, csv_dataset)
     run = ["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]
     assert main([*run, "--set", f"data.num_workers={workers}"]) == 2
     line = _error_line(capsys)
@@ -258,7 +186,7 @@ def test_the_digits_demos_beat_the_pixel_baseline(config, tmp_path, capsys):
     ],
 )
 def test_bad_loss_and_sampler_arguments_are_one_line(overrides, message, tmp_path, csv_dataset, capsys):
-    config = _csv_config(tmp_path, csv_dataset)
+    config = write_csv_config(tmp_path, csv_dataset)
     args = [arg for override in overrides for arg in ("--set", override)]
     assert main(["train", "--config", str(config), *args]) == 2
     assert message in _error_line(capsys)

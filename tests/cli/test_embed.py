@@ -1,77 +1,21 @@
-"""`retrieval embed`: the file holds what the encoder gives for the same images, in every format."""
+"""`retrieval embed` on the command line: the lines it prints, and its mistakes in one line with exit code 2.
+
+What the file holds, for every source and format, is tested without the command line in
+`tests/inference/test_embed_run.py`."""
 
 from __future__ import annotations
 
-import csv
 import re
 
-import numpy as np
 import pytest
 
 from retrieval.cli.main import main
 from retrieval.embedding_files.file_formats import read_embeddings
-from retrieval.inference.image_encoder import ImageEncoder
-from tests.data.official_layouts import write_class_folders, write_inshop
-
-SUFFIXES = (".npz", ".npy", ".parquet")
-
-
-@pytest.fixture(scope="module")
-def encoder(tiny_checkpoint):
-    return ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
+from tests.data.official_layouts import write_class_folders
 
 
 def _embed(*args):
     return main(["embed", *map(str, args), "--num-workers", "0", "--device", "cpu"])
-
-
-def _reference(encoder, paths):
-    embedded = encoder.embed_files(paths, batch_size=5, progress=False)  # another batch size than the command's
-    assert not embedded.failures
-    return embedded.embeddings
-
-
-@pytest.mark.parametrize("suffix", SUFFIXES)
-def test_csv_round_trip_matches_the_encoder(tmp_path, tiny_checkpoint, csv_dataset_factory, encoder, suffix):
-    csv_dataset = csv_dataset_factory(tmp_path / "data", train_classes=2, test_classes=2, per_class=2)
-    out = tmp_path / f"out/embeddings{suffix}"
-    assert _embed("--checkpoint", tiny_checkpoint, "--csv", csv_dataset, "--out", out) == 0
-    with csv_dataset.open(newline="") as handle:
-        rows = list(csv.DictReader(handle))
-    paths = [(csv_dataset.parent / row["path"]).resolve() for row in rows]
-    saved = read_embeddings(out)
-    assert saved["ids"].tolist() == [str(path) for path in paths]
-    assert saved["labels"].tolist() == [row["label"] for row in rows]  # strings: not every label is an integer
-    assert saved["split"].tolist() == [row["split"] for row in rows]
-    assert saved["embeddings"].dtype == np.float32 and saved["embeddings"].shape == (len(rows), encoder.dim)
-    np.testing.assert_allclose(saved["embeddings"], _reference(encoder, paths), atol=1e-5)
-    assert [p.name for p in out.parent.iterdir()] == [out.name]  # no temporary file left behind
-
-
-def test_a_folder_gives_subfolder_labels_and_integer_labels_stay_integers(tmp_path, tiny_checkpoint, encoder):
-    files = write_class_folders(tmp_path / "images", ["17", "4"])
-    out = tmp_path / "embeddings.npz"
-    assert _embed("--checkpoint", tiny_checkpoint, "--images", tmp_path / "images", "--out", out) == 0
-    saved = read_embeddings(out)
-    paths = sorted(path.resolve() for paths in files.values() for path in paths)
-    assert saved["ids"].tolist() == [str(path) for path in paths]
-    assert saved["labels"].dtype == np.int64 and saved["labels"].tolist() == [
-        int(p.relative_to(tmp_path / "images").parts[0]) for p in paths
-    ]
-    np.testing.assert_allclose(saved["embeddings"], _reference(encoder, paths), atol=1e-5)
-
-
-def test_a_configured_dataset_embeds_its_gallery_with_the_protocol_columns(tmp_path, tiny_checkpoint, encoder):
-    expected = write_inshop(tmp_path / "inshop")
-    out = tmp_path / "gallery.parquet"
-    data = ["--set", "data.name=inshop", "--set", f"data.root={tmp_path / 'inshop'}"]
-    assert _embed("--checkpoint", tiny_checkpoint, *data, "--split", "gallery", "--out", out) == 0
-    saved = read_embeddings(out)
-    gallery = [path.resolve() for path, flag in zip(expected.paths["test"], expected.gallery, strict=True) if flag]
-    assert saved["ids"].tolist() == [str(path) for path in gallery]
-    assert set(saved["is_gallery"].tolist()) == {1} and set(saved["split"].tolist()) == {"test"}  # typed: int flags
-    assert saved["labels"].tolist() == [path.parts[-2] for path in gallery]  # the In-Shop item ids
-    np.testing.assert_allclose(saved["embeddings"], _reference(encoder, gallery), atol=1e-5)
 
 
 def test_unreadable_images_are_listed_and_left_out(tmp_path, tiny_checkpoint, capsys):

@@ -1,5 +1,6 @@
-"""`retrieval train --resume` continues a PML loss exactly: a first-class entry with class centres and a `pml.` adapter
-with a softmax weight end where an uninterrupted run ends (weights, loss parameters, results)."""
+"""A resume (`retrieval train --resume`, through the library) continues a PML loss exactly: a first-class entry with
+class centres and a `pml.` adapter with a softmax weight end where an uninterrupted run ends (weights, loss
+parameters, results)."""
 
 from __future__ import annotations
 
@@ -8,33 +9,21 @@ import json
 import pytest
 import torch
 
-from retrieval.cli.main import main
-from retrieval.train.trainer import Trainer
+from tests.train.training import train, train_interrupted
 
 pytestmark = pytest.mark.slow
 
 TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=2"]
 
 
-def _interrupt_at(stop: int, original, trainer, epoch: int):
-    if epoch == stop:
-        raise KeyboardInterrupt
-    return original(trainer, epoch)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("loss", [["loss.name=soft_triple"], ["loss.name=pml.NormalizedSoftmaxLoss"]], ids=str)
-def test_a_resumed_pml_loss_ends_where_an_uninterrupted_run_ends(loss, tmp_path, monkeypatch, capsys) -> None:
-    args = [f"--set={override}" for override in [*TINY, *loss]]
+def test_a_resumed_pml_loss_ends_where_an_uninterrupted_run_ends(loss, tmp_path, monkeypatch) -> None:
+    overrides = [*TINY, *loss]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert main(["train", *args, "--output-dir", str(straight)]) == 0
-
-    original = Trainer._train_epoch
-    monkeypatch.setattr(Trainer, "_train_epoch", lambda self, epoch: _interrupt_at(1, original, self, epoch))
-    assert main(["train", *args, "--output-dir", str(interrupted)]) == 130
-    monkeypatch.undo()
-    assert main(["train", "--resume", str(interrupted)]) == 0
-    capsys.readouterr()
+    train(overrides, straight)
+    train_interrupted(monkeypatch, 1, overrides, interrupted)
+    train(resume=interrupted)
 
     a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
     b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)

@@ -12,6 +12,7 @@ from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.core.epoch_record import EpochRecord
 from retrieval.train.trainer import Trainer
+from tests.train.training import train, train_interrupted
 
 pytestmark = pytest.mark.slow
 
@@ -92,23 +93,13 @@ def test_without_validation_the_result_is_the_last_epochs_average(tiny, tmp_path
         torch.testing.assert_close(value, last.ema[f"model.{name}"], rtol=0, atol=0, msg=name)
 
 
-def test_a_resumed_run_with_ema_equals_an_uninterrupted_one(tiny, tmp_path, monkeypatch, capsys):
+def test_a_resumed_run_with_ema_equals_an_uninterrupted_one(tiny, tmp_path, monkeypatch):
     _favour(monkeypatch, "ema")  # the selection so far then lives in best.pt, not in last.pt's raw weights
-    args = [f"--set={o}" for o in [*tiny, "train.epochs=2", "train.ema=0.8"]]
+    overrides = [*tiny, "train.epochs=2", "train.ema=0.8"]
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    assert main(["train", *args, "--output-dir", str(straight)]) == 0
-    original = Trainer._train_epoch
-
-    def interrupt_at_epoch_2(self, epoch):
-        if epoch == 1:
-            raise KeyboardInterrupt
-        return original(self, epoch)
-
-    with monkeypatch.context() as patch:
-        patch.setattr(Trainer, "_train_epoch", interrupt_at_epoch_2)
-        assert main(["train", *args, "--output-dir", str(interrupted)]) == 130
-    assert main(["train", "--resume", str(interrupted)]) == 0
-    capsys.readouterr()
+    train(overrides, straight)
+    train_interrupted(monkeypatch, 1, overrides, interrupted)
+    train(resume=interrupted)
 
     a = torch.load(straight / "checkpoints/last.pt", weights_only=True)
     b = torch.load(interrupted / "checkpoints/last.pt", weights_only=True)

@@ -119,13 +119,3 @@ def test_a_non_finite_loss_is_one_line_and_overwrites_nothing(tmp_path, capsys, 
     line = capsys.readouterr().err.strip()
     assert re.fullmatch(r"error: the loss became nan at epoch 2, step 1; nothing saved was overwritten .*", line)
     assert torch.load(run / "checkpoints" / "last.pt", weights_only=True)["epoch"] == 0
-
-
-def test_seeds_print_mean_and_spread(tmp_path, capsys):
-    args = [f"--set={o}" for o in [*TINY, "train.epochs=1"]]
-    assert main(["train", *args, "--seeds", "0,1", "--output-dir", str(tmp_path / "runs")]) == 0
-    out = capsys.readouterr().out
-    assert "over 2 seeds (0, 1), mean ± sd of the test metrics:" in out
-    assert re.search(r"^MAP@R: \d\.\d{4} ± \d\.\d{4}$", out, re.M)
-    results = [json.loads((tmp_path / "runs" / f"seed-{s}" / "result.json").read_text()) for s in (0, 1)]
-    assert results[0]["test"] != results[1]["test"]

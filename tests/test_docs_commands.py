@@ -111,7 +111,7 @@ _EMOJI_BENCH = (
 )
 _PRETRAIN_GLYPHS = (
     "pretrains a ResNet-18 for 8 epochs on thousands of glyphs, an hour on a CPU; the documented `retrieval "
-    "pretrain` command of training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+    "pretrain` command of training.md runs here, and tests/pretrain/test_pretrain_run.py pretrains on tiny CSVs"
 )
 _RERANKER = (
     "trains a pair model and exports it to ONNX, a minute on the docs' world at 2 cores; tests/reranker/test_build.py "
@@ -175,7 +175,7 @@ COMMANDS: dict[str, Run | Skip] = {
         " --set pretrain.batch_size=128 --output-dir pre_simclr"
     ): Skip(
         "pretrains a ResNet-18 on 5,680 glyphs for hours on a CPU; the documented `retrieval pretrain` command of "
-        "training.md runs here, and tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+        "training.md runs here, and tests/pretrain/test_pretrain_run.py pretrains on tiny CSVs"
     ),
     (
         "python tools/dev_benchmark.py --csv glyphs64/dataset.csv --out bench_pre --image-size 32 --epochs 4"
@@ -506,7 +506,7 @@ COMMANDS: dict[str, Run | Skip] = {
         " --set pretrain.batch_size=128 --output-dir pre_emoji_c30"
     ): Skip(
         "pretrains a ResNet-18 for 30 epochs on 6,780 emoji, over an hour on a CPU, from artwork CI does not "
-        "install; tests/pretrain/test_pretrain_cli.py pretrains on tiny CSVs"
+        "install; tests/pretrain/test_pretrain_run.py pretrains on tiny CSVs"
     ),
     (
         "python tools/dev_benchmark.py --csv emoji64/dataset.csv --out emoji --config configs/csv_artwork.yaml"

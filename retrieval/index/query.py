@@ -78,7 +78,7 @@ class Searchable(Protocol):
         ...
 
     def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` (`id` first), in order."""
+        """Metadata rows of `ids` (`id` first), in order; `UserError` on an unknown id (the user's own columns)."""
         ...
 
 

@@ -7,12 +7,11 @@ view is fixed) both satisfy `SearchBackend`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 import numpy as np
 
-from retrieval.index.filter_language import Filter
+from retrieval.index.query import Searchable
 
 __all__ = ["FixedView", "SearchBackend", "Views"]
 
@@ -20,8 +19,9 @@ View = TypeVar("View")
 _View_co = TypeVar("_View_co", covariant=True)
 
 
-class SearchBackend(Protocol):
-    """Search by inner product (cosine similarity of unit vectors) over vectors with int64 ids and metadata rows."""
+class SearchBackend(Searchable, Protocol):
+    """Search by inner product (cosine similarity of unit vectors) over vectors with int64 ids and metadata rows:
+    the query pipeline's `Searchable` (search, metadata rows), and the size, the ids and the stored vectors."""
 
     @property
     def dim(self) -> int:
@@ -36,19 +36,6 @@ class SearchBackend(Protocol):
     @property
     def ids(self) -> np.ndarray:
         """`(ntotal,)` ascending ids."""
-        ...
-
-    def search(
-        self,
-        vectors: np.ndarray,
-        k: int = 10,
-        filter: Filter | None = None,  # noqa: A002 - SearchIndex's name
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """`(scores, ids)`, each `(Q, k)`, best first, among the items passing `filter`; padded with -inf / -1."""
-        ...
-
-    def metadata_for(self, ids: Sequence[int] | np.ndarray) -> list[dict[str, Any]]:
-        """Metadata rows of `ids` (`id` first), in order; `UserError` on an unknown id (the user's own columns)."""
         ...
 
     def reconstruct(self, id: int) -> np.ndarray:  # noqa: A002 - SearchIndex's name

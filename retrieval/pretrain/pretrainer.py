@@ -1,9 +1,9 @@
 """The pretraining loop: two views of each image, the method's loss, AdamW on a cosine schedule, weights every epoch.
 
-It drives the trainer's own pieces: `OptimizerStep` (autocast, bf16/fp16, DDP under torchrun,
-clipping), `LrSchedule`, the shuffled loader split over processes (`build_train_loader`), the
-per-epoch seeding that makes a resume continue exactly, `Heartbeat` and `LossTracker`. There is no
-evaluation: nothing is labelled, so nothing is selected, and the result is the last epoch.
+It is the trainer's loop with another step: `OptimizerStep` (autocast, bf16/fp16, DDP under torchrun,
+clipping), `LrSchedule`, the shuffled loader split over processes (`build_train_loader`), and the epoch
+loop's seeding, progress and non-finite check (`retrieval.train.epoch_loop`); `train.loggers` get its records.
+There is no evaluation: nothing is labelled, so nothing is selected, and the result is the last epoch.
 
 The run directory holds `config.yaml`, `environment.json`, `metrics.jsonl` (one record an epoch:
 loss, lr, seconds, images per second), `checkpoints/last.pt` (everything a resume needs, written
@@ -24,7 +24,6 @@ import torch
 from pydantic import ConfigDict
 from safetensors.torch import save_file
 from timm.optim import param_groups_weight_decay
-from tqdm import tqdm
 
 from retrieval.checkpoint import StateDict, load_torch_file
 from retrieval.config import Config, ConfigDocument, config_to_dict
@@ -37,14 +36,14 @@ from retrieval.pretrain.resume_path import missing_checkpoint
 from retrieval.pretrain.views import views_dataset
 from retrieval.runtime.device import amp_dtype, place_model, resolve_device, uses_channels_last
 from retrieval.runtime.distributed import DistributedContext
-from retrieval.runtime.environment import describe_environment, seed_everything, torch_seeded
+from retrieval.runtime.environment import describe_environment, torch_seeded
 from retrieval.runtime.files import atomic_write
-from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.train.epoch_loop import epoch_batches, load_resume_part, seed_epoch
 from retrieval.train.run_files import RunFiles
-from retrieval.train.sampling import build_train_loader, epoch_samplers
+from retrieval.train.sampling import build_train_loader
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import LossTracker, OptimizerStep
-from retrieval.train.trainer import epoch_seed, load_resume_part
+from retrieval.train.trackers import open_tracker, tracked
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
 __all__ = ["BACKBONE_FILE", "PRETRAIN_FORMAT", "PretrainCheckpoint", "PretrainResult", "Pretrainer"]
@@ -212,53 +211,45 @@ class Pretrainer:
                 len(self.paths),
                 len(self.loader),
             )
-        for epoch in range(self.start_epoch, epochs):
-            record = self._train_epoch(epoch)
-            train_seconds = record.time.train if record.time is not None else 0.0
-            started = time.perf_counter()
-            if context.is_main:
-                self._save(epoch)
-                record.time = StepTimes(train=train_seconds, write=round(time.perf_counter() - started, 3))
-                self.files.append_record(record)
-                print(self._summary(record), flush=True)
-            records.append(record)
-        if not records:
-            raise UserError(f"{self.files.root} holds no epoch records; start the run again without --resume")
-        steps = sum(record.images or 0 for record in records)
-        return PretrainResult(self.weights_file, epochs, len(self.paths), records[-1].loss, 2 * steps)
+        loggers = self.config.train.loggers if context.is_main else ()
+        with tracked(open_tracker(loggers, self.files.root), config_to_dict(self.config)) as tracker:
+            for epoch in range(self.start_epoch, epochs):
+                record = self._train_epoch(epoch)
+                train_seconds = record.time.train if record.time is not None else 0.0
+                started = time.perf_counter()
+                if context.is_main:
+                    self._save(epoch)
+                    record.time = StepTimes(train=train_seconds, write=round(time.perf_counter() - started, 3))
+                    self.files.append_record(record)
+                    tracker.log_record(record.model_dump(mode="json", exclude_none=True))
+                    print(self._summary(record), flush=True)
+                records.append(record)
+            if not records:
+                raise UserError(f"{self.files.root} holds no epoch records; start the run again without --resume")
+            steps = sum(record.images or 0 for record in records)
+            result = PretrainResult(self.weights_file, epochs, len(self.paths), records[-1].loss, 2 * steps)
+            tracker.log_result({"epoch": epochs, "loss": result.loss, "image_steps": result.image_steps})
+        return result
 
     def _train_epoch(self, epoch: int) -> EpochRecord:
         """One pass over the images; the record of it (loss, lr, images, seconds)."""
-        context, seed, step = self.context, self.config.train.seed, self.step
-        seed_everything(epoch_seed(seed, epoch, context.rank))
-        if self.loader.generator is not None:
-            self.loader.generator.manual_seed(epoch_seed(seed, epoch))
-        for sampler in epoch_samplers(self.loader):
-            sampler.set_epoch(epoch)
+        context, step = self.context, self.step
+        seed_epoch(self.loader, self.config.train.seed, epoch, context.rank)
         self.model.train()
         step.refresh()
         tracker = LossTracker(self.device, skip_non_finite=step.scaler is not None)
         batches, epochs = len(self.loader), self.config.pretrain.epochs
-        description = f"epoch {epoch + 1}/{epochs}"
-        progress = tqdm(self.loader, desc=description, leave=False, disable=None if context.is_main else True)
-        heartbeat = Heartbeat(description, batches, HEARTBEAT_SECONDS) if progress.disable and context.is_main else None
+        advice = f"nothing saved was overwritten (checkpoints/last.pt holds epoch {epoch}); lower pretrain.lr"
         started, seen = time.perf_counter(), 0
-        for index, (views, labels) in enumerate(progress):
+        for index, (views, labels) in epoch_batches(self.loader, tracker, epoch, epochs, advice, context.is_main):
             lr_factor = self.schedule.factor(epoch * batches + index)
             for group, base in zip(self.optimizer.param_groups, self.base_lrs, strict=True):
                 group["lr"] = base * lr_factor
             images, pair_labels = _stack_views(views, labels, self.device, self.channels_last)
             tracker.add(step(images, pair_labels))
             seen += len(views)
-            if heartbeat is not None:
-                heartbeat.beat(index + 1, tracker.mean)
         seconds = time.perf_counter() - started
         loss = float(context.sum(tracker.total())) / max(float(context.sum(tracker.count())), 1.0)
-        if not np.isfinite(loss):
-            raise UserError(
-                f"the pretraining loss became {loss} in epoch {epoch + 1}; checkpoints/last.pt holds epoch {epoch}; "
-                "lower pretrain.lr"
-            )
         total = seen * context.world_size
         return EpochRecord(
             epoch=epoch + 1,

@@ -31,6 +31,7 @@ from retrieval.models.pair_model import PairHead, PairModel
 from retrieval.reranker.mining import Pairs
 from retrieval.runtime.device import amp_dtype
 from retrieval.runtime.distributed import DistributedContext
+from retrieval.train.epoch_loop import epoch_batches, seed_epoch
 from retrieval.train.schedule import LrSchedule
 from retrieval.train.step import LossTracker, OptimizerStep
 
@@ -136,20 +137,20 @@ def train_pair_model(model: PairModel, data: PairDataset, config: Config, device
     schedule = LrSchedule("cosine", len(loader), settings.epochs, _WARMUP_EPOCHS)
     loss = float("nan")
     for epoch in range(settings.epochs):
+        seed_epoch(loader, config.train.seed, epoch)
         model.train()
         if frozen:
             model.describe.embedder.eval()  # not run: its BatchNorm statistics stay the checkpoint's
         tracker = LossTracker(device, skip_non_finite=step.scaler is not None)
         started = time.perf_counter()
-        for index, (queries, results, targets, cosines) in enumerate(loader):
+        batches = epoch_batches(loader, tracker, epoch, settings.epochs, "lower reranker.lr")
+        for index, (queries, results, targets, cosines) in batches:
             for group in optimizer.param_groups:
                 group["lr"] = settings.lr * schedule.factor(epoch * len(loader) + index)
             batch = torch.cat([queries, results]).to(device, non_blocking=True)
             labels = torch.stack([targets.float(), cosines.float()], dim=1).to(device, non_blocking=True)
             tracker.add(step(batch, labels))
         loss = tracker.mean()
-        if not np.isfinite(loss):
-            raise UserError(f"the re-ranker's loss became {loss} in epoch {epoch + 1}; lower reranker.lr")
         seconds = time.perf_counter() - started
         print(f"re-ranker epoch {epoch + 1}/{settings.epochs}  loss {loss:.4f}  ({seconds:.1f}s)", flush=True)
     return loss

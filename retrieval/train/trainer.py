@@ -23,12 +23,11 @@ import dataclasses
 import logging
 import time
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Literal
 
 import torch
 from torch import Tensor, nn
 from torch.nn.modules.batchnorm import _BatchNorm
-from tqdm import tqdm
 
 from retrieval.checkpoint import Checkpoint, StateDict
 from retrieval.config import Config, ConfigDocument, ModelConfig, TrainConfig, config_to_dict
@@ -36,56 +35,22 @@ from retrieval.core.epoch_record import EpochRecord, StepTimes
 from retrieval.errors import UserError
 from retrieval.evaluate.uncertainty import record_uncertainty
 from retrieval.report.plots import plot_curves, plot_run
-from retrieval.runtime.environment import describe_environment, seed_everything
-from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.runtime.environment import describe_environment
 from retrieval.train.accumulation import WHOLE_STEP, MicroBatch, optimizer_steps, plan_micro_batches
 from retrieval.train.builders import TrainingRun, build_training
 from retrieval.train.diagnostics import EpochDiagnostics, describe_stats
 from retrieval.train.ema import WeightAverage
+from retrieval.train.epoch_loop import epoch_batches, load_resume_part, seed_epoch
 from retrieval.train.result import RunResult
 from retrieval.train.run_files import RunFiles
-from retrieval.train.sampling import epoch_samplers
 from retrieval.train.step import LossTracker
 from retrieval.train.trackers import Tracker, open_tracker, tracked
 
-__all__ = ["Trainer", "epoch_seed", "load_resume_part"]
+__all__ = ["Trainer"]
 
 _log = logging.getLogger(__name__)
 
-# Steps between two read-backs of the loss (the non-finite check and the progress bar): each one
-# waits for the GPU, so they are rare; an epoch's end always checks.
-CHECK_EVERY = 50
-
 EMA_PREFIX = "ema/"  # the record keys of the weight average's scores: ema/val/recall@1, ...
-
-
-class _Stateful(Protocol):
-    def load_state_dict(self, state_dict: Any, /) -> Any: ...
-
-
-def load_resume_part(name: str, part: _Stateful, state: StateDict) -> None:
-    """Load one part of a `last.pt` into the run's own, or say in one line why it does not fit.
-
-    A resume whose config differs from the run's (backbone, embedding size, loss, optimizer
-    groups), or a file whose optimizer was laid out otherwise, fails inside torch with a
-    multi-line error; the user's fix is to resume with the run's own config.
-    """
-    try:
-        part.load_state_dict(state)
-    except (RuntimeError, ValueError, KeyError) as exc:
-        reason = " ".join(str(exc).split())[:200]
-        raise UserError(
-            f"cannot resume: the checkpoint's {name} state does not fit this run's {name} ({reason}); resume with "
-            "the config the run was trained with (no --config or --set that changes the model, loss or optimizer)"
-        ) from exc
-
-
-def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
-    """Every epoch's randomness depends only on (seed, epoch, rank), so a resumed run continues exactly.
-
-    Ranks draw different augmentations; rank 0 (a single process) keeps the seeds of earlier versions.
-    """
-    return seed * 1_000_003 + epoch + rank * 104_729
 
 
 class Trainer:
@@ -277,12 +242,8 @@ class Trainer:
 
     def begin_epoch(self, epoch: int) -> None:
         """Seed the epoch's randomness and data order, set train mode and what is frozen (0-based `epoch`)."""
-        parts, seed = self.parts, self.train.seed
-        seed_everything(epoch_seed(seed, epoch, parts.context.rank))
-        if parts.loader.generator is not None:
-            parts.loader.generator.manual_seed(epoch_seed(seed, epoch))
-        for sampler in epoch_samplers(parts.loader):
-            sampler.set_epoch(epoch)
+        parts = self.parts
+        seed_epoch(parts.loader, self.train.seed, epoch, parts.context.rank)
         self._set_train_mode(epoch)
         parts.loss.set_epoch(epoch)  # e.g. the balance-degree gate's warm-up
         parts.step.refresh()
@@ -310,25 +271,15 @@ class Trainer:
         batches, accumulate = len(parts.loader), parts.step.accumulate_steps
         plan, steps = plan_micro_batches(batches, accumulate), optimizer_steps(batches, accumulate)
         skipped_before, images_seen = parts.step.skipped_steps.clone(), 0
-        progress = tqdm(
-            parts.loader,
-            desc=f"epoch {epoch + 1}/{self.train.epochs}",
-            leave=False,
-            disable=None if parts.context.is_main else True,
+        advice = (
+            f"nothing saved was overwritten (checkpoints/last.pt holds epoch {epoch}); "
+            "lower train.lr or the loss's scale"
         )
-        # Where tqdm draws no bar (standard error not a terminal: nohup, CI), a line every so often instead.
-        heartbeat = None
-        if progress.disable and parts.context.is_main:
-            heartbeat = Heartbeat(f"epoch {epoch + 1}/{self.train.epochs}", batches, HEARTBEAT_SECONDS)
-        for index, (images, labels) in enumerate(progress):
+        shown = parts.context.is_main
+        for index, (images, labels) in epoch_batches(parts.loader, tracker, epoch, self.train.epochs, advice, shown):
             step, micro = plan[index]
             self.recorded_step(images, labels, epoch * steps + step, tracker, diagnostics, micro)
             images_seen += len(images)
-            if heartbeat is not None:
-                heartbeat.beat(index + 1, tracker.mean)
-            if (index + 1) % CHECK_EVERY == 0 or index + 1 == batches:
-                self._check_finite(tracker, epoch)
-                progress.set_postfix(loss=f"{tracker.mean():.4f}")
         context = parts.context
         total_loss, count = context.sum(tracker.total()), context.sum(tracker.count())  # the mean of all ranks' losses
         record = EpochRecord(
@@ -342,16 +293,6 @@ class Trainer:
             record.loss_scale = scaler.get_scale()
             self._check_scaled_steps(record.skipped_steps, record.loss_scale, steps, epoch)
         return record, images_seen * context.world_size
-
-    def _check_finite(self, tracker: LossTracker, epoch: int) -> None:
-        """Stop with the first non-finite loss's epoch and step (steps after it never reach a checkpoint)."""
-        bad = tracker.first_non_finite()
-        if bad is not None:
-            step, value = bad
-            raise UserError(
-                f"the loss became {value} at epoch {epoch + 1}, step {step + 1}; nothing saved was "
-                f"overwritten (checkpoints/last.pt holds epoch {epoch}); lower train.lr or the loss's scale"
-            )
 
     def _check_scaled_steps(self, skipped: int, scale: float, steps: int, epoch: int) -> None:
         """fp16: stop when every step of the epoch overflowed even at a loss scale below 1 (the run diverged).

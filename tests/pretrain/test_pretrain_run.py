@@ -119,3 +119,17 @@ def test_a_resume_reads_the_images_its_checkpoint_records(csv_dataset, tmp_path)
         assert spec.model_dump(exclude_unset=True) == source
         expected = 16 if "csv" in source else 28  # the CSV's train rows; every image in the folder
         assert len(spec_source(spec).paths) == expected
+
+
+@pytest.mark.slow
+def test_pretraining_records_reach_the_runs_loggers(csv_dataset, tmp_path):
+    """`train.loggers` mirror pretraining's records as they do training's (one epoch loop for both)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "pre"
+    _pretrain(csv_dataset, run, "pretrain.epochs=2", "train.loggers=[tensorboard]")
+    events = EventAccumulator(str(run / "tensorboard")).Reload()
+    losses = events.Scalars("loss")
+    assert [event.step for event in losses] == [1, 2]
+    assert [event.value for event in losses] == pytest.approx([r["loss"] for r in _records(run)], rel=1e-6)
+    assert events.Scalars("result/loss")[0].value == pytest.approx(_records(run)[-1]["loss"], rel=1e-6)

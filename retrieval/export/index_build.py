@@ -175,12 +175,9 @@ def build_index(request: IndexBuildRequest) -> IndexBuildReport:
     source, excluded = _images(request)  # the images and the model's presence before the model loads
     encoder = open_encoder(request.encoder)
     from retrieval.index import SearchIndex
-    from retrieval.inference.interface import ModelInfo
     from retrieval.inference.sources import embed_source
 
-    options = dataclasses.replace(
-        options, model_info=ModelInfo.read(encoder.info()), match_threshold=encoder.match_threshold
-    )
+    options = dataclasses.replace(options, model_info=encoder.info(), match_threshold=encoder.match_threshold)
     embeddings, rows = embed_source(encoder, source, request.batch_size, request.num_workers)
     index = SearchIndex.build(embeddings, rows, options)
     report = _saved(request, index)

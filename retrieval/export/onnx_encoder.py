@@ -51,13 +51,13 @@ class OnnxEncoder:
         self,
         model_path: str | Path,
         preprocess: Preprocess,
-        info: Mapping[str, Any] | None = None,
+        info: ModelInfo | None = None,
         device: str = "auto",
         threads: int | None = None,
     ) -> None:
         self.session = load_onnx_session(Path(model_path), device, threads)
         self.preprocess = preprocess
-        self._info = ModelInfo.read(info or {})
+        self._info = info or ModelInfo()
         self._input = self.session.get_inputs()[0].name
         self._dim = _embedding_dim(self.session, Path(model_path), preprocess)
         self.match_threshold: MatchThreshold | None = None  # the source checkpoint's, from the export's manifest
@@ -67,15 +67,15 @@ class OnnxEncoder:
         """Load a `retrieval export` directory, its files checked against its manifest (`read_export`)."""
         files = read_export(directory)
         manifest = files.manifest
-        info = {
-            "model_dir": str(files.directory),
-            "onnx_sha256": files.model_sha256,
-            "source_checkpoint_sha256": manifest.source_checkpoint_sha256,
-            "model_config": manifest.model_settings,
-            "embedding_dim": manifest.embedding_dim,
-            "image_size": files.preprocess.image_size,
-            "transform": files.preprocess.to_dict(),
-        }
+        info = ModelInfo(
+            model_dir=str(files.directory),
+            onnx_sha256=files.model_sha256,
+            source_checkpoint_sha256=manifest.source_checkpoint_sha256,
+            model_settings=manifest.model_settings,
+            embedding_dim=manifest.embedding_dim,
+            image_size=files.preprocess.image_size,
+            transform=files.preprocess.to_dict(),
+        )
         encoder = cls(files.model_path, files.preprocess, info, device, threads)
         if encoder.dim != manifest.embedding_dim:
             raise UserError(
@@ -95,9 +95,9 @@ class OnnxEncoder:
         """The sha256 of model.onnx (empty for a model not loaded by `from_export`)."""
         return self._info.onnx_sha256 or ""
 
-    def info(self) -> dict[str, Any]:
-        """What the index manifest records about the model that embedded it (JSON-ready)."""
-        return self._info.record()
+    def info(self) -> ModelInfo:
+        """What the index manifest records about the model that embedded it."""
+        return self._info
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""

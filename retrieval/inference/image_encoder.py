@@ -137,8 +137,8 @@ class ImageEncoder:
         """Embedding dimension D."""
         return int(self.model.embedding_dim)
 
-    def info(self) -> dict[str, Any]:
-        """What the index manifest records about the model that embedded it (JSON-ready)."""
+    def info(self) -> ModelInfo:
+        """What the index manifest records about the model that embedded it."""
         info = ModelInfo(
             checkpoint=None if self.checkpoint_path is None else str(self.checkpoint_path),
             checkpoint_sha256=self.checkpoint_sha256,
@@ -149,7 +149,7 @@ class ImageEncoder:
         )
         if self.backbone_config is not None:
             info.backbone_config = self.backbone_config
-        return info.record()
+        return info
 
     def preprocess(self, image: Image.Image) -> torch.Tensor:
         """A decoded PIL image -> the model's `(C, H, W)` float input, as `load_image` + the eval transform give it."""

@@ -2,8 +2,8 @@
 
 Two encoders satisfy it: `retrieval.inference.image_encoder.ImageEncoder` (a PyTorch checkpoint) and
 `retrieval.export.onnx_encoder.OnnxEncoder` (an ONNX export run by onnxruntime, without torch).
-An index manifest records `encoder.info()` (a `ModelInfo`); `model_identity` reads the sha256 of
-the model file from it (`checkpoint_sha256` or `onnx_sha256`), so an index is only ever searched
+An index manifest records `encoder.info()` (a `ModelInfo`); its `identity` is the sha256 of
+the model file (`onnx_sha256`, else `checkpoint_sha256`), so an index is only ever searched
 with embeddings of the model file that built it. Torch-free, so the ONNX path can import it.
 """
 
@@ -20,7 +20,7 @@ from pydantic import ConfigDict, Field, JsonValue, ValidationError
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.validation import Record, user_error
 
-__all__ = ["EmbeddedFiles", "Encoder", "ModelInfo", "model_identity"]
+__all__ = ["EmbeddedFiles", "Encoder", "ModelInfo"]
 
 
 class EmbeddedFiles(NamedTuple):
@@ -42,8 +42,8 @@ class Encoder(Protocol):
         """Embedding dimension D."""
         ...
 
-    def info(self) -> dict[str, Any]:
-        """What an index manifest records about the model (JSON-ready; `model_identity` reads it)."""
+    def info(self) -> ModelInfo:
+        """What an index manifest records about the model (`ModelInfo.record()` is its JSON)."""
         ...
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
@@ -113,13 +113,3 @@ class ModelInfo(Record):
     def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the keys it was given (the manifest's layout)."""
         return self.model_dump(by_alias=True, exclude_unset=True)
-
-
-def model_identity(model_info: ModelInfo | Mapping[str, Any]) -> str | None:
-    """The sha256 of the model file recorded in `Encoder.info()` (an export's model.onnx or a checkpoint), if any.
-
-    Example:
-        >>> model_identity({"checkpoint_sha256": "ab12"}), model_identity({"onnx_sha256": "cd34"}), model_identity({})
-        ('ab12', 'cd34', None)
-    """
-    return ModelInfo.read(model_info).identity

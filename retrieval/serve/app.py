@@ -37,7 +37,6 @@ from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import BackendFailed, UserError
 from retrieval.export.reranker_onnx import IndexReranker, reranker_for_index
 from retrieval.index.min_score import keep_matches, min_score_for
-from retrieval.inference.interface import ModelInfo
 from retrieval.serve.backend import Views
 from retrieval.serve.batching import BatchPolicy
 from retrieval.serve.budget import ServerBusy
@@ -131,7 +130,7 @@ def _learned(directory: str | Path, view: IndexView, device: str) -> IndexRerank
     """The learned re-ranker for the index's model; refused when the index records none or another checkpoint."""
     if view.encoder is None:
         raise UserError("this index records no model, so no re-ranker can be checked against it")
-    return reranker_for_index(directory, ModelInfo.read(view.encoder.info()), device)
+    return reranker_for_index(directory, view.encoder.info(), device)
 
 
 def _views(

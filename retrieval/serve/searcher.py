@@ -28,7 +28,7 @@ from retrieval.export.reranker_onnx import IndexReranker
 from retrieval.index import SearchIndex
 from retrieval.index.filter_language import Filter
 from retrieval.index.query import LearnedRanking, search_matches
-from retrieval.inference.interface import Encoder, ModelInfo, model_identity
+from retrieval.inference.interface import Encoder
 from retrieval.serve.backend import SearchBackend, Views
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
 from retrieval.serve.budget import DecodeBudget
@@ -78,7 +78,7 @@ def load_view(
     index = SearchIndex.load(path, mmap=True)  # served read-only: vectors mapped, shared through the page cache
     model_info = index.manifest.model
     recorded = model_info.identity
-    if previous is not None and previous.encoder is not None and model_identity(previous.encoder.info()) == recorded:
+    if previous is not None and previous.encoder is not None and previous.encoder.info().identity == recorded:
         encoder: Encoder | None = previous.encoder
     else:
         encoder = encoder_for_index(model_info.record(), checkpoint, device, model_dir) if recorded else None
@@ -231,7 +231,7 @@ class Searcher:
     def _check_learned(self, view: IndexView) -> None:
         """Refuse a search of an index version embedded by another checkpoint than the learned re-ranker's."""
         assert self.learned is not None
-        info = None if view.encoder is None else ModelInfo.read(view.encoder.info())
+        info = None if view.encoder is None else view.encoder.info()
         sha256 = None if info is None else info.checkpoint_sha256 or info.source_checkpoint_sha256
         if sha256 != self.learned.checkpoint_sha256:
             raise RequestError(409, "the index now records another model than the re-ranker's: restart serve")

@@ -56,14 +56,13 @@ def test_the_check_loads_no_model_library(tmp_path: Path) -> None:
 
 def test_a_checkpoint_opens_as_its_image_encoder_read_once(tiny_checkpoint: Path) -> None:
     from retrieval.checkpoint import Checkpoint
-    from retrieval.inference.interface import ModelInfo
     from retrieval.runtime.files import file_sha256
 
     loaded = Checkpoint.read(tiny_checkpoint)
     encoder = open_encoder(EncoderChoice(checkpoint=tiny_checkpoint, device="cpu"), loaded)
-    info = ModelInfo.read(encoder.info())
+    info = encoder.info()
     assert info.checkpoint_sha256 == file_sha256(tiny_checkpoint) and encoder.dim == 16
-    assert ModelInfo.read(open_encoder(EncoderChoice(checkpoint=tiny_checkpoint, device="cpu")).info()) == info
+    assert open_encoder(EncoderChoice(checkpoint=tiny_checkpoint, device="cpu")).info() == info
 
 
 def test_an_export_opens_with_onnxruntime(exported: Path) -> None:
@@ -74,9 +73,8 @@ def test_an_export_opens_with_onnxruntime(exported: Path) -> None:
 
 
 def test_a_backbone_opens_untrained_with_its_config(tmp_path: Path) -> None:
-    from retrieval.inference.interface import ModelInfo
 
     choice = EncoderChoice(backbone="resnet10t", overrides=("data.image_size=48",), device="cpu")
     with pytest.warns(UserWarning, match="untrained, random network"):
-        info = ModelInfo.read(open_encoder(choice).info())
+        info = open_encoder(choice).info()
     assert info.image_size == 48 and info.backbone_config is not None

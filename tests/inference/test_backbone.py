@@ -86,7 +86,7 @@ def test_an_index_rebuilds_the_same_encoder_and_refuses_other_weights(weights: P
     config.data.image_size = 32
     config = backbone_config(config, "resnet10t", own_weights)
     encoder = ImageEncoder.from_backbone(config, device="cpu")
-    info = encoder.info()
+    info = encoder.info().record()
     assert info["backbone_config"] == config_to_dict(config) and info["checkpoint"] is None
     assert info["embedding_dim"] == 512 and info["image_size"] == 32
 

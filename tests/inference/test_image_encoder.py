@@ -67,7 +67,7 @@ def test_batch_size_workers_and_decoded_images_give_the_same_embeddings(tiny_che
 
 def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_checkpoint, other_checkpoint, tmp_path):
     encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
-    info = encoder.info()
+    info = encoder.info().record()
     assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
     assert info["model_config"]["backbone"] == "resnet10t" and info["embedding_dim"] == 16
     assert (
@@ -91,7 +91,7 @@ def test_a_flip_average_checkpoint_embeds_an_image_and_its_mirror_alike(
     mirrored = [image, ImageOps.mirror(image)]
     np.testing.assert_allclose(*flipping.embed_images(mirrored), atol=1e-6)
     assert not np.allclose(*plain.embed_images(mirrored), atol=1e-3)
-    assert flipping.info()["model_config"]["flip_average"] is True
+    assert flipping.info().model_settings["flip_average"] is True
 
 
 def test_a_jpeg_stored_sideways_embeds_like_the_upright_image_from_a_file_and_decoded(tmp_path, tiny_checkpoint):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from retrieval.errors import UserError
-from retrieval.inference.interface import ModelInfo, model_identity
+from retrieval.inference.interface import ModelInfo
 
 
 def test_a_record_round_trips_with_its_keys_and_those_of_other_versions():
@@ -16,7 +16,8 @@ def test_a_record_round_trips_with_its_keys_and_those_of_other_versions():
 
 
 def test_the_export_wins_over_the_checkpoint_it_was_made_from():
-    assert model_identity({"onnx_sha256": "cd34", "source_checkpoint_sha256": "ab12"}) == "cd34"
+    assert ModelInfo.read({"onnx_sha256": "cd34", "source_checkpoint_sha256": "ab12"}).identity == "cd34"
+    assert ModelInfo.read({"checkpoint_sha256": "ab12"}).identity == "ab12" and ModelInfo().identity is None
 
 
 @pytest.mark.parametrize(

@@ -79,14 +79,11 @@ def run(args: argparse.Namespace) -> int:
     if args.quantize is None and (given or args.overrides):
         raise UserError("--calibration-images, --tolerance and --set apply to --quantize int8 only; add it")
     existing_checkpoint(args.checkpoint)
-    from retrieval.export.manifest import ExportManifest
     from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command
     from retrieval.export.quantize import QuantizeRequest
 
     request = None if args.quantize is None else QuantizeRequest(**given, overrides=tuple(args.overrides))
-    manifest = ExportManifest.model_validate(
-        export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)
-    )
+    manifest = export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)
     parity = manifest.parity
     print(f"export: {args.out} (model.onnx, preprocess.json, manifest.json)")
     print(

@@ -31,7 +31,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -65,8 +65,8 @@ def export_checkpoint(
     out_dir: str | Path,
     opset: int = DEFAULT_OPSET,
     quantize: QuantizeRequest | None = None,
-) -> dict[str, Any]:
-    """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there, as its JSON.
+) -> ExportManifest:
+    """Export a checkpoint to `out_dir` (created if needed) and return the manifest written there.
 
     The files are made and checked in a scratch directory first, so a refused export writes
     nothing to `out_dir`; then each is copied in atomically, the manifest last. With `quantize`,
@@ -105,7 +105,7 @@ def export_checkpoint(
         if quantization is not None:
             manifest.quantization = quantization
         _publish(staged, out, manifest)
-    return manifest.record()
+    return manifest
 
 
 def check_onnx_packages() -> None:

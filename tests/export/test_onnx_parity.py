@@ -59,7 +59,7 @@ def test_flip_average_is_part_of_the_exported_graph(checkpoint_factory, tmp_path
     """A flip_average model's export embeds an image and its mirror alike, and matches PyTorch."""
     checkpoint = checkpoint_factory(tmp_path / "flip.pt", flip_average=True)
     manifest = export_checkpoint(checkpoint, tmp_path / "flip")
-    assert manifest["flip_average"] is True
+    assert manifest.flip_average is True
     exported = OnnxEncoder.from_export(tmp_path / "flip", device="cpu")
     images = [load_image(path) for path in digits_images[:5]]
     mirrored = [ImageOps.mirror(image) for image in images]

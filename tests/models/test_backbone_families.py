@@ -106,7 +106,7 @@ def test_the_checkpoint_evaluates(trained: Trained, capsys):
 @pytest.mark.slow
 def test_the_checkpoint_exports_to_onnx_with_parity(trained: Trained, tmp_path):
     manifest = export_checkpoint(trained.checkpoint, tmp_path / "export")
-    difference = manifest["parity"]["embedding_max_abs_diff"]
+    difference = manifest.parity.embedding_max_abs_diff
     print(f"{trained.backbone}: ONNX max abs difference {difference:.2e}")
-    assert manifest["backbone"] == trained.backbone and manifest["embedding_dim"] == 16
+    assert manifest.backbone == trained.backbone and manifest.embedding_dim == 16
     assert difference <= PARITY_TOLERANCE

@@ -37,7 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from retrieval.inference.sources import embed_source, read_source
 
     model = read_manifest(args.index).model  # checked against the verified load under the lock
-    encoder = encoder_for_index(model.record(), args.checkpoint, device=args.device, model_dir=args.model)
+    encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
     stored = column_types_of(Metadata.read(args.index / METADATA_FILE).table.schema)
     source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types), stored)
     embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)

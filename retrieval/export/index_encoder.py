@@ -22,7 +22,7 @@ __all__ = ["encoder_for_index"]
 
 
 def encoder_for_index(
-    model_info: Mapping[str, Any],
+    model_info: ModelInfo | Mapping[str, Any],
     checkpoint: str | Path | None = None,
     device: str = "auto",
     model_dir: str | Path | None = None,
@@ -30,7 +30,7 @@ def encoder_for_index(
     """The encoder an index was built with: the recorded model, or `checkpoint` / `model_dir` if it is the same file.
 
     Args:
-        model_info: the index manifest's `model` section.
+        model_info: the index manifest's `model` section (read and checked if a plain mapping).
         checkpoint: the index's checkpoint if it moved (must have the recorded sha256).
         device: where the model runs (`auto`, `cpu`, `cuda`, `cuda:N`).
         model_dir: the index's export directory if it moved (must hold the recorded model.onnx).
@@ -39,7 +39,8 @@ def encoder_for_index(
         UserError: a checkpoint for an index built with an export or the reverse, or a model that is
             missing or not the one the index recorded.
     """
-    built_with_export = bool(ModelInfo.read(model_info).onnx_sha256)
+    model_info = ModelInfo.read(model_info)
+    built_with_export = bool(model_info.onnx_sha256)
     if built_with_export and checkpoint is not None:
         raise UserError("this index was built with an ONNX export, not a checkpoint; pass --model DIR, or neither")
     if built_with_export or model_dir is not None:

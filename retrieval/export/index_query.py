@@ -155,7 +155,7 @@ def _embedded(request: QueryRequest, index: SearchIndex, paths: list[Path]) -> n
     from retrieval.export.index_encoder import encoder_for_index
 
     encoder = encoder_for_index(
-        index.manifest.model.record(), request.checkpoint, device=request.device, model_dir=request.model
+        index.manifest.model, request.checkpoint, device=request.device, model_dir=request.model
     )
     embedded = encoder.embed_files(paths, request.batch_size, request.num_workers, progress=False)
     if embedded.failures:

@@ -33,8 +33,6 @@ def database_views(
 
     collection = CollectionIndex.open(parse_database_uri(uri))
     model = collection.record.model
-    encoder: Encoder | None = (
-        encoder_for_index(model.record(), checkpoint, device, model_dir) if model.identity else None
-    )
+    encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model.identity else None
     info = public_info(collection.manifest, collection.metadata_schema).model_copy(update={"backend": "qdrant"})
     return FixedView(IndexView(collection, encoder, info))

@@ -81,7 +81,7 @@ def load_view(
     if previous is not None and previous.encoder is not None and previous.encoder.info().identity == recorded:
         encoder: Encoder | None = previous.encoder
     else:
-        encoder = encoder_for_index(model_info.record(), checkpoint, device, model_dir) if recorded else None
+        encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
     return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
 
 

@@ -3,9 +3,10 @@
 Up to `EXACT_LIMIT` descriptors (3,846 images of 26) are kept as float32 in an exact `IndexFlatIP`.
 Past it they would take 6.7 GB at a million images, twice over (an array and FAISS's copy: most of the
 audit's 18 GiB, docs/audit.md), so they are stored as they are read, as float16 in an
-`IndexScalarQuantizer` (cosines to about 1e-4), and searched through an inverted file of 4-bit
-product-quantizer codes (`IndexIVFPQFastScan`, 16 bytes a descriptor) whose `_K_FACTOR` times more
-candidates are re-scored on the float16 store (`IndexRefine`): the ratio rule reads re-scored cosines.
+`IndexScalarQuantizer`, and searched through an inverted file of 4-bit product-quantizer codes
+(`IndexIVFPQFastScan`, 16 bytes a descriptor) whose `_K_FACTOR` times more candidates are re-scored on
+the float16 store (`IndexRefine`); the ratio rule reads the kept ones' cosines of float16 descriptors
+scaled back to unit length (`_unit_cosines`), which a near-identical copy's tiny distance needs.
 Only the pictures whose neighbours are read are searched (`copy_graph`'s `searched`): the ratio rule
 reads no training image's. The inverted file's list count balances its two costs, assigning every
 descriptor to a list and scanning `_NPROBE` lists a searched picture.
@@ -28,9 +29,9 @@ __all__ = ["CopyIndex", "copy_graph", "copy_index"]
 
 _DIM = SIZE * SIZE
 _CHUNK = 1 << 16  # descriptors handed to FAISS at once: a 16 MiB buffer
-_BLOCK = 8192  # pictures searched per FAISS call: bounded result buffers
+_BLOCK = 2048  # pictures searched per FAISS call: bounded result buffers (a 150 MB block of decoded candidates)
 _NPROBE = 32  # inverted lists scanned a search
-_K_FACTOR = 4  # candidates a result re-scored on the float16 store
+_K_FACTOR = 16  # candidates a result re-scored on the float16 store
 _PQ_PARTS = 32  # product-quantizer sub-vectors of 2 dimensions, 4 bits each: 16 bytes a descriptor
 _TRAINING = 64  # training descriptors a list
 
@@ -92,7 +93,10 @@ def copy_graph(index: CopyIndex, k: int, searched: np.ndarray | None = None) -> 
     width = min(index.store.ntotal, DESCRIPTORS_PER_IMAGE * (k + 1))
     for start in range(0, len(chosen), _BLOCK):
         block = chosen[start : start + _BLOCK]
-        found_scores, found = searcher.search(index.store.reconstruct_batch(index.offsets[block]), width)
+        queries = index.store.reconstruct_batch(index.offsets[block])
+        found_scores, found = searcher.search(queries, width)
+        if not index.exact:
+            found_scores, found = _unit_cosines(index.store, queries, found)
         owners = index.rows[np.searchsorted(index.offsets, found, side="right") - 1]
         rows = index.rows[block]
         valid = (found >= 0) & (owners != rows[:, None])
@@ -102,6 +106,22 @@ def copy_graph(index: CopyIndex, k: int, searched: np.ndarray | None = None) -> 
         neighbours[rows[at], place[at, hit]] = owners[at, hit]
         scores[rows[at], place[at, hit]] = found_scores[at, hit]
     return KnnGraph(neighbours, scores, index.exact)
+
+
+def _unit_cosines(store: faiss.Index, queries: np.ndarray, found: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`found`'s cosines to `queries` with both decoded from float16 and scaled back to unit length, most similar
+    first (-1 hits last).
+
+    float16 moves a descriptor's length by about 1e-4, as much as 1 - cosine of a near-identical copy (0.99996: a
+    distance of 0.009, whose ratio the raw float16 product tripled on Fashion-MNIST); scaled back to unit length
+    the error shrinks with the distance itself.
+    """
+    queries = queries / np.maximum(np.linalg.norm(queries, axis=1, keepdims=True), 1e-12)
+    vectors = store.reconstruct_batch(np.maximum(found, 0).ravel()).reshape(*found.shape, -1)
+    vectors /= np.maximum(np.linalg.norm(vectors, axis=2, keepdims=True), 1e-12)
+    cosines = np.where(found >= 0, np.einsum("bd,bwd->bw", queries, vectors), -np.inf)
+    order = np.argsort(-cosines, axis=1, kind="stable")
+    return np.take_along_axis(cosines, order, axis=1).astype(np.float32), np.take_along_axis(found, order, axis=1)
 
 
 def _first_of_each(values: np.ndarray) -> np.ndarray:

@@ -91,7 +91,7 @@ def test_the_ratio_rule_answers_alike_on_the_exact_and_the_coded_index(catalogue
     assert np.array_equal(coded_leaks.partner, exact.partner)
     seen = np.isfinite(exact.ratio)
     assert np.array_equal(np.isfinite(coded_leaks.ratio), seen)
-    # float16 holds a cosine to about 2e-4, so a distance near 0 to about 0.02: a ratio moves by a few hundredths.
+    # float16 descriptors scaled back to unit length keep a cosine to about 1e-4: a ratio moves by a few hundredths.
     assert np.abs(coded_leaks.score[seen] - exact.score[seen]).max() < 5e-4
     assert np.abs(coded_leaks.ratio[seen] - exact.ratio[seen]).max() < 0.05
 

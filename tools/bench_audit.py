@@ -33,7 +33,7 @@ import resource
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -401,66 +401,119 @@ def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     given[flip] = (given[flip] + 1) % classes
     splits = rng.choice(["train", "val", "test"], size=n, p=[0.8, 0.1, 0.1]).tolist()
     catalogue = Catalogue([Path(f"/synthetic/{i}.png") for i in range(n)], [str(c) for c in given], splits)
-    # No image files: the copy check gets synthetic thumbnails of the same count and shape (its image reading,
-    # linear in N, is timed on real files by `_copy_reading`); its FAISS graph is timed on its own.
-    real_descriptors, real_graph, timed = leaks.copy_descriptors, leaks.copy_graph, {"copy_graph": 0.0}
+    # No image files: the copy check gets synthetic thumbnails of the same count and shape, streamed as images are
+    # read (its image reading, linear in N, is timed on real files by `_copy_reading`); its index and graph are timed.
+    images, planted = _synthetic_images(splits, rng)
+    real_describe, real_index, real_graph = leaks.describe_images, leaks.copy_index, leaks.copy_graph
+    timed = {"copy_index": 0.0, "copy_graph": 0.0}
+    exact = []
 
-    def timed_copy_graph(*args: Any) -> Any:
+    def timed_index(*args: Any) -> Any:
+        start = time.perf_counter()
+        index = real_index(*args)
+        timed["copy_index"] += time.perf_counter() - start
+        exact.append(index.exact)
+        return index
+
+    def timed_graph(*args: Any) -> Any:
         start = time.perf_counter()
         graph = real_graph(*args)
         timed["copy_graph"] += time.perf_counter() - start
         return graph
 
-    leaks.copy_descriptors = lambda paths, progress=True: _synthetic_thumbnails(splits, rng)  # type: ignore[attr-defined]
-    leaks.copy_graph = timed_copy_graph  # type: ignore[attr-defined]
-    started = time.perf_counter()
+    leaks.describe_images = lambda paths, progress=True: images  # type: ignore[attr-defined]
+    leaks.copy_index, leaks.copy_graph = timed_index, timed_graph  # type: ignore[attr-defined]
+    started, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF)
+    cpu_before = before.ru_utime + before.ru_stime
     try:
         findings = audit_embeddings(embeddings, catalogue, AuditConfig(k=10, checks=_NO_HASH), progress=False)
     finally:
-        leaks.copy_descriptors, leaks.copy_graph = real_descriptors, real_graph  # type: ignore[attr-defined]
+        leaks.describe_images = real_describe  # type: ignore[attr-defined]
+        leaks.copy_index, leaks.copy_graph = real_index, real_graph  # type: ignore[attr-defined]
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_SELF)
     recall = graph_recall(findings.graph, embeddings, sample=500)
     assert findings.leaks is not None
+    leaked = findings.leaks.leaked
     return {
         "n": n,
         "seconds": seconds,
+        "cpu_seconds": after.ru_utime + after.ru_stime - cpu_before,
+        "copy_index_seconds": timed["copy_index"],
         "copy_graph_seconds": timed["copy_graph"],
         "exact_graph": findings.graph.exact,
+        "exact_copy_graph": exact == [True],
         "graph_recall@10": recall,
         "peak_rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
         "label_issues": int(findings.scores.is_label_issue.sum()),
-        "leaks_found": int(findings.leaks.leaked.sum()),
-        "leaks_planted": int(round(0.02 * n)),
+        "leaks_found": int(leaked.sum()),
+        "planted_copies_found": int(leaked[planted].sum()),
+        "leaks_planted": len(planted),
     }
 
 
-def _synthetic_thumbnails(splits: list[str], rng: np.random.Generator) -> Any:
-    """Copy-check descriptors of N made-up images: a whole thumbnail and 25 crop thumbnails near it each, and 2% of
-    N test rows made copies of a train row (their thumbnail one of its crops, slightly changed)."""
-    from retrieval.audit.copies import CopyDescriptors
+_PER_IMAGE = 26  # descriptors a synthetic image: its thumbnail and 25 crops'
+_SYNTHETIC_BLOCK = 1024  # images drawn at once, each block from its own seeds (7 MiB of thumbnails)
 
-    n, dim, per_image = len(splits), 64, 26
-    whole = _unit(rng.normal(size=(n, dim)).astype(np.float32))
-    database = np.empty((n * per_image, dim), dtype=np.float32)  # filled in blocks: no full-size temporaries
-    for start in range(0, n, 8192):
-        block = whole[start : start + 8192]
-        near = np.repeat(block, per_image, axis=0) + 0.3 * rng.normal(size=(len(block) * per_image, dim))
-        near[::per_image] = block
-        database[start * per_image : (start + len(block)) * per_image] = _unit(near)
+
+def _synthetic_images(splits: list[str], rng: np.random.Generator) -> tuple[Iterator[Any], np.ndarray]:
+    """Copy-check descriptors of N made-up images, streamed in row order as `describe_images` streams real ones
+    (a whole thumbnail and 25 crop thumbnails near it each), and the rows of the planted copies: 2% of N test rows,
+    each the copy of a train row (its thumbnail one of the row's crops, slightly changed)."""
+    n = len(splits)
     test, train = np.flatnonzero(np.array(splits) == "test"), np.flatnonzero(np.array(splits) == "train")
-    copies = rng.choice(test, size=min(len(test), round(0.02 * n)), replace=False)
+    copies = np.sort(rng.choice(test, size=min(len(test), round(0.02 * n)), replace=False))
     sources = rng.choice(train, size=len(copies))
-    crop = sources * per_image + rng.integers(1, per_image, size=len(copies))
-    whole[copies] = _unit(database[crop] + 0.05 * rng.normal(size=(len(copies), dim)).astype(np.float32))
-    database[copies * per_image] = whole[copies]
-    return CopyDescriptors(np.arange(n), whole, database, np.repeat(np.arange(n), per_image))
+    # The crop each copy is made of, one per (source, crop) pair: two copies of one crop copy the same thumbnail.
+    crops, made_of = np.unique(
+        sources * _PER_IMAGE + rng.integers(1, _PER_IMAGE, size=len(copies)), return_inverse=True
+    )
+    seed = int(rng.integers(2**32))
+    source_wholes = np.empty((len(crops), 64), dtype=np.float32)
+    for start in range(0, n, _SYNTHETIC_BLOCK):  # the sources' thumbnails: their blocks' drawn once more, cheaply
+        inside = (crops // _PER_IMAGE >= start) & (crops // _PER_IMAGE < start + _SYNTHETIC_BLOCK)
+        source_wholes[inside] = _synthetic_wholes(seed, start, n)[crops[inside] // _PER_IMAGE - start]
+    crop_thumbnails = _unit(source_wholes + 0.3 * rng.standard_normal(source_wholes.shape, dtype=np.float32))
+    copy_thumbnails = _unit(
+        crop_thumbnails[made_of.ravel()] + 0.05 * rng.standard_normal((len(copies), 64), dtype=np.float32)
+    )
+    return _synthetic_stream(seed, n, (crops, crop_thumbnails), (copies, copy_thumbnails)), copies
+
+
+def _synthetic_wholes(seed: int, start: int, n: int) -> np.ndarray:
+    """The whole thumbnails of the synthetic block of images from row `start`."""
+    count = min(_SYNTHETIC_BLOCK, n - start)
+    return _unit(np.random.default_rng([seed, start, 0]).standard_normal((count, 64), dtype=np.float32))
+
+
+def _synthetic_stream(
+    seed: int, n: int, crops: tuple[np.ndarray, np.ndarray], copies: tuple[np.ndarray, np.ndarray]
+) -> Iterator[Any]:
+    """Each synthetic image's `Described`, block by block; `crops` (descriptor numbers, thumbnails) and `copies`
+    (rows, whole thumbnails) replace what was drawn."""
+    from retrieval.audit.copies import Described, picture_key
+
+    for start in range(0, n, _SYNTHETIC_BLOCK):
+        wholes = _synthetic_wholes(seed, start, n)
+        noise = np.random.default_rng([seed, start, 1]).standard_normal((len(wholes) * _PER_IMAGE, 64), np.float32)
+        block = _unit(np.repeat(wholes, _PER_IMAGE, axis=0) + 0.3 * noise)
+        block[::_PER_IMAGE] = wholes
+        first, stop = start * _PER_IMAGE, (start + len(wholes)) * _PER_IMAGE
+        inside = (crops[0] >= first) & (crops[0] < stop)
+        block[crops[0][inside] - first] = crops[1][inside]
+        inside = (copies[0] >= start) & (copies[0] < start + len(wholes))
+        block[(copies[0][inside] - start) * _PER_IMAGE] = copies[1][inside]
+        for image in block.reshape(len(wholes), _PER_IMAGE, 64):
+            yield Described(image, picture_key(image[0], lambda: b""))  # never flat: no file key
 
 
 def _copy_reading(images: int = 500, side: int = 64) -> float:
-    """Seconds an image of the copy check's reading (decode, thumbnail, 25 crop thumbnails): PNG files in a temp dir."""
+    """Seconds an image of the copy check's reading (decode, thumbnail, 25 crop thumbnails, stored): PNG files in a
+    temp dir."""
     import tempfile
 
-    from retrieval.audit.copies import copy_descriptors
+    from retrieval.audit.copies import describe_images
+    from retrieval.audit.copy_index import copy_index
 
     rng = np.random.default_rng(0)
     with tempfile.TemporaryDirectory() as folder:
@@ -468,7 +521,7 @@ def _copy_reading(images: int = 500, side: int = 64) -> float:
         for path in paths:
             Image.fromarray(rng.integers(0, 256, size=(side, side, 3), dtype=np.uint8)).save(path)
         started = time.perf_counter()
-        copy_descriptors(paths, progress=False)
+        copy_index(describe_images(paths, progress=False))
         return (time.perf_counter() - started) / images
 
 

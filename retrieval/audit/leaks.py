@@ -1,11 +1,11 @@
 """Leaks: copies of an image across train / val / test, which inflate every test figure the toolkit prints.
 
-Found on the copy check's graph (`copies.copy_graph`), not the embedding's: for each val or test
+Found on the copy check's graph (`copy_index.copy_graph`), not the embedding's: for each val or test
 row, its most similar picture of an earlier split (test after val after train) is its partner, and
 the pair is a copy when the partner is much nearer than the other earlier-split pictures, by Lowe's
 ratio: the distance to the partner over the distance to the next earlier-split picture, at most
 `MAX_RATIO` (copies of one image within the later split do not hide each other). Images showing
-the same picture (`copies.picture_ids`: identical files, among others) are one candidate, so an
+the same picture (`copy_index.CopyIndex.pictures`: identical files, among others) are one candidate, so an
 image identical to several earlier ones is a copy of that picture at distance 0 (the first of them
 its partner), and a near copy of a picture held several times is measured against the next other
 picture, whatever the number of partners.
@@ -24,10 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.audit.copies import copy_descriptors, copy_graph, one_per_picture, picture_ids
-from retrieval.audit.knn_graph import KnnGraph
+from retrieval.audit.copies import describe_images
+from retrieval.audit.copy_index import copy_graph, copy_index
+from retrieval.audit.knn_graph import EXACT_LIMIT, KnnGraph
 
-__all__ = ["COPY_NEIGHBOURS", "MAX_RATIO", "SPLIT_ORDER", "Leaks", "copy_leaks", "find_leaks"]
+__all__ = ["COPY_NEIGHBOURS", "MAX_RATIO", "SPLIT_ORDER", "Leaks", "copy_leaks", "find_leaks", "read_pictures"]
 
 SPLIT_ORDER = {"train": 0, "val": 1, "test": 2}  # a leak is reported on the row of the later split
 # Default of the ratio rule, chosen on a validation half of the planted Fashion-MNIST set (docs/audit.md).
@@ -62,8 +63,9 @@ def find_leaks(
 ) -> Leaks:
     """The leaks of the copy graph (rows padded with -1 where fewer neighbours were found).
 
-    `pictures` (`copies.picture_ids`, -1 unreadable) groups the rows showing one picture; the graph then holds
-    one row per picture (its first row's), as `copies.one_per_picture` builds it. None: every row its own picture.
+    `pictures` (`CopyIndex.pictures`, -1 unreadable) groups the rows showing one picture; the graph then holds
+    one row per picture (its first row's), as `copy_index.copy_graph` builds it. None: every row its own picture.
+    Only the graph rows of pictures shown by a val or test row are read (`read_pictures`).
     `nearest` is each row's nearest neighbour in the embedding's graph, for the headline share (None: no share).
     """
     n = len(splits)
@@ -119,17 +121,25 @@ def _pictures(picture: np.ndarray, order: np.ndarray) -> tuple[np.ndarray, np.nd
     return first_order, partner_of, shown_by
 
 
+def read_pictures(pictures: np.ndarray, splits: list[str]) -> np.ndarray:
+    """The pictures whose graph rows `find_leaks` reads: those a val or test row shows (a training row has no
+    earlier split to copy), ascending."""
+    later = np.array([SPLIT_ORDER[split] > 0 for split in splits], dtype=bool)
+    return np.unique(pictures[later & (pictures >= 0)])
+
+
 def copy_leaks(
     paths: list[Path],
     splits: list[str],
     nearest: np.ndarray | None = None,
     max_ratio: float = MAX_RATIO,
     progress: bool = True,
+    exact_limit: int = EXACT_LIMIT,
 ) -> Leaks:
     """The leaks among image files by the copy check: what `retrieval audit` reports and `evaluate --exclude-leaks`
-    leaves out (`nearest` as for `find_leaks`)."""
+    leaves out (`nearest` as for `find_leaks`; `exact_limit` as for `copy_index.copy_index`)."""
     k = min(COPY_NEIGHBOURS, max(len(paths) - 1, 1))
-    descriptors = copy_descriptors(paths, progress)
-    pictures = picture_ids(descriptors, paths)
-    graph = copy_graph(one_per_picture(descriptors, pictures), len(paths), k)
+    index = copy_index(describe_images(paths, progress), exact_limit)
+    graph, pictures = copy_graph(index, k, read_pictures(index.pictures, splits)), index.pictures
+    del index  # the descriptors (most of the audit's memory at scale) are not needed by the ratio rule
     return find_leaks(graph, nearest, splits, max_ratio, pictures)

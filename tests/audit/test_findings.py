@@ -9,7 +9,8 @@ import pytest
 from PIL import Image, ImageFilter
 
 from retrieval.audit import Catalogue, audit_embeddings
-from retrieval.audit.copies import copy_descriptors, copy_graph
+from retrieval.audit.copies import describe_images
+from retrieval.audit.copy_index import copy_graph, copy_index
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import copy_leaks, find_leaks
@@ -87,7 +88,7 @@ def test_the_copy_check_finds_a_crop_and_a_recolouring_of_a_textured_image(tmp_p
     source.crop((2, 1, 38, 37)).resize((40, 40)).save(tmp_path / "crop.png")
     Image.fromarray((np.asarray(source) * 0.8 + 20).astype(np.uint8)).save(tmp_path / "recoloured.png")
     paths += [tmp_path / "crop.png", tmp_path / "recoloured.png", tmp_path / "missing.png"]
-    graph = copy_graph(copy_descriptors(paths, progress=False), len(paths), 3)
+    graph = copy_graph(copy_index(describe_images(paths, progress=False)), 3)
     assert graph.neighbours[6, 0] == 0 and graph.neighbours[7, 0] == 0
     assert (graph.neighbours[8] == -1).all()  # unreadable: nobody's copy
     splits = ["train"] * 6 + ["test", "test", "test"]

@@ -50,6 +50,10 @@ __all__ = ["Trainer"]
 
 _log = logging.getLogger(__name__)
 
+# Seconds between two redraws of plots/curves.png during training: a redraw costs 1-3 s of CPU (matplotlib's
+# layout), more than a short run's epoch. The end of the run always draws every plot (`plot_run`).
+CURVES_EVERY = 60.0
+
 EMA_PREFIX = "ema/"  # the record keys of the weight average's scores: ema/val/recall@1, ...
 
 
@@ -109,6 +113,7 @@ class Trainer:
             "ema" if self.ema is not None and self.selection_split is None else "raw"
         )
         self._best_weights: tuple[StateDict, StateDict] | None = None  # (model, loss) of the selected epoch, CPU
+        self._curves_drawn = time.monotonic()  # when plots/curves.png was last drawn (CURVES_EVERY)
 
     @classmethod
     def from_config(cls, config: Config, run_dir: Path, resuming: bool = False) -> Trainer:
@@ -202,8 +207,9 @@ class Trainer:
                 record = record.with_scores(self._evaluate_epoch())
             evaluated = time.perf_counter()
             self._save(epoch, record)
-            if context.is_main:
+            if context.is_main and time.monotonic() - self._curves_drawn >= CURVES_EVERY:
                 plot_curves(records + [record], self.files.plots / "curves.png")  # the diagnostics: at the end
+                self._curves_drawn = time.monotonic()
             written = time.perf_counter()
             record.time = StepTimes(
                 train=round(trained - started, 3),

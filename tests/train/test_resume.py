@@ -128,3 +128,16 @@ def test_resume_takes_the_weights_from_the_checkpoint_not_from_the_weights_file(
     weights.unlink()  # offline and without the file: resuming must not need it
     _, said = train(resume=run / "checkpoints" / "last.pt")
     assert FINAL_LINES.search(said)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("every", [0.0, 3600.0])
+def test_curves_are_redrawn_during_training_at_most_once_a_minute(every, csv_dataset, tmp_path, monkeypatch):
+    """A long run's plots/curves.png follows its epochs (an interrupted run keeps one); a short run draws it at the end
+    only, as a redraw costs more than its epochs."""
+    monkeypatch.setattr(trainer, "CURVES_EVERY", every)
+    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=3"]
+    data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0.5", "data.batch_size=4"]
+    run = tmp_path / "run"
+    train_interrupted(monkeypatch, 2, [*tiny, *data], run)
+    assert (run / "plots" / "curves.png").exists() == (every == 0.0)

@@ -36,7 +36,6 @@ SERVING = [
     "vectordb",
     "export/bundle.py",
     "export/onnx_encoder.py",
-    "export/preprocess.py",
     "export/index_encoder.py",
     "export/reranker_onnx.py",
     "core",

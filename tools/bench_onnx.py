@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from retrieval.core.preprocess import Preprocess
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.onnx_export import export_onnx
-from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import write_int8_model
 from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.models import Embedder

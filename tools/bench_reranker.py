@@ -29,7 +29,7 @@ import numpy as np
 from PIL import Image
 
 from retrieval.core.learned_rerank import PREPROCESS_FILE, read_reranker
-from retrieval.export.preprocess import Preprocess
+from retrieval.core.preprocess import Preprocess
 from retrieval.export.reranker_onnx import OnnxPairScorer
 
 __all__ = ["main"]
@@ -112,9 +112,7 @@ def _untrained(backbone: str, image_size: int, width: int, scratch: Path) -> Pat
     from retrieval.reranker.onnx import export_pair_model
 
     embedder = Embedder(backbone, embedding_dim=128, pretrained=False)
-    preprocess = Preprocess.from_description(
-        describe_eval_transform(load_config().augment, image_size, embedder.data_config(), 3)
-    )
+    preprocess = describe_eval_transform(load_config().augment, image_size, embedder.data_config(), 3)
     directory = scratch / "reranker"
     directory.mkdir()
     (directory / PREPROCESS_FILE).write_text(json.dumps(preprocess.to_dict()))

@@ -55,7 +55,7 @@ MANIFEST_FILE = "manifest.json"
 WEIGHTS_FILE = "weights.safetensors"  # the PyTorch pair model (`retrieval.models.pair_model.PairModel`)
 DESCRIBE_FILE = "describe.onnx"  # images (B, C, S, S) -> descriptors (B, P)
 HEAD_FILE = "head.onnx"  # query descriptors (M, P), result descriptors (M, P), cosines (M,) -> logits (M,)
-PREPROCESS_FILE = "preprocess.json"  # the checkpoint's eval transform as data (`retrieval.export.preprocess`)
+PREPROCESS_FILE = "preprocess.json"  # the checkpoint's eval transform as data (`retrieval.core.preprocess`)
 FILES = (WEIGHTS_FILE, DESCRIBE_FILE, HEAD_FILE, PREPROCESS_FILE)
 
 # (n, d) result ids (-1: none) and their (n, d) cosines -> (n, d) pair probabilities

@@ -29,6 +29,7 @@ from timm.data.transforms import CenterCropOrPad, MaybeToTensor, str_to_interp_m
 from torchvision.transforms import InterpolationMode, v2
 
 from retrieval.config import AugmentConfig
+from retrieval.core.preprocess import Preprocess
 from retrieval.errors import UserError
 from retrieval.images import Fill, border_colour, fill_value
 
@@ -155,29 +156,32 @@ def build_eval_transform(
 
 def describe_eval_transform(
     augment: AugmentConfig, image_size: int, data_config: ModelDataConfig, in_chans: int
-) -> dict[str, Any]:
-    """What `build_eval_transform` does, as plain data for a manifest (an index must embed queries the same way).
+) -> Preprocess:
+    """What `build_eval_transform` does, as data: what an index records, an export writes and onnxruntime is fed by.
+
+    A named fill becomes its pixel values (`auto` stays: each image's own border colour).
 
     Example:
         >>> from retrieval.config import resolve_augment
-        >>> info = describe_eval_transform(resolve_augment({"preset": "glyph"}, "csv"), 64,
-        ...                                {"mean": (0.5,) * 3, "std": (0.5,) * 3}, 1)
-        >>> info["eval_mode"], info["image_size"], info["mode"], info["mean"]
-        ('resize', 64, 'L', [0.5])
+        >>> record = describe_eval_transform(resolve_augment({"preset": "glyph"}, "csv"), 64,
+        ...                                  {"mean": (0.5,) * 3, "std": (0.5,) * 3}, 1)
+        >>> record.resize_mode, record.image_size, record.channels, record.mean
+        ('resize', 64, 'L', (0.5,))
     """
     mean, std = channel_stats(data_config, in_chans)
-    info: dict[str, Any] = {"eval_mode": augment.eval_mode, "image_size": image_size}
-    if augment.eval_mode == "center_crop":
-        info["crop_pct"] = augment.crop_pct
-    if augment.eval_mode == "pad_square":
-        info["fill"] = augment.fill
-    info.update(
-        interpolation=data_config.get("interpolation", "bilinear"),
-        mode="L" if in_chans == 1 else "RGB",
-        mean=list(mean),
-        std=list(std),
+    fill = augment.fill if augment.eval_mode == "pad_square" else None
+    return Preprocess.model_validate(  # the backbone's interpolation is a str: checked against Pillow's filters here
+        {
+            "image_size": image_size,
+            "resize_mode": augment.eval_mode,
+            "interpolation": data_config.get("interpolation", "bilinear"),
+            "channels": "L" if in_chans == 1 else "RGB",
+            "mean": mean,
+            "std": std,
+            "crop_pct": augment.crop_pct if augment.eval_mode == "center_crop" else None,
+            "fill": fill if fill in (None, "auto") else fill_value(fill, mean),
+        }
     )
-    return info
 
 
 def _to_image(in_chans: int) -> list[Callable]:

@@ -11,9 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from retrieval.core.preprocess import Preprocess
 from retrieval.errors import UserError
 from retrieval.export.manifest import ExportManifest
-from retrieval.export.preprocess import Preprocess
 from retrieval.runtime.files import file_sha256
 
 __all__ = ["MANIFEST_FILE", "MODEL_FILE", "PREPROCESS_FILE", "ExportFiles", "read_export"]

@@ -22,9 +22,9 @@ import numpy as np
 from PIL import Image
 
 from retrieval.core.match_threshold import MatchThreshold
+from retrieval.core.preprocess import Preprocess
 from retrieval.errors import UserError
 from retrieval.export.bundle import read_export
-from retrieval.export.preprocess import Preprocess
 from retrieval.images import UnreadableImage, flatten_image, load_image
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.runtime.heartbeat import with_progress

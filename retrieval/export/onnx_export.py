@@ -40,11 +40,11 @@ from torch import nn
 
 from retrieval import __version__
 from retrieval.checkpoint import Checkpoint
+from retrieval.core.preprocess import Preprocess
 from retrieval.errors import UserError
 from retrieval.export.bundle import MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
 from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest, Parity
 from retrieval.export.onnx_encoder import OnnxEncoder
-from retrieval.export.preprocess import Preprocess
 from retrieval.export.quantize import QuantizeRequest, quantize_int8
 from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.inference.image_encoder import ImageEncoder
@@ -85,7 +85,7 @@ def export_checkpoint(
     sha256 = file_sha256(source)
     checkpoint = Checkpoint.read(source)
     encoder = ImageEncoder.from_loaded(checkpoint, source, device="cpu", sha256=sha256)
-    preprocess = Preprocess.from_description(encoder.transform_info)
+    preprocess = encoder.transform_record
     with tempfile.TemporaryDirectory(prefix="retrieval-export-") as scratch:
         staged = Path(scratch)
         export_onnx(encoder.model, staged / MODEL_FILE, preprocess.in_chans, preprocess.image_size, opset)

@@ -38,12 +38,12 @@ from torch import Tensor, nn
 from torch.utils.data import Dataset, Subset
 
 from retrieval.checkpoint import Checkpoint
+from retrieval.core.preprocess import Preprocess
 from retrieval.data import EvalSplit, ImageLoader, build_data
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, score_split
 from retrieval.export.manifest import Quantization
 from retrieval.export.onnx_encoder import OnnxEncoder
-from retrieval.export.preprocess import Preprocess
 from retrieval.metrics import nearest_neighbor_agreement
 
 if TYPE_CHECKING:

@@ -19,10 +19,10 @@ import numpy as np
 from PIL import Image
 
 from retrieval.core.learned_rerank import DESCRIBE_FILE, HEAD_FILE, PREPROCESS_FILE, Blend, read_reranker
+from retrieval.core.preprocess import Preprocess
 from retrieval.core.rerank import Gallery
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder, load_onnx_session
-from retrieval.export.preprocess import Preprocess
 from retrieval.inference.interface import ModelInfo
 
 __all__ = ["IndexReranker", "OnnxPairScorer", "reranker_for_index"]

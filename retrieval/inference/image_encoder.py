@@ -28,7 +28,6 @@ from retrieval.data.transforms import build_eval_transform, describe_eval_transf
 from retrieval.errors import UserError
 from retrieval.images import flatten_image
 from retrieval.inference.backbone import backbone_checkpoint
-from retrieval.inference.eval_sizes import resized_size
 from retrieval.inference.forward import FLOAT32, Precision, embed_batch, embed_loader
 from retrieval.inference.interface import EmbeddedFiles, ModelInfo
 from retrieval.models import Embedder
@@ -80,7 +79,7 @@ class ImageEncoder:
         # The run's own evaluation preprocessing (augment.eval_mode, channels), so queries match the gallery.
         stats, in_chans = model.data_config(), model_config.in_chans
         self.transform = build_eval_transform(augment, image_size, stats, in_chans)
-        self.transform_info = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
+        self.transform_record = describe_eval_transform(augment, image_size, stats, in_chans)  # recorded by `info()`
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str = "auto", sha256: str | None = None) -> ImageEncoder:
@@ -145,7 +144,7 @@ class ImageEncoder:
             model_settings=self.model_config.model_dump(),
             embedding_dim=self.dim,
             image_size=self.image_size,
-            transform=self.transform_info,
+            transform=self.transform_record.to_dict(),
         )
         if self.backbone_config is not None:
             info.backbone_config = self.backbone_config
@@ -157,8 +156,7 @@ class ImageEncoder:
 
     def resized_size(self, width: int, height: int) -> tuple[int, int]:
         """The size its eval transform resizes a `width` x `height` image to, before the crop or pad."""
-        info = self.transform_info
-        return resized_size(info["eval_mode"], self.image_size, info.get("crop_pct"), (width, height))
+        return self.transform_record.resized_size(width, height)
 
     def embed_images(self, images: Sequence[Image.Image]) -> np.ndarray:
         """`(M, D)` embeddings of already-decoded PIL images, in one batch."""

@@ -53,7 +53,7 @@ class Encoder(Protocol):
     def resized_size(self, width: int, height: int) -> tuple[int, int]:
         """The size its evaluation resize gives a `width` x `height` image, before the crop or pad.
 
-        What preprocessing one image costs, known from the header alone (`retrieval.inference.eval_sizes`).
+        What preprocessing one image costs, known from the header alone (`retrieval.core.eval_sizes`).
         """
         ...
 

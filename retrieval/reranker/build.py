@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from retrieval.config import Config
+    from retrieval.core.preprocess import Preprocess
     from retrieval.evaluate.learned_rerank import BlendChoice
-    from retrieval.export.preprocess import Preprocess
     from retrieval.models.pair_model import PairModel
 
 __all__ = ["RerankerReport", "RerankerRequest", "train_reranker"]
@@ -90,7 +90,6 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     from retrieval.evaluate.evaluator import embed_as_configured
     from retrieval.evaluate.learned_rerank import choose_blend, describe_split
     from retrieval.export.onnx_export import check_onnx_packages
-    from retrieval.export.preprocess import Preprocess
     from retrieval.inference.forward import Precision
     from retrieval.models.pair_model import PairModel, Pooled
     from retrieval.reranker.mining import mine_pairs
@@ -138,8 +137,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
         model, val.dataset, config.data.eval_batch_size, device, precision, config.data.num_workers
     )
     choice = choose_blend(model.head, val_embeddings, descriptors, val, settings)
-    transform = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
-    preprocess = Preprocess.from_description(transform)
+    preprocess = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
     fields = _manifest_fields(request, sha256, config, choice, len(pairs.targets), pairs.positives, train_seconds)
     manifest = _write(request.output_dir, model, preprocess, fields)
     return RerankerReport(manifest, request.output_dir)

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from retrieval.core.learned_rerank import DESCRIBE_FILE, HEAD_FILE
+from retrieval.core.preprocess import Preprocess
 from retrieval.errors import UserError
 from retrieval.export.onnx_export import DEFAULT_OPSET, export_onnx, untraceable_reason
-from retrieval.export.preprocess import Preprocess
 from retrieval.export.reranker_onnx import OnnxPairScorer
 from retrieval.models.pair_model import PairHead, PairModel
 from retrieval.runtime.files import atomic_write

@@ -290,14 +290,18 @@ def test_bad_in_chans_is_a_user_error():
 
 
 def test_description_names_what_the_eval_transform_does():
-    info = describe_eval_transform(_augment("natural"), 224, HALF, 3)
-    assert info == {
-        "eval_mode": "center_crop",
+    record = describe_eval_transform(_augment("natural"), 224, HALF, 3)
+    assert record.to_dict() == {
+        "format": 1,
         "image_size": 224,
+        "resize_mode": "center_crop",
         "crop_pct": 0.875,
+        "fill": None,
         "interpolation": "bicubic",
-        "mode": "RGB",
+        "channels": "RGB",
         "mean": [0.5] * 3,
         "std": [0.5] * 3,
+        "input": record.input.model_dump(mode="json"),
+        "in_chans": 3,
     }
-    assert describe_eval_transform(_augment("document"), 64, HALF, 1)["fill"] == "auto"
+    assert describe_eval_transform(_augment("document"), 64, HALF, 1).fill == "auto"

@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 
 from retrieval.config import resolve_augment
+from retrieval.core.preprocess import Preprocess
 from retrieval.data.transforms import build_eval_transform, describe_eval_transform
 from retrieval.errors import UserError
-from retrieval.export.preprocess import Preprocess
 from retrieval.images import flatten_image
 
 _STATS = {"mean": (0.485, 0.456, 0.406), "std": (0.229, 0.224, 0.225)}
@@ -41,7 +41,7 @@ def test_pixels_equal_the_torch_eval_transform(eval_mode, fill, in_chans, interp
     augment = resolve_augment({"eval_mode": eval_mode, "crop_pct": 0.875, **({"fill": fill} if fill else {})}, "csv")
     stats = {**_STATS, "interpolation": interpolation}
     reference = build_eval_transform(augment, 32, stats, in_chans)
-    preprocess = Preprocess.from_description(describe_eval_transform(augment, 32, stats, in_chans))
+    preprocess = describe_eval_transform(augment, 32, stats, in_chans)
     for image in _images(np.random.default_rng(0)):
         expected = reference(image).numpy()
         assert preprocess(image).dtype == np.float32
@@ -56,11 +56,11 @@ def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_che
     from retrieval.inference.image_encoder import ImageEncoder
 
     augment = resolve_augment({"eval_mode": eval_mode, "crop_pct": 0.875}, "csv")
-    preprocess = Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3))
+    preprocess = describe_eval_transform(augment, 32, _STATS, 3)
     resize = build_eval_transform(augment, 32, _STATS, 3).transforms[2]  # after ToPILImage and RGB
     assert isinstance(resize, v2.Resize)
     encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
-    encoder.transform_info = describe_eval_transform(augment, 32, _STATS, 3)
+    encoder.transform_record = preprocess
     for width, height in ((1, 400), (400, 3), (23, 61), (100, 37), (8, 8), (3000, 2000)):
         got = preprocess.resized_size(width, height)
         assert encoder.resized_size(width, height) == got
@@ -69,7 +69,7 @@ def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_che
         except ValueError:  # torchvision cannot resize a side to 0 pixels: serve refuses such an image first
             assert min(got) == 0 and eval_mode == "pad_square"
     assert (
-        Preprocess.from_description(describe_eval_transform(augment, 32, _STATS, 3)).resized_size(1, 400_000)
+        describe_eval_transform(augment, 32, _STATS, 3).resized_size(1, 400_000)
         == {
             "center_crop": (36, 14_400_000),
             "resize": (32, 32),
@@ -80,7 +80,7 @@ def test_the_resized_size_is_the_size_torchvision_resizes_to(eval_mode, tiny_che
 
 def test_json_round_trip_and_fill_as_pixel_values():
     augment = resolve_augment({"eval_mode": "pad_square", "fill": "mean"}, "csv")
-    preprocess = Preprocess.from_description(describe_eval_transform(augment, 48, {**_STATS}, 3))
+    preprocess = describe_eval_transform(augment, 48, {**_STATS}, 3)
     data = json.loads(json.dumps(preprocess.to_dict()))
     assert data["fill"] == [124, 116, 104] and data["in_chans"] == 3 and data["interpolation"] == "bilinear"
     assert Preprocess.model_validate(data) == preprocess
@@ -103,7 +103,7 @@ def test_json_round_trip_and_fill_as_pixel_values():
 )
 def test_a_broken_preprocess_json_is_one_line(change, message, tmp_path):
     augment = resolve_augment({"eval_mode": "resize"}, "csv")
-    data = Preprocess.from_description(describe_eval_transform(augment, 32, {**_STATS}, 3)).to_dict()
+    data = describe_eval_transform(augment, 32, {**_STATS}, 3).to_dict()
     (tmp_path / "preprocess.json").write_text(json.dumps({**data, **change}))
     with pytest.raises(UserError, match=message) as raised:
         Preprocess.read(tmp_path / "preprocess.json")

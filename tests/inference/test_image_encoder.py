@@ -71,7 +71,9 @@ def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_chec
     assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
     assert info["model_config"]["backbone"] == "resnet10t" and info["embedding_dim"] == 16
     assert (
-        info["image_size"] == 32 and info["transform"]["eval_mode"] == "resize" and info["transform"]["mode"] == "RGB"
+        info["image_size"] == 32
+        and info["transform"]["resize_mode"] == "resize"
+        and info["transform"]["channels"] == "RGB"
     )
     assert encoder_for_index(info, device="cpu").checkpoint_sha256 == info["checkpoint_sha256"]
 

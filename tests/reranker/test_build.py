@@ -44,8 +44,8 @@ def test_a_changed_file_is_refused(tiny_reranker, tmp_path):
 
 def test_the_pytorch_weights_load_into_the_pair_model_and_match_onnx(tiny_reranker):
     from retrieval.checkpoint import Checkpoint
+    from retrieval.core.preprocess import Preprocess
     from retrieval.evaluate.learned_rerank import load_pair_model, pair_probabilities
-    from retrieval.export.preprocess import Preprocess
     from retrieval.export.reranker_onnx import OnnxPairScorer
 
     checkpoint, _, directory, _ = tiny_reranker

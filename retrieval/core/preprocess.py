@@ -38,9 +38,9 @@ from pydantic import (
     model_validator,
 )
 
+from retrieval.core.eval_sizes import resized_size
 from retrieval.errors import UserError
-from retrieval.images import Fill, border_colour, fill_value
-from retrieval.inference.eval_sizes import resized_size
+from retrieval.images import Fill, border_colour
 from retrieval.validation import Record, ValidationError, Worded, accepts, user_error
 
 __all__ = ["MAX_IMAGE_SIZE", "MIN_STD", "PREPROCESS_FORMAT", "RESIZE_MODES", "InputLayout", "Preprocess"]
@@ -147,25 +147,6 @@ class Preprocess(Record):
     def in_chans(self) -> int:
         """Input channels of the model: 1 for `L`, 3 for `RGB`."""
         return 1 if self.channels == "L" else 3
-
-    @classmethod
-    def from_description(cls, info: dict[str, Any]) -> Preprocess:
-        """The transform `retrieval.data.transforms.describe_eval_transform` describes, its fill as pixel values.
-
-        A conversion from that record's layout (`eval_mode`, `mode`, the fill by name), not a reading of this one.
-        """
-        mean = tuple(float(value) for value in info["mean"])
-        fill = info.get("fill")
-        return cls(
-            image_size=int(info["image_size"]),
-            resize_mode=info["eval_mode"],
-            interpolation=info["interpolation"],
-            channels=info["mode"],
-            mean=mean,
-            std=tuple(float(value) for value in info["std"]),
-            crop_pct=info.get("crop_pct"),
-            fill=fill if fill in (None, "auto") else fill_value(fill, mean),
-        )
 
     @classmethod
     def read(cls, path: str | Path) -> Preprocess:

@@ -1,6 +1,6 @@
 """The size the evaluation geometry resizes an image to, by `eval_mode`: torchvision's arithmetic, without torch.
 
-`retrieval.data.transforms` resizes with torchvision and `retrieval.export.preprocess` with Pillow;
+`retrieval.data.transforms` resizes with torchvision and `retrieval.core.preprocess` with Pillow;
 both resize first and crop or pad after, so the resized image, not the model's input, is what
 preprocessing one image costs. `center_crop` keeps the aspect ratio with the shorter side at
 `floor(image_size / crop_pct)`, so a 1 x 400,000 image becomes 36 x 14,400,000 pixels at a 32-pixel

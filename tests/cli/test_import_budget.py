@@ -89,50 +89,58 @@ def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
     assert sorted(names & set(HEAVY)) == []
 
 
+# Issue 48's list of mistakes, each with its one-line error: `mistake_folder` makes the files they name, and
+# `tools/mistake_timings.py` times them (before and after the checks moved ahead of PyTorch).
+MISTAKES: list[tuple[list[str], str]] = [
+    (["train", "--config", "missing.yaml"], "config file not found: missing.yaml"),
+    (["train", "--set", "train.epochs"], "--set expects section.key=value"),
+    (["train", "--set", "trian.epochs=3"], "unknown config section(s) ['trian']"),
+    (["train", "--set", "model.backbon=resnet18"], "did you mean model.backbone?"),
+    (["train", "--set", "train.epochs=0"], "train.epochs must be an integer >= 1"),
+    (["train", "--resume", "missing-run"], "checkpoint not found: missing-run"),
+    (["evaluate", "--checkpoint", "missing.pt"], "checkpoint not found: missing.pt"),
+    (["evaluate", "--backbone", "resnet18", "--set", "data.batch_size=1"], "data.batch_size must be"),
+    (["index", "query", "--index", "missing-index", "--image", "x.png"], "index directory not found"),
+    # What the paths and the files' headers tell (issue 48's list): answered before PyTorch too.
+    (["train", "--set", "data.name=csv", "--set", "data.path=missing.csv"], "dataset CSV not found: missing.csv"),
+    (["train", "--set", "data.name=csv", "--set", "data.path=nosplit.csv"], "nosplit.csv lacks column(s) split"),
+    (["train", "--set", "loss.name=anchr"], "unknown loss.name 'anchr'"),
+    (["pretrain", "--images", "missing", "--output-dir", "o"], "image folder not found: missing"),
+    (["pretrain", "--images", "empty", "--output-dir", "o"], "no images to index in empty"),
+    (["pretrain", "--images", "notimages", "--output-dir", "o"], "no images to index in notimages"),
+    (["pretrain", "--csv", "train.csv", "--split", "val", "--output-dir", "o"], "(split=val)"),
+    (["pretrain", "--resume", "notarun", "--output-dir", "o"], "no pretraining checkpoint at notarun"),
+    (["pretrain", "--images", "notimages", "--set", "pretrain.epochs=0", "--output-dir", "o"], "pretrain.epochs"),
+    (["audit", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "r"], "checkpoint not found"),
+    (["audit", "--checkpoint", "missing.pt", "--csv", "missing.csv", "--out", "r"], "CSV not found: missing.csv"),
+    (["audit", "--csv", "train.csv", "--out", "r"], "--csv needs --checkpoint CKPT or --model EXPORT_DIR"),
+    (["index", "build", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "i"], "checkpoint not found"),
+    (["index", "query", "--index", ".", "--image", "missing.png"], "is not a retrieval index"),
+    (["index", "build", "--model", "x", "--csv", "train.csv", "--split", "val", "--out", "i"], "(split=val)"),
+    (["embed", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "e.npz"], "checkpoint not found"),
+    (["embed", "--checkpoint", "missing.pt", "--images", "empty", "--out", "e.npz"], "no images to index in empty"),
+    (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "x"], "checkpoint not found"),
+]
+
+
+def mistake_folder(folder: Path) -> Path:
+    """`folder` with what the mistakes name: an empty folder, one of no images, a CSV without split, a one-row CSV."""
+    (folder / "empty").mkdir()
+    (folder / "notimages").mkdir()
+    (folder / "notimages" / "notes.txt").write_text("not an image")
+    (folder / "nosplit.csv").write_text("path,label\na.png,1\n")
+    (folder / "train.csv").write_text("path,label,split\na.png,1,train\n")
+    return folder
+
+
 @pytest.mark.parametrize(
-    ("args", "message"),
-    [
-        (["train", "--config", "missing.yaml"], "config file not found: missing.yaml"),
-        (["train", "--set", "train.epochs"], "--set expects section.key=value"),
-        (["train", "--set", "trian.epochs=3"], "unknown config section(s) ['trian']"),
-        (["train", "--set", "model.backbon=resnet18"], "did you mean model.backbone?"),
-        (["train", "--set", "train.epochs=0"], "train.epochs must be an integer >= 1"),
-        (["train", "--resume", "missing-run"], "checkpoint not found: missing-run"),
-        (["evaluate", "--checkpoint", "missing.pt"], "checkpoint not found: missing.pt"),
-        (["evaluate", "--backbone", "resnet18", "--set", "data.batch_size=1"], "data.batch_size must be"),
-        (["index", "query", "--index", "missing-index", "--image", "x.png"], "index directory not found"),
-        # What the paths and the files' headers tell (issue 48's list): answered before PyTorch too.
-        (["train", "--set", "data.name=csv", "--set", "data.path=missing.csv"], "dataset CSV not found: missing.csv"),
-        (["train", "--set", "data.name=csv", "--set", "data.path=nosplit.csv"], "nosplit.csv lacks column(s) split"),
-        (["train", "--set", "loss.name=anchr"], "unknown loss.name 'anchr'"),
-        (["pretrain", "--images", "missing", "--output-dir", "o"], "image folder not found: missing"),
-        (["pretrain", "--images", "empty", "--output-dir", "o"], "no images to index in empty"),
-        (["pretrain", "--images", "notimages", "--output-dir", "o"], "no images to index in notimages"),
-        (["pretrain", "--csv", "train.csv", "--split", "val", "--output-dir", "o"], "(split=val)"),
-        (["pretrain", "--resume", "notarun", "--output-dir", "o"], "no pretraining checkpoint at notarun"),
-        (["pretrain", "--images", "notimages", "--set", "pretrain.epochs=0", "--output-dir", "o"], "pretrain.epochs"),
-        (["audit", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "r"], "checkpoint not found"),
-        (["audit", "--checkpoint", "missing.pt", "--csv", "missing.csv", "--out", "r"], "CSV not found: missing.csv"),
-        (["audit", "--csv", "train.csv", "--out", "r"], "--csv needs --checkpoint CKPT or --model EXPORT_DIR"),
-        (["index", "build", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "i"], "checkpoint not found"),
-        (["index", "query", "--index", ".", "--image", "missing.png"], "is not a retrieval index"),
-        (["index", "build", "--model", "x", "--csv", "train.csv", "--split", "val", "--out", "i"], "(split=val)"),
-        (["embed", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "e.npz"], "checkpoint not found"),
-        (["embed", "--checkpoint", "missing.pt", "--images", "empty", "--out", "e.npz"], "no images to index in empty"),
-        (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "x"], "checkpoint not found"),
-    ],
-    ids=lambda value: " ".join(value) if isinstance(value, list) else "",
+    ("args", "message"), MISTAKES, ids=lambda value: " ".join(value) if isinstance(value, list) else ""
 )
 def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_loads(
     args: list[str], message: str, tmp_path: Path
 ) -> None:
     """The one-line error comes in an instant: no "loading PyTorch" line, no torch or timm imported first."""
-    (tmp_path / "empty").mkdir()
-    (tmp_path / "notimages").mkdir()
-    (tmp_path / "notimages" / "notes.txt").write_text("not an image")
-    (tmp_path / "nosplit.csv").write_text("path,label\na.png,1\n")
-    (tmp_path / "train.csv").write_text("path,label,split\na.png,1,train\n")
-    names, done = _imported(args, cwd=tmp_path)
+    names, done = _imported(args, cwd=mistake_folder(tmp_path))
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert (done.returncode, done.stdout) == (2, "")
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors

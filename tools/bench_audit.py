@@ -253,7 +253,7 @@ def _measure(
 
 def _pipeline_row(features: np.ndarray, catalogue: Any, truth: _Truth, threshold: float) -> dict[str, Any]:
     """The audit pipeline (FAISS graph, leaks at the threshold, cleanlab over the graph) on these features."""
-    from retrieval.audit import audit_embeddings
+    from retrieval.audit.findings import audit_embeddings
     from retrieval.audit.leaks import find_leaks
 
     started = time.perf_counter()
@@ -331,7 +331,7 @@ def score(
     """
     import warnings
 
-    from retrieval.audit import read_catalogue
+    from retrieval.audit.catalogue import read_catalogue
     from retrieval.checkpoint import Checkpoint
 
     warnings.filterwarnings("ignore", module=r"cleanlab\.")
@@ -388,7 +388,9 @@ def table(results: dict[str, Any]) -> str:
 
 def _scale_one(n: int, dim: int, classes: int) -> dict[str, Any]:
     """The audit of `n` synthetic clustered unit embeddings with labels (5% flipped) and splits, in this process."""
-    from retrieval.audit import Catalogue, audit_embeddings, leaks
+    from retrieval.audit import leaks
+    from retrieval.audit.catalogue import Catalogue
+    from retrieval.audit.findings import audit_embeddings
     from retrieval.audit.knn_graph import graph_recall
 
     rng = np.random.default_rng(0)

@@ -2,17 +2,8 @@
 
 Found over the FAISS kNN graph of the toolkit's own embedding (`findings.audit_embeddings`),
 scored by cleanlab where it has the method (label issues, outliers, overlapping classes) and
-written as CSVs and one HTML page (`report.write_report`). Needs the `audit` extra (cleanlab).
+written as CSVs and one HTML page (`report.write_report`), of the images `catalogue.read_catalogue` reads.
+Needs the `audit` extra (cleanlab).
 """
 
-from retrieval.audit.catalogue import Catalogue, read_catalogue
-from retrieval.audit.findings import Findings, audit_embeddings
-from retrieval.audit.report import write_report
-
-__all__ = [
-    "Catalogue",
-    "Findings",
-    "audit_embeddings",
-    "read_catalogue",
-    "write_report",
-]
+__all__: list[str] = []  # the modules are the API: importing one loads no other (cleanlab, FAISS, sklearn)

@@ -15,15 +15,18 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.audit.findings import AuditSummary, Findings
 from retrieval.audit.page import render_page
 from retrieval.audit.tables import SECTIONS, Row, report_tables
 from retrieval.errors import UserError
 from retrieval.runtime.directories import refuse_file_in_the_way, staging_directory, swap_in
 from retrieval.runtime.files import write_text
+
+if TYPE_CHECKING:  # the findings module loads cleanlab and scikit-learn: not for `check_report_folder`
+    from retrieval.audit.findings import AuditSummary, Findings
 
 __all__ = ["REPORT_FILES", "check_report_folder", "write_report"]
 

@@ -12,11 +12,14 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from retrieval.audit.duplicates import Groups
-from retrieval.audit.findings import Findings
+if TYPE_CHECKING:  # cleanlab, scikit-learn and scipy load with these: the page needs only their types
+    from retrieval.audit.duplicates import Groups
+    from retrieval.audit.findings import Findings
+
 
 __all__ = [
     "SECTIONS",

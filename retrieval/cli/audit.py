@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
     import numpy as np
 
-    from retrieval.audit import Catalogue
+    from retrieval.audit.catalogue import Catalogue
     from retrieval.audit.trust import Selection
     from retrieval.config import AuditConfig
     from retrieval.core.match_threshold import MatchThreshold
@@ -74,8 +74,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.audit import audit_embeddings, read_catalogue, write_report
-    from retrieval.audit.report import check_report_folder
+    from retrieval.audit.catalogue import read_catalogue
+    from retrieval.audit.report import check_report_folder, write_report
     from retrieval.export.encoder_choice import EncoderChoice
 
     check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
@@ -87,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
     settings = _settings(args)  # before the model too: a bad key or value costs nothing
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
     choice.check()  # before PyTorch loads: a checkpoint that is not there
+    from retrieval.audit.findings import audit_embeddings  # cleanlab, scikit-learn: after every check above
     with showing_progress("audit") as log:
         selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:

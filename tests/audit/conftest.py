@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.audit import Catalogue
+from retrieval.audit.catalogue import Catalogue
 from retrieval.config import AUDIT_CHECKS
 
 NO_HASH = [check for check in AUDIT_CHECKS if check != "exact_duplicates"]  # audit.checks without reading files

@@ -7,8 +7,10 @@ import io
 import numpy as np
 from PIL import Image, ImageDraw, ImageEnhance
 
-from retrieval.audit import Catalogue, audit_embeddings, write_report
+from retrieval.audit.catalogue import Catalogue
 from retrieval.audit.colour import colour_differs
+from retrieval.audit.findings import audit_embeddings
+from retrieval.audit.report import write_report
 from retrieval.config import AuditConfig
 from tests.audit.conftest import NO_HASH
 

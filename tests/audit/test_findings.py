@@ -8,10 +8,11 @@ import numpy as np
 import pytest
 from PIL import Image, ImageFilter
 
-from retrieval.audit import Catalogue, audit_embeddings
+from retrieval.audit.catalogue import Catalogue
 from retrieval.audit.copies import describe_images
 from retrieval.audit.copy_index import copy_graph, copy_index
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
+from retrieval.audit.findings import audit_embeddings
 from retrieval.audit.knn_graph import KnnGraph
 from retrieval.audit.leaks import copy_leaks, find_leaks
 from retrieval.config import AuditConfig

@@ -24,10 +24,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from PIL import Image
 
-from retrieval.audit import Catalogue, Findings, write_report
+from retrieval.audit.catalogue import Catalogue
 from retrieval.audit.duplicates import exact_duplicate_groups, near_duplicate_groups
+from retrieval.audit.findings import Findings
 from retrieval.audit.knn_graph import build_knn_graph
 from retrieval.audit.leaks import copy_leaks
+from retrieval.audit.report import write_report
 from retrieval.audit.scoring import ClassPair, Scores
 from retrieval.audit.threshold import NearThreshold
 from retrieval.config import AuditConfig

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from retrieval.audit import audit_embeddings, write_report
+from retrieval.audit.findings import audit_embeddings
+from retrieval.audit.report import write_report
 from retrieval.config import AuditConfig
 from tests.serve.test_page import CHROMIUM, CHROMIUM_ARGS
 

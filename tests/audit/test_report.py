@@ -9,7 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from retrieval.audit import Catalogue, audit_embeddings, read_catalogue, write_report
+from retrieval.audit.catalogue import Catalogue, read_catalogue
+from retrieval.audit.findings import audit_embeddings
+from retrieval.audit.report import write_report
 from retrieval.audit.tables import SECTIONS
 from retrieval.audit.trust import Selection, trust_warning
 from retrieval.config import AuditConfig

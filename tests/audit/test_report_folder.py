@@ -6,7 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.audit import Catalogue, audit_embeddings, write_report
+from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.findings import audit_embeddings
+from retrieval.audit.report import write_report
 from retrieval.cli.main import main
 from retrieval.config import AuditConfig
 from retrieval.errors import UserError

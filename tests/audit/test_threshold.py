@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.audit import Catalogue, audit_embeddings
+from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.findings import audit_embeddings
 from retrieval.audit.threshold import choose_threshold
 from retrieval.config import AuditConfig
 from retrieval.core.match_threshold import MatchThreshold
@@ -94,7 +95,8 @@ _WITHOUT_TORCH = """
 import sys
 from pathlib import Path
 import numpy as np
-from retrieval.audit import Catalogue, audit_embeddings
+from retrieval.audit.catalogue import Catalogue
+from retrieval.audit.findings import audit_embeddings
 from retrieval.config import AuditConfig
 rng = np.random.default_rng(0)
 embeddings = rng.normal(size=(40, 8)).astype(np.float32)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 from PIL import Image, ImageEnhance
 
-from retrieval.audit import audit_embeddings, read_catalogue
+from retrieval.audit.catalogue import read_catalogue
+from retrieval.audit.findings import audit_embeddings
 from retrieval.audit.leaks import MAX_RATIO
 from retrieval.config import AuditConfig, DataConfig
 from retrieval.evaluate.leak_check import copied_test_rows

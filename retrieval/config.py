@@ -239,7 +239,7 @@ class AugmentConfig(_Section):
 class LossConfig(_Section):
     section: ClassVar[str] = "loss"
 
-    # a loss of the registry, retrieval/choices/losses.py (LOSS_CLASSES), e.g. anchor, proxy_nca; or any
+    # a loss of the registry, retrieval/choices/losses.py (LOSSES), e.g. anchor, proxy_nca; or any
     # pytorch-metric-learning loss as pml.<ClassName> (its arguments in loss.kwargs, a PML miner in loss.miner)
     name: str = "anchor"
     params: dict[str, Any] = Field(default_factory=dict)  # the loss constructor's own arguments

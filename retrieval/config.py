@@ -26,16 +26,27 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
 from retrieval.choices.datasets import dataset_traits
 from retrieval.choices.losses import check_loss_name
+from retrieval.choices.pretrain_methods import PRETRAIN_METHODS
+from retrieval.choices.trackers import TRACKERS
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
-from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
+from retrieval.validation import (
+    Record,
+    Worded,
+    accepts,
+    at_least,
+    choices,
+    registered,
+    split_text,
+    unknown_key,
+    user_error,
+)
 
 __all__ = [
     "AUDIT_CHECKS",
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
-    "TRACKERS",
     "AuditConfig",
     "AugmentConfig",
     "Config",
@@ -75,8 +86,6 @@ def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
 def _is_count_or_fraction(value: float | None) -> bool:
     return value is None or value == 0 or 0 < value < 1 or (value >= 1 and float(value).is_integer())
 
-
-TRACKERS = ("tensorboard", "mlflow")  # the values of train.loggers (retrieval.train.trackers)
 
 _POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number > 0")
 _NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
@@ -289,7 +298,7 @@ class TrainConfig(_Section):
     loggers: Annotated[
         list[str],
         _PAIR,
-        accepts(lambda names: all(name in TRACKERS for name in names), f"a list of {' and '.join(TRACKERS)}, or []"),
+        registered(TRACKERS, many=True),
     ] = Field(default_factory=list)
 
 
@@ -304,8 +313,9 @@ class PretrainConfig(_Section):
 
     section: ClassVar[str] = "pretrain"
 
-    # simclr (NT-Xent, PML's NTXentLoss; won validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient)
-    method: Literal["simclr", "simsiam"] = "simclr"
+    # a method of the registry retrieval/choices/pretrain_methods.py: simclr (NT-Xent, PML's NTXentLoss; won
+    # validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient), or one registered (docs/extending.md)
+    method: Annotated[str, registered(PRETRAIN_METHODS)] = "simclr"
     epochs: Annotated[int, at_least(1)] = 100  # passes over the unlabeled images
     # images per optimizer step over all processes, each seen in two views (SimCLR's negatives: 2 x batch - 2)
     batch_size: Annotated[int, at_least(4)] = 256

@@ -24,7 +24,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
-from retrieval.choices.datasets import dataset_traits
+from retrieval.choices.datasets import dataset_spec
 from retrieval.choices.losses import check_loss_name
 from retrieval.choices.pretrain_methods import PRETRAIN_METHODS
 from retrieval.choices.trackers import TRACKERS
@@ -151,7 +151,7 @@ class ModelConfig(_Section):
 class DataConfig(_Section):
     section: ClassVar[str] = "data"
 
-    name: str = "csv"  # a dataset of the registry, retrieval/data/registry.py (e.g. csv, folder, digits, cub200)
+    name: str = "csv"  # a dataset of the registry, retrieval/choices/datasets.py (e.g. csv, folder, digits, cub200)
     path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
     root: str | None = None  # dataset folder (folder and the official layouts: retrieval/data/official.py)
     image_size: Annotated[int, at_least(8, "pixels")] = 224  # training crop / evaluation crop
@@ -193,7 +193,7 @@ class AugmentConfig(_Section):
 
     section: ClassVar[str] = "augment"
 
-    # natural | glyph | artwork | document | sketch | light (auto: the dataset's, retrieval.data.registry)
+    # natural | glyph | artwork | document | sketch | light (auto: the dataset's, retrieval.choices.datasets)
     preset: PresetName
     # RandomResizedCrop area range; null: no crop, train on the eval geometry
     crop_scale: Annotated[
@@ -547,7 +547,7 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
     if not isinstance(values, dict):
         raise UserError("config section 'augment' must be a mapping of keys to values (e.g. preset: glyph)")
     requested = str(values.get("preset", AUTO_PRESET))
-    preset = dataset_traits(data_name).augment_preset if requested == AUTO_PRESET else requested
+    preset = dataset_spec(data_name).augment_preset if requested == AUTO_PRESET else requested
     if preset not in PRESETS:
         raise UserError(f"unknown augment.preset {requested!r}; valid presets: {AUTO_PRESET}, {', '.join(PRESETS)}")
     knobs = {key: value for key, value in values.items() if key != "preset"}
@@ -591,7 +591,7 @@ def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> _Pla
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
-    dataset_traits(data.name)  # an unknown name fails here, without the dataset readers
+    dataset_spec(data.name)  # an unknown name fails here, without the dataset readers
     train = TrainConfig.build(raw.get("train") or {}, texts)
     return _PlainSections(model, data, train, PretrainConfig.build(raw.get("pretrain") or {}, texts))
 
@@ -604,7 +604,7 @@ def _default(section: type[_Section], name: str) -> Any:
 def _check_across_fields(config: Config) -> None:
     """The rules that tie fields together; each field's own choices and range are checked on the field."""
     data = config.data
-    if dataset_traits(data.name).reads_root and not data.root:
+    if dataset_spec(data.name).reads_root and not data.root:
         raise UserError(
             f"data.name {data.name} reads a dataset folder but data.root is not set; "
             "use --set data.root=/path/to/the/extracted/dataset"

@@ -36,9 +36,13 @@ Registered = TypeVar("Registered")
 
 
 def object_path(obj: object) -> str:
-    """`module:qualname` of a class or function: its identity across imports (a re-import makes new objects)."""
-    qualname = getattr(obj, "__qualname__", type(obj).__qualname__)
-    return f"{getattr(obj, '__module__', type(obj).__module__)}:{qualname}"
+    """`module:qualname` of a class or function: its identity across imports (a re-import makes new objects).
+
+    Any other object (an instance) has no such name: its path names its class and the object itself.
+    """
+    if hasattr(obj, "__qualname__") and hasattr(obj, "__module__"):
+        return f"{obj.__module__}:{obj.__qualname__}"
+    return f"{type(obj).__module__}:{type(obj).__qualname__} at {id(obj):#x}"
 
 
 def _default_unknown(kind: str) -> Callable[[str, list[str]], str]:
@@ -78,6 +82,7 @@ class Registry(Generic[T]):
         self._unknown = unknown or _default_unknown(kind)
         self._reserved = reserved
         self._registered: dict[str, T] = {}
+        self._paths: dict[str, str] = {}  # registered name -> the `module:qualname` of what holds it
         self._loaded: dict[str, T] = {}
 
     def register(self, name: str | None = None) -> Callable[[Registered], Registered]:
@@ -93,8 +98,15 @@ class Registry(Generic[T]):
 
         return decorate
 
-    def add(self, name: str, obj: object) -> None:
+    def add(self, name: str, obj: object, *, path: str | None = None) -> None:
         """Register `obj` as `name` (what `register` does).
+
+        Args:
+            name: the name it answers to.
+            obj: the object.
+            path: `module:qualname` that identifies it (default `object_path(obj)`): what it is built from,
+                for an instance (a spec around a reader function), so that importing its module again is
+                not a second holder.
 
         Raises:
             ValueError: `name` is reserved, `obj` is not of this kind, or another object already holds `name`.
@@ -104,10 +116,12 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.kind} {name!r}: {reason}")
         if not self._accepts(obj):
             raise ValueError(f"{self.kind} {name!r}: {object_path(obj)} is not {self._expected}")
+        path = path or object_path(obj)
         holder = self._holder(name)
-        if holder is not None and holder != object_path(obj):
+        if holder is not None and holder != path:
             raise ValueError(f"{self.kind} {name!r} is already registered by {holder}")
         self._registered[name] = obj  # type: ignore[assignment]  # accepted above: an object of this kind
+        self._paths[name] = path
         self._loaded.pop(name, None)
 
     def names(self) -> list[str]:
@@ -184,7 +198,7 @@ class Registry(Generic[T]):
     def _holder(self, name: str) -> str | None:
         """`module:attr` of what holds `name` now (a built-in is not imported to say so), or None."""
         if name in self._registered:
-            return object_path(self._registered[name])
+            return self._paths[name]
         if name in self._builtins:
             return self._builtins[name]
         return None

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from retrieval.choices.augment_presets import PRESETS, PresetName
 from retrieval.choices import losses as loss_choices
+from retrieval.choices.augment_presets import PRESETS, PresetName
 from retrieval.config import (
     BAD_IMAGE_POLICIES,
     DEMO_CONFIG,

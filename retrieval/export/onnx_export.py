@@ -71,8 +71,7 @@ def export_checkpoint(
     The files are made and checked in a scratch directory first, so a refused export writes
     nothing to `out_dir`; then each is copied in atomically, the manifest last. With `quantize`,
     model.onnx is the model of quantizer `quantize.method` (`retrieval.export.quantizers`) and the
-    manifest's `quantization`
-    records its calibration and its validation metrics beside the float model's.
+    manifest's `quantization` records its calibration and its validation metrics beside the float model's.
 
     Raises:
         UserError: the checkpoint cannot be read, the model cannot be exported (the op is named),

@@ -60,7 +60,8 @@ class Registry(Generic[T]):
         expected: what `accepts` wants, for the error of an object it refuses.
         unknown: (name, valid names) -> the message of an unknown name; default
             `unknown {kind} 'x'; valid names: a, b`.
-        reserved: name -> why it cannot be registered (a timm model's name for a backbone), or None.
+        reserved: name -> why it cannot be registered, completing "KIND 'name' ..." ("is a timm model; ..."),
+            or None.
     """
 
     def __init__(
@@ -113,7 +114,7 @@ class Registry(Generic[T]):
         """
         reason = self._reserved(name) if self._reserved is not None else None
         if reason is not None:
-            raise ValueError(f"{self.kind} {name!r}: {reason}")
+            raise ValueError(f"{self.kind} {name!r} {reason}")
         if not self._accepts(obj):
             raise ValueError(f"{self.kind} {name!r}: {object_path(obj)} is not {self._expected}")
         path = path or object_path(obj)
@@ -123,6 +124,18 @@ class Registry(Generic[T]):
         self._registered[name] = obj  # type: ignore[assignment]  # accepted above: an object of this kind
         self._paths[name] = path
         self._loaded.pop(name, None)
+
+    def fresh(self) -> Registry[T]:
+        """This registry as a process that registered nothing has it: the built-ins and entry points only."""
+        return Registry(
+            self.kind,
+            self.group,
+            self._builtins,
+            accepts=self._accepts,
+            expected=self._expected,
+            unknown=self._unknown,
+            reserved=self._reserved,
+        )
 
     def names(self) -> list[str]:
         """Every valid name: the built-ins in their order, then registered ones, then entry points (sorted)."""
@@ -241,7 +254,7 @@ class Registry(Generic[T]):
             )
         reason = self._reserved(name) if self._reserved is not None else None
         if reason is not None:
-            raise UserError(f"{self.kind} {name!r}: {where}: {reason}")
+            raise UserError(f"{self.kind} {name!r} {reason} (declared by {where})")
         if not self._accepts(obj):
             raise UserError(f"{self.kind} {name!r}: {where} is not {self._expected}; fix the package that declares it")
         return obj  # type: ignore[no-any-return]  # accepted above

@@ -24,18 +24,29 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
-from retrieval.choices.datasets import dataset_traits
+from retrieval.choices.datasets import dataset_spec
 from retrieval.choices.losses import check_loss_name
+from retrieval.choices.pretrain_methods import PRETRAIN_METHODS
+from retrieval.choices.trackers import TRACKERS
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
-from retrieval.validation import Record, Worded, accepts, at_least, choices, split_text, unknown_key, user_error
+from retrieval.validation import (
+    Record,
+    Worded,
+    accepts,
+    at_least,
+    choices,
+    registered,
+    split_text,
+    unknown_key,
+    user_error,
+)
 
 __all__ = [
     "AUDIT_CHECKS",
     "BAD_IMAGE_POLICIES",
     "DEMO_CONFIG",
     "SCHEDULES",
-    "TRACKERS",
     "AuditConfig",
     "AugmentConfig",
     "Config",
@@ -75,8 +86,6 @@ def _ordered(upper: float = math.inf) -> Callable[[Any], bool]:
 def _is_count_or_fraction(value: float | None) -> bool:
     return value is None or value == 0 or 0 < value < 1 or (value >= 1 and float(value).is_integer())
 
-
-TRACKERS = ("tensorboard", "mlflow")  # the values of train.loggers (retrieval.train.trackers)
 
 _POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number > 0")
 _NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
@@ -142,7 +151,7 @@ class ModelConfig(_Section):
 class DataConfig(_Section):
     section: ClassVar[str] = "data"
 
-    name: str = "csv"  # a dataset of the registry, retrieval/data/registry.py (e.g. csv, folder, digits, cub200)
+    name: str = "csv"  # a dataset of the registry, retrieval/choices/datasets.py (e.g. csv, folder, digits, cub200)
     path: str | None = None  # CSV file (data.name: csv): path,label,split[,is_query,is_gallery]
     root: str | None = None  # dataset folder (folder and the official layouts: retrieval/data/official.py)
     image_size: Annotated[int, at_least(8, "pixels")] = 224  # training crop / evaluation crop
@@ -184,7 +193,7 @@ class AugmentConfig(_Section):
 
     section: ClassVar[str] = "augment"
 
-    # natural | glyph | artwork | document | sketch | light (auto: the dataset's, retrieval.data.registry)
+    # natural | glyph | artwork | document | sketch | light (auto: the dataset's, retrieval.choices.datasets)
     preset: PresetName
     # RandomResizedCrop area range; null: no crop, train on the eval geometry
     crop_scale: Annotated[
@@ -239,7 +248,7 @@ class AugmentConfig(_Section):
 class LossConfig(_Section):
     section: ClassVar[str] = "loss"
 
-    # a loss of the registry, retrieval/choices/losses.py (LOSS_CLASSES), e.g. anchor, proxy_nca; or any
+    # a loss of the registry, retrieval/choices/losses.py (LOSSES), e.g. anchor, proxy_nca; or any
     # pytorch-metric-learning loss as pml.<ClassName> (its arguments in loss.kwargs, a PML miner in loss.miner)
     name: str = "anchor"
     params: dict[str, Any] = Field(default_factory=dict)  # the loss constructor's own arguments
@@ -289,7 +298,7 @@ class TrainConfig(_Section):
     loggers: Annotated[
         list[str],
         _PAIR,
-        accepts(lambda names: all(name in TRACKERS for name in names), f"a list of {' and '.join(TRACKERS)}, or []"),
+        registered(TRACKERS, many=True),
     ] = Field(default_factory=list)
 
 
@@ -304,8 +313,9 @@ class PretrainConfig(_Section):
 
     section: ClassVar[str] = "pretrain"
 
-    # simclr (NT-Xent, PML's NTXentLoss; won validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient)
-    method: Literal["simclr", "simsiam"] = "simclr"
+    # a method of the registry retrieval/choices/pretrain_methods.py: simclr (NT-Xent, PML's NTXentLoss; won
+    # validation over simsiam: docs/benchmarks.md) | simsiam (stop-gradient), or one registered (docs/extending.md)
+    method: Annotated[str, registered(PRETRAIN_METHODS)] = "simclr"
     epochs: Annotated[int, at_least(1)] = 100  # passes over the unlabeled images
     # images per optimizer step over all processes, each seen in two views (SimCLR's negatives: 2 x batch - 2)
     batch_size: Annotated[int, at_least(4)] = 256
@@ -537,7 +547,7 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
     if not isinstance(values, dict):
         raise UserError("config section 'augment' must be a mapping of keys to values (e.g. preset: glyph)")
     requested = str(values.get("preset", AUTO_PRESET))
-    preset = dataset_traits(data_name).augment_preset if requested == AUTO_PRESET else requested
+    preset = dataset_spec(data_name).augment_preset if requested == AUTO_PRESET else requested
     if preset not in PRESETS:
         raise UserError(f"unknown augment.preset {requested!r}; valid presets: {AUTO_PRESET}, {', '.join(PRESETS)}")
     knobs = {key: value for key, value in values.items() if key != "preset"}
@@ -581,7 +591,7 @@ def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> _Pla
         raise UserError(f"unknown config section(s) {sorted(unknown)}; valid sections: {', '.join(_SECTIONS)}")
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
-    dataset_traits(data.name)  # an unknown name fails here, without the dataset readers
+    dataset_spec(data.name)  # an unknown name fails here, without the dataset readers
     train = TrainConfig.build(raw.get("train") or {}, texts)
     return _PlainSections(model, data, train, PretrainConfig.build(raw.get("pretrain") or {}, texts))
 
@@ -594,7 +604,7 @@ def _default(section: type[_Section], name: str) -> Any:
 def _check_across_fields(config: Config) -> None:
     """The rules that tie fields together; each field's own choices and range are checked on the field."""
     data = config.data
-    if dataset_traits(data.name).reads_root and not data.root:
+    if dataset_spec(data.name).reads_root and not data.root:
         raise UserError(
             f"data.name {data.name} reads a dataset folder but data.root is not set; "
             "use --set data.root=/path/to/the/extracted/dataset"

@@ -31,6 +31,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationError, Val
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from retrieval.errors import UserError, short_repr
+from retrieval.registry import Registry
 
 __all__ = [
     "Record",
@@ -39,6 +40,7 @@ __all__ = [
     "accepts",
     "at_least",
     "choices",
+    "registered",
     "split_text",
     "unknown_key",
     "user_error",
@@ -59,6 +61,23 @@ def accepts(test: Callable[[Any], bool], expected: str) -> AfterValidator:
 def at_least(low: int, note: str = "") -> AfterValidator:
     """The rule of an integer >= `low`; `note` says what the number means."""
     return accepts(lambda value: value >= low, f"an integer >= {low}" + (f" ({note})" if note else ""))
+
+
+def registered(registry: Registry[Any], *, many: bool = False) -> AfterValidator:
+    """The rule of a name of `registry` ("KEY must be one of a, b"), or with `many` a list of them.
+
+    The names are read when a value is checked, so that names registered after import count.
+    """
+
+    def check(value: Any) -> Any:
+        if not all(name in registry for name in (value if many else [value])):
+            names = registry.names()
+            listed = f"{', '.join(names[:-1])} and {names[-1]}" if len(names) > 1 else "".join(names)
+            expected = f"a list of {listed}, or []" if many else f"one of {', '.join(names)}"
+            raise PydanticCustomError("rule", expected, {"value": value})
+        return value
+
+    return AfterValidator(check)
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Named augmentation presets: every `augment.*` knob at once, for one kind of image.
 
 A plain table (no imports from the rest of the package), so that `retrieval.config` and the dataset
-registry (`retrieval.data.registry`, which names each dataset's preset) can use it without importing
+registry (`retrieval.choices.datasets`, which names each dataset's preset) can use it without importing
 each other. `retrieval.data.transforms` turns the resolved values into timm / torchvision transforms;
 `retrieval.config.AugmentConfig` documents each knob and holds its neutral default (no crop, no
 flip, no affine, no photometric noise, the whole image at eval, borders in the image's own colour):

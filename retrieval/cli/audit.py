@@ -88,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
     catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
     choice.check()  # before PyTorch loads: a checkpoint that is not there
     from retrieval.audit.findings import audit_embeddings  # cleanlab, scikit-learn: after every check above
+
     with showing_progress("audit") as log:
         selection = None  # the checkpoint's model-selection record (no checkpoint: none)
         if catalogue is None:

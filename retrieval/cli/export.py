@@ -1,7 +1,7 @@
 """`retrieval export`: a checkpoint as an export directory for inference runtimes (ONNX, run by onnxruntime).
 
     retrieval export --checkpoint CKPT --format onnx --out DIR [--opset 18]
-                     [--quantize int8 [--calibration-images 256] [--tolerance 0.01] [--set data.KEY=VALUE]]
+                     [--quantize int8|NAME [--calibration-images 256] [--tolerance 0.01] [--set data.KEY=VALUE]]
 
 DIR then holds `model.onnx`, `preprocess.json` and `manifest.json` (`retrieval.export.onnx_export`);
 `index build|add|query --model DIR` and `serve` embed with it through onnxruntime, no torch needed.
@@ -23,7 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["add_parser", "run"]
 
 _FORMATS = ("onnx",)
-_QUANTIZE = ("int8",)  # retrieval.export.quantize.QUANTIZE_METHODS, spelled here so --help imports no torch
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -42,9 +41,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     parser.add_argument("--opset", type=int, default=18, help="ONNX opset (default: 18)")
     parser.add_argument(
         "--quantize",
-        choices=_QUANTIZE,
+        metavar="NAME",
         help="int8: onnxruntime static quantization calibrated on training images, refused when validation "
-        "Recall@1 or MAP@R drops by more than --tolerance",
+        "Recall@1 or MAP@R drops by more than --tolerance (or a quantizer registered in retrieval.quantizers)",
     )
     parser.add_argument(
         "--calibration-images",
@@ -73,16 +72,18 @@ def run(args: argparse.Namespace) -> int:
     output_folder(args.out, "--out", MODEL_FILE)  # before torch loads: refused in a moment, not after the export
 
     from retrieval.errors import UserError
+    from retrieval.export.quantizers import QuantizeRequest
 
     options = {"calibration_images": args.calibration_images, "tolerance": args.tolerance}
     given = {name: value for name, value in options.items() if value is not None}
     if args.quantize is None and (given or args.overrides):
         raise UserError("--calibration-images, --tolerance and --set apply to --quantize int8 only; add it")
+    request = (
+        None if args.quantize is None else QuantizeRequest(args.quantize, **given, overrides=tuple(args.overrides))
+    )
     existing_checkpoint(args.checkpoint)
     from retrieval.export.onnx_export import export_checkpoint  # torch.onnx loads only for this command
-    from retrieval.export.quantize import QuantizeRequest
 
-    request = None if args.quantize is None else QuantizeRequest(**given, overrides=tuple(args.overrides))
     manifest = export_checkpoint(args.checkpoint, args.out, opset=args.opset, quantize=request)
     parity = manifest.parity
     print(f"export: {args.out} (model.onnx, preprocess.json, manifest.json)")
@@ -95,14 +96,14 @@ def run(args: argparse.Namespace) -> int:
         f"{parity.preprocess_max_abs_diff:.2e} (preprocessed pixels), {parity.images} images"
     )
     if manifest.quantization is not None:
-        print(_quantization_line(manifest.quantization))
+        print(_quantization_line(args.quantize, manifest.quantization))
     return 0
 
 
-def _quantization_line(record: Quantization) -> str:
+def _quantization_line(method: str, record: Quantization) -> str:
     """`int8: recall@1 0.9123 (float 0.9150), map@r ..., nearest neighbour kept for 0.9100 of the images on the val
     split, 256 calibration images`."""
     int8, float_ = record.int8, record.float_metrics
     scores = ", ".join(f"{name} {int8[name]:.4f} (float {float_[name]:.4f})" for name in record.drop)
     kept = f", nearest neighbour kept for {record.nearest_neighbor_agreement:.4f} of the images"
-    return f"int8: {scores}{kept} on the {record.split} split, {record.calibration_images} calibration images"
+    return f"{method}: {scores}{kept} on the {record.split} split, {record.calibration_images} calibration images"

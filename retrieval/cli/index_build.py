@@ -15,7 +15,7 @@ from retrieval.cli._common import add_config_arguments, add_embedding_arguments,
 from retrieval.cli._index_common import add_image_inputs, add_lock_timeout, format_measurement
 from retrieval.cli._progress import showing_progress
 from retrieval.cli.index_from_files import add_embeddings_arguments, add_shard_arguments, parse_shard
-from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind
+from retrieval.index.choice import AUTO, DEFAULT_TARGET_RECALL, KINDS
 from retrieval.index.storage import INDEX_FILE
 
 if TYPE_CHECKING:
@@ -23,8 +23,6 @@ if TYPE_CHECKING:
     from retrieval.index.manifest import IndexManifest
 
 __all__ = ["add_parser", "run"]
-
-_KINDS = tuple(kind.value for kind in IndexKind)  # auto, then every row of retrieval.index.choice.KINDS
 
 
 def add_parser(actions: argparse._SubParsersAction) -> None:
@@ -51,7 +49,9 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
     add_embeddings_arguments(build)
     add_shard_arguments(build)
     build.add_argument("--out", type=Path, required=True, metavar="INDEX_DIR", help="index directory to write")
-    build.add_argument("--type", default="auto", choices=_KINDS, help="index kind (default: auto, from N, D, memory)")
+    build.add_argument(
+        "--type", default=AUTO, choices=[AUTO, *KINDS], help="index kind (default: auto, from N, D, memory)"
+    )
     build.add_argument("--max-memory", metavar="SIZE", help="memory budget for auto, e.g. 4G or 512M")
     build.add_argument(
         "--rerank",

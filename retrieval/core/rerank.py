@@ -28,6 +28,9 @@ stores each item as the average of its neighbours, so the image's own vector is 
 
 A spec string names a method and, optionally, its parameters: `qe`, `qe:k=2,alpha=3`, `dba:k=5`,
 `kreciprocal:k1=20,k2=6,lam=0.3`. Everything here is numpy + FAISS (no torch), so `serve` can use it.
+The methods are the registry `RERANK_METHODS`: a new one is a frozen dataclass with `name`,
+`grid_values`, `database`, `search` and `spec` (a `Reranker`, e.g. derived from `RerankMethod`) in one
+module with `@RERANK_METHODS.register("name")`, or a `retrieval.rerankers` entry point (`docs/extending.md`).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.registry import Registry
 
 __all__ = [
     "IDENTICAL_SCORE",
@@ -50,6 +54,7 @@ __all__ = [
     "Gallery",
     "KReciprocal",
     "QueryExpansion",
+    "RerankMethod",
     "Reranker",
     "augment_vectors",
     "augmentation_at_build",
@@ -93,8 +98,8 @@ class Reranker(Protocol):
         ...
 
 
-class _Spec:
-    """Shared by the methods: their spec string and their parameter grid."""
+class RerankMethod:
+    """Shared by the methods (frozen dataclasses of their parameters): their spec string and parameter grid."""
 
     name: ClassVar[str]
     grid_values: ClassVar[dict[str, tuple[float, ...]]]
@@ -104,7 +109,7 @@ class _Spec:
         return f"{self.name}:{values}"
 
     @classmethod
-    def grid(cls) -> Iterator[_Spec]:
+    def grid(cls) -> Iterator[RerankMethod]:
         """Every combination of `grid_values`: the candidates `evaluate --rerank` chooses from on validation."""
         names = list(cls.grid_values)
         for values in itertools.product(*cls.grid_values.values()):
@@ -112,7 +117,7 @@ class _Spec:
 
 
 @dataclass(frozen=True)
-class QueryExpansion(_Spec):
+class QueryExpansion(RerankMethod):
     """alpha-QE: search again with the normalized, score**alpha-weighted sum of the query and its top k."""
 
     name: ClassVar[str] = "qe"
@@ -137,7 +142,7 @@ class QueryExpansion(_Spec):
 
 
 @dataclass(frozen=True)
-class DatabaseAugmentation(_Spec):
+class DatabaseAugmentation(RerankMethod):
     """alpha-DBA: each stored vector becomes the normalized, score**alpha-weighted sum of its k nearest."""
 
     name: ClassVar[str] = "dba"
@@ -166,7 +171,7 @@ class DatabaseAugmentation(_Spec):
 
 
 @dataclass(frozen=True)
-class KReciprocal(_Spec):
+class KReciprocal(RerankMethod):
     """k-reciprocal re-ranking inside each query's `shortlist` nearest results."""
 
     name: ClassVar[str] = "kreciprocal"
@@ -255,9 +260,18 @@ def rerank_at_query(spec: str) -> Reranker:
     return reranker
 
 
-RERANK_METHODS: dict[str, type[_Spec]] = {
-    method.name: method for method in (QueryExpansion, DatabaseAugmentation, KReciprocal)
-}
+RERANK_METHODS: Registry[type[RerankMethod]] = Registry(
+    "re-ranking method",
+    "retrieval.rerankers",
+    {
+        "qe": "retrieval.core.rerank:QueryExpansion",
+        "dba": "retrieval.core.rerank:DatabaseAugmentation",
+        "kreciprocal": "retrieval.core.rerank:KReciprocal",
+    },
+    accepts=lambda obj: isinstance(obj, type) and all(hasattr(obj, part) for part in ("grid", "search", "database")),
+    expected="a re-ranking class (a dataclass with name, grid_values, database, search and spec)",
+    unknown=lambda name, names: f"unknown re-ranking method {name!r}; choose one of {', '.join(names)}",
+)
 
 
 def parse_rerank(spec: str) -> Reranker:
@@ -267,9 +281,9 @@ def parse_rerank(spec: str) -> Reranker:
         UserError: unknown method or parameter, or a value that is not a number.
     """
     name, _, given = spec.strip().partition(":")
-    method = RERANK_METHODS.get(name.strip())
+    method = RERANK_METHODS.find(name.strip())
     if method is None:
-        raise UserError(f"unknown re-ranking method {name!r}; choose one of {', '.join(RERANK_METHODS)}")
+        raise RERANK_METHODS.unknown(name)
     fields = {f.name: f.type for f in dataclasses.fields(method)}  # type: ignore[arg-type]
     values: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in given.split(","))):

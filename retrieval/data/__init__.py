@@ -1,8 +1,8 @@
-"""Datasets, transforms and samplers; `registry.DATASETS` names every dataset `data.name` can be.
+"""Datasets, transforms and samplers; `DATASETS` (`retrieval.choices.datasets`) names every dataset `data.name` can be.
 
 Each name below is imported from its module on first use (PEP 562), so that importing this package,
 or one of its torch-free modules (the readers: `csv_dataset`, `folder`, `official`, `exclusion`,
-`splits`, `registry`), loads no torch: a command checks a dataset's files before PyTorch loads.
+`splits`), loads no torch: a command checks a dataset's files before PyTorch loads.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from retrieval.choices.datasets import DATASETS, DatasetSpec, dataset_spec
     from retrieval.data.csv_dataset import CsvSplit, labeled_split, read_csv_split, read_csv_splits
     from retrieval.data.datasets import EvalSplit, RetrievalData, build_data
     from retrieval.data.digits import DigitsDataset, load_digits_split
@@ -20,7 +21,6 @@ if TYPE_CHECKING:
     from retrieval.data.image_loader import BAD_IMAGE_POLICIES, BadImage, ImageLoader
     from retrieval.data.official import read_cars196, read_cub200, read_inshop, read_sop
     from retrieval.data.pk_sampler import PKSampler
-    from retrieval.data.registry import DATASETS, DatasetSpec, dataset_spec
     from retrieval.data.splits import read_splits
     from retrieval.images import flatten_image, load_image
 
@@ -66,7 +66,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["BAD_IMAGE_POLICIES", "BadImage", "ImageLoader"], "retrieval.data.image_loader"),
     **dict.fromkeys(["read_cars196", "read_cub200", "read_inshop", "read_sop"], "retrieval.data.official"),
     "PKSampler": "retrieval.data.pk_sampler",
-    **dict.fromkeys(["DATASETS", "DatasetSpec", "dataset_spec"], "retrieval.data.registry"),
+    **dict.fromkeys(["DATASETS", "DatasetSpec", "dataset_spec"], "retrieval.choices.datasets"),
     "read_splits": "retrieval.data.splits",
     **dict.fromkeys(["flatten_image", "load_image"], "retrieval.images"),
 }

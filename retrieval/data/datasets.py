@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 from torch.utils.data import Dataset
 
+from retrieval.choices.datasets import TensorLoader, dataset_spec
 from retrieval.config import AugmentConfig, DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.digits import DigitsDataset
 from retrieval.data.holdout import holdout_classes, holdout_images
 from retrieval.data.image_dataset import ImageDataset
-from retrieval.data.registry import TensorLoader, dataset_spec
 from retrieval.data.splits import training_splits
 from retrieval.data.transforms import ModelDataConfig, build_eval_transform, build_train_transform
 from retrieval.errors import UserError
@@ -157,6 +157,7 @@ def build_data(
     spec = dataset_spec(cfg.name)
     train_tf = build_train_transform(augment, cfg.image_size, model_data_config, in_chans)
     eval_tf = build_eval_transform(augment, cfg.image_size, model_data_config, in_chans)
-    if spec.load_tensors is not None:
-        return _tensors(cfg, spec.load_tensors, train_tf, eval_tf)
+    load_tensors = spec.tensor_loader()
+    if load_tensors is not None:
+        return _tensors(cfg, load_tensors, train_tf, eval_tf)
     return _image_files(cfg, train_tf, eval_tf)

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from retrieval.choices.datasets import dataset_traits
+from retrieval.choices.datasets import DATASETS, dataset_spec
 from retrieval.config import DataConfig
 from retrieval.data.csv_dataset import CsvSplit
 from retrieval.data.exclusion import excluded_paths, without_excluded
-from retrieval.data.registry import DATASETS, dataset_spec
 from retrieval.errors import UserError
 
 __all__ = ["check_training_files", "read_splits", "training_splits"]
@@ -29,22 +28,23 @@ def read_splits(cfg: DataConfig) -> dict[str, CsvSplit]:
             missing, or the layout does not match (the message names the file).
     """
     spec = dataset_spec(cfg.name)
-    if spec.read_files is None:
+    read_files = spec.files_reader()
+    if read_files is None:
         files = ", ".join(name for name, other in DATASETS.items() if other.read_files is not None)
         raise UserError(f"data.name {cfg.name!r} is not a dataset of image files; use {files}")
     check_images = cfg.on_bad_image == "fail"  # with skip, a missing image is skipped when read
-    if not dataset_traits(cfg.name).reads_root:
+    if not spec.reads_root:
         if not cfg.path:
             raise UserError(
                 f"data.name is {cfg.name} but data.path is not set; use --set data.path=path/to/dataset.csv"
             )
-        return _excluding(spec.read_files(Path(cfg.path), check_images), cfg.exclude)
+        return _excluding(read_files(Path(cfg.path), check_images), cfg.exclude)
     if not cfg.root:
         raise UserError(f"data.name is {cfg.name} but data.root is not set; use --set data.root=path/to/dataset")
     root = Path(cfg.root).expanduser()
     if not root.is_dir():
         raise UserError(f"data.root {root} is not a folder; set data.root to the extracted {cfg.name} dataset")
-    return _excluding(spec.read_files(root, check_images), cfg.exclude)
+    return _excluding(read_files(root, check_images), cfg.exclude)
 
 
 def training_splits(cfg: DataConfig) -> dict[str, CsvSplit]:

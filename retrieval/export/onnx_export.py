@@ -6,7 +6,7 @@ transform as data, `Preprocess`) and `manifest.json` (format, source checkpoint 
 opset, embedding dimension, backbone, the sha256 of the other two files, and the parity measured
 here). Everything is made and checked in a scratch directory, then each file is copied in
 atomically and the manifest last (`retrieval.export.bundle`), so a refused export writes nothing.
-With `--quantize int8`, model.onnx is onnxruntime's int8 model (`retrieval.export.quantize`).
+With `--quantize NAME`, model.onnx is that quantizer's model (`retrieval.export.quantizers`; `int8`: onnxruntime's).
 
 Exporter: `torch.onnx.export(..., dynamo=True)` (torch.export + onnxscript), the one PyTorch
 maintains: the TorchScript exporter is deprecated since torch 2.9 and the fallback to it was
@@ -45,7 +45,7 @@ from retrieval.errors import UserError
 from retrieval.export.bundle import MANIFEST_FILE, MODEL_FILE, PREPROCESS_FILE
 from retrieval.export.manifest import EXPORT_FORMAT, ExportManifest, Parity
 from retrieval.export.onnx_encoder import OnnxEncoder
-from retrieval.export.quantize import QuantizeRequest, quantize_int8
+from retrieval.export.quantizers import QUANTIZERS, QuantizeRequest
 from retrieval.inference.forward import FLOAT32, embed_batch
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.runtime.files import atomic_write, file_sha256, write_text
@@ -70,13 +70,13 @@ def export_checkpoint(
 
     The files are made and checked in a scratch directory first, so a refused export writes
     nothing to `out_dir`; then each is copied in atomically, the manifest last. With `quantize`,
-    model.onnx is the int8 model (`retrieval.export.quantize`) and the manifest's `quantization`
-    records its calibration and its validation metrics beside the float model's.
+    model.onnx is the model of quantizer `quantize.method` (`retrieval.export.quantizers`) and the
+    manifest's `quantization` records its calibration and its validation metrics beside the float model's.
 
     Raises:
         UserError: the checkpoint cannot be read, the model cannot be exported (the op is named),
             `out_dir` cannot be written, onnxruntime's embeddings differ from PyTorch's by more
-            than `PARITY_TOLERANCE`, or the int8 model drops more than `quantize.tolerance`.
+            than `PARITY_TOLERANCE`, or the quantized model drops more than `quantize.tolerance`.
     """
     source, out = Path(checkpoint_path), Path(out_dir)
     check_onnx_packages()
@@ -98,9 +98,10 @@ def export_checkpoint(
             )
         quantization = None
         if quantize is not None:
-            int8_path = staged / "int8.onnx"
-            quantization = quantize_int8(staged / MODEL_FILE, int8_path, checkpoint, preprocess, quantize)
-            int8_path.replace(staged / MODEL_FILE)
+            quantized_path = staged / "quantized.onnx"
+            quantizer = QUANTIZERS.get(quantize.method)
+            quantization = quantizer(staged / MODEL_FILE, quantized_path, checkpoint, preprocess, quantize)
+            quantized_path.replace(staged / MODEL_FILE)
         manifest = _manifest(source, sha256, encoder, preprocess, opset, parity, staged)
         if quantization is not None:
             manifest.quantization = quantization

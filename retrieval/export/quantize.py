@@ -1,5 +1,7 @@
 """`quantize_int8`: an exported float model -> onnxruntime int8 (static, QDQ), kept only if retrieval holds up.
 
+The built-in `int8` of the quantizer registry `retrieval.export.quantizers.QUANTIZERS`.
+
 Method: `onnxruntime.quantization.quant_pre_process` (shape inference and graph optimization,
 which folds each BatchNormalization into its Conv so the quantizer sees plain Convs), then
 `quantize_static` in QDQ format with per-channel int8 weights and int8 activations whose ranges
@@ -25,10 +27,8 @@ hold while a tenth of the neighbours change, and a search user sees the neighbou
 from __future__ import annotations
 
 import copy
-import math
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -44,52 +44,17 @@ from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import embed_dataset, score_split
 from retrieval.export.manifest import Quantization
 from retrieval.export.onnx_encoder import OnnxEncoder
+from retrieval.export.quantizers import QuantizeRequest
 from retrieval.metrics import nearest_neighbor_agreement
 
 if TYPE_CHECKING:
     from onnx import NodeProto
 
-__all__ = [
-    "DEFAULT_CALIBRATION_IMAGES",
-    "DEFAULT_TOLERANCE",
-    "QUANTIZE_METHODS",
-    "QuantizeRequest",
-    "quantize_int8",
-    "write_int8_model",
-]
+__all__ = ["quantize_int8", "write_int8_model"]
 
-QUANTIZE_METHODS = ("int8",)
-DEFAULT_CALIBRATION_IMAGES = 256  # enough for stable min/max ranges; calibration time grows linearly with it
-# Absolute drop of Recall@1 and of MAP@R allowed: a few standard deviations of Recall@1 between training
-# seeds of one recipe (docs/benchmarks.md), so an accepted int8 model differs no more than another seed would.
-DEFAULT_TOLERANCE = 0.01
 _METRICS = ("recall@1", "map@r")
 _SAMPLE_SEED = 0  # calibration images: the same sample on every export of a run
 _BATCH_SIZE = 32  # images per calibration and evaluation batch
-
-
-@dataclass(frozen=True)
-class QuantizeRequest:
-    """What `export --quantize int8` asked for."""
-
-    calibration_images: int = DEFAULT_CALIBRATION_IMAGES
-    tolerance: float = DEFAULT_TOLERANCE  # largest absolute drop of Recall@1 and MAP@R accepted
-    overrides: tuple[str, ...] = ()  # data.* keys over the checkpoint's data section (a dataset moved)
-
-    def __post_init__(self) -> None:
-        """Refuse what cannot be asked for, before anything is exported.
-
-        Raises:
-            UserError: fewer than one calibration image, a tolerance that is not a finite number,
-                or `overrides` of other sections than data.
-        """
-        if self.calibration_images < 1:
-            raise UserError(f"--calibration-images must be >= 1, got {self.calibration_images}")
-        if not math.isfinite(self.tolerance):
-            raise UserError(f"--tolerance must be a number like 0.01 (an absolute drop), got {self.tolerance}")
-        other = [item for item in self.overrides if not item.strip().startswith("data.")]
-        if other:
-            raise UserError(f"export --set takes data.* keys only (the model is the checkpoint's), got {other[0]!r}")
 
 
 def quantize_int8(

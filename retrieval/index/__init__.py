@@ -28,7 +28,6 @@ if TYPE_CHECKING:
     from retrieval.index.build.options import IndexBuildOptions
     from retrieval.index.choice import (
         DEFAULT_TARGET_RECALL,
-        IndexKind,
         IndexPlan,
         choose_index,
         parse_memory,
@@ -42,7 +41,6 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_TARGET_RECALL",
     "IndexBuildOptions",
-    "IndexKind",
     "IndexManifest",
     "IndexPlan",
     "SearchIndex",
@@ -57,7 +55,6 @@ __all__ = [
 _HOMES = {
     "DEFAULT_TARGET_RECALL": "choice",
     "IndexBuildOptions": "build.options",
-    "IndexKind": "choice",
     "IndexManifest": "manifest",
     "IndexPlan": "choice",
     "SearchIndex": "search_index",

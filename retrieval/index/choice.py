@@ -13,34 +13,37 @@ Every kind searches by inner product on unit vectors and keeps stable int64 ids:
 `auto` takes the most accurate kind that fits the memory budget: flat while exact search is
 still fast (N <= 20,000), HNSW when it fits, IVF, then IVF-PQ.
 
-`KINDS` is the one table of them: each kind's plan (factory string, parameters, default search
-parameters, whether it is trained, bytes a vector), whether FAISS removes its vectors natively,
-and when `auto` may take it, in `auto`'s order. The command line's choices, the manifest's `kind`
-field and `auto` derive from it, so adding a kind is a member of `IndexKind` and a row here
-(plus the tuning ranges in `retrieval.index.tuning` if it brings a FAISS structure other than
-inverted lists, a graph or re-ranking, whose search parameters tuning already knows).
+`KINDS` is the registry of them (`retrieval.registry.Registry`): each kind's `KindSpec` holds its
+plan (factory string, parameters, default search parameters, whether it is trained, bytes a vector),
+whether FAISS removes its vectors natively, and when `auto` may take it; `auto` tries them in the
+registry's order (the built-ins above, then those registered). The command line's choices, the
+manifest's `kind` field and `auto` read it, so a new kind is one module with
+`KINDS.add("name", KindSpec(...))` or a `retrieval.index_kinds` entry point naming its `KindSpec`
+(`docs/extending.md`; plus the tuning ranges in `retrieval.index.tuning` if it brings a FAISS
+structure other than inverted lists, a graph or re-ranking, whose search parameters tuning already knows).
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from retrieval.errors import UserError
+from retrieval.registry import Registry
 
 __all__ = [
+    "AUTO",
     "DEFAULT_TARGET_RECALL",
     "FLAT_MAX_VECTORS",
     "KINDS",
     "TRAINING_VECTORS_PER_CENTROID",
-    "IndexKind",
     "IndexPlan",
     "IndexSizes",
     "KindSpec",
     "choose_index",
+    "parse_kind",
     "parse_memory",
     "plan_index",
 ]
@@ -56,30 +59,25 @@ _HNSW_M = 32  # links per node
 _HNSW_EF_CONSTRUCTION = 160
 
 
-class IndexKind(str, enum.Enum):
-    """The index kinds `SearchIndex.build` accepts (`auto` picks one of the others)."""
+AUTO = "auto"  # the kind that `choose_index` resolves to one of `KINDS` from N, D and the memory budget
 
-    AUTO = "auto"
-    FLAT = "flat"
-    HNSW = "hnsw"
-    IVF = "ivf"
-    IVFPQ = "ivfpq"
 
-    @classmethod
-    def parse(cls, kind: str | IndexKind) -> IndexKind:
-        """The kind named `kind`; an unknown name raises `UserError` listing the valid ones."""
-        try:
-            return cls(kind)
-        except ValueError:
-            valid = ", ".join(member.value for member in cls)
-            raise UserError(f"unknown index kind {kind!r}; use one of: {valid}") from None
+def parse_kind(kind: str) -> str:
+    """`kind` if it is `auto` or a name of `KINDS`.
+
+    Raises:
+        UserError: an unknown name; the message lists the valid ones.
+    """
+    if kind != AUTO and kind not in KINDS:
+        raise UserError(f"unknown index kind {kind!r}; use one of: {', '.join([AUTO, *KINDS.names()])}")
+    return kind
 
 
 @dataclass(frozen=True)
 class IndexPlan:
     """A resolved index choice: what to build and what it will cost."""
 
-    kind: IndexKind  # never AUTO
+    kind: str  # a name of KINDS, never auto
     factory: str  # the `faiss.index_factory` string, recorded in the manifest
     parameters: dict[str, int] = field(default_factory=dict)  # nlist, hnsw_m, ef_construction, pq_bytes
     search_parameters: dict[str, int] = field(default_factory=dict)  # defaults before tuning (nprobe, efSearch)
@@ -134,13 +132,13 @@ class KindSpec:
 
 
 def _flat(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
-    return IndexPlan(IndexKind.FLAT, "IDMap2,Flat", bytes_per_vector=4.0 * dim + 2 * _ID_BYTES)
+    return IndexPlan("flat", "IDMap2,Flat", bytes_per_vector=4.0 * dim + 2 * _ID_BYTES)
 
 
 def _hnsw(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
     m = _positive("hnsw_m", sizes.hnsw_m, _HNSW_M)
     return IndexPlan(
-        IndexKind.HNSW,
+        "hnsw",
         f"IDMap2,HNSW{m},Flat",
         parameters={"hnsw_m": m, "ef_construction": _HNSW_EF_CONSTRUCTION},
         search_parameters={"efSearch": 64},
@@ -151,7 +149,7 @@ def _hnsw(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
 def _ivf(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
     lists = _positive("nlist", sizes.nlist, default_nlist(n))
     return IndexPlan(
-        IndexKind.IVF,
+        "ivf",
         f"IVF{lists},Flat",
         parameters={"nlist": lists},
         search_parameters={"nprobe": min(lists, 16)},
@@ -167,7 +165,7 @@ def _ivfpq(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
     if dim % quantizers:
         raise UserError(f"pq_bytes={code_bytes} needs a dimension divisible by {quantizers}, got {dim}")
     return IndexPlan(
-        IndexKind.IVFPQ,
+        "ivfpq",
         f"IDMap2,IVF{lists},PQ{quantizers}x4fsr,RFlat",
         parameters={"nlist": lists, "pq_bytes": code_bytes},
         search_parameters={"nprobe": min(lists, 32), "k_factor_rf": 16},
@@ -176,19 +174,26 @@ def _ivfpq(n: int, dim: int, sizes: IndexSizes) -> IndexPlan:
     )
 
 
-# Every kind but `auto`, most accurate first: the order `auto` tries them in.
-KINDS: dict[IndexKind, KindSpec] = {
-    IndexKind.FLAT: KindSpec(_flat, native_remove=True, in_auto=lambda n, dim: n <= FLAT_MAX_VECTORS),
-    IndexKind.HNSW: KindSpec(_hnsw, native_remove=False, in_auto=lambda n, dim: True),
-    IndexKind.IVF: KindSpec(_ivf, native_remove=True, in_auto=lambda n, dim: True),
-    IndexKind.IVFPQ: KindSpec(_ivfpq, native_remove=False, in_auto=lambda n, dim: dim % 2 == 0),
-}
+FLAT = KindSpec(_flat, native_remove=True, in_auto=lambda n, dim: n <= FLAT_MAX_VECTORS)
+HNSW = KindSpec(_hnsw, native_remove=False, in_auto=lambda n, dim: True)
+IVF = KindSpec(_ivf, native_remove=True, in_auto=lambda n, dim: True)
+IVFPQ = KindSpec(_ivfpq, native_remove=False, in_auto=lambda n, dim: dim % 2 == 0)
+
+# Every kind but `auto`, the built-ins most accurate first: the order `auto` tries them in.
+KINDS: Registry[KindSpec] = Registry(
+    "index kind",
+    "retrieval.index_kinds",
+    {name: f"{__name__}:{name.upper()}" for name in ("flat", "hnsw", "ivf", "ivfpq")},
+    accepts=lambda obj: isinstance(obj, KindSpec),
+    expected="a retrieval.index.choice.KindSpec",
+    unknown=lambda name, names: f"unknown index kind {name!r}; use one of: {', '.join([AUTO, *names])}",
+)
 
 
 def plan_index(
     n: int,
     dim: int,
-    kind: str | IndexKind,
+    kind: str,
     *,
     nlist: int | None = None,
     hnsw_m: int | None = None,
@@ -199,13 +204,12 @@ def plan_index(
     Args:
         n: number of vectors the index is built from.
         dim: their dimension.
-        kind: a kind of `KINDS`: `flat`, `hnsw`, `ivf` or `ivfpq`.
+        kind: a name of `KINDS`: `flat`, `hnsw`, `ivf`, `ivfpq` or one registered.
         nlist, hnsw_m, pq_bytes: the sizes of `IndexSizes`; a kind ignores those it does not have.
     """
-    kind = IndexKind.parse(kind)
-    if kind is IndexKind.AUTO:
+    if parse_kind(kind) == AUTO:
         raise UserError("kind 'auto' has no fixed plan; call choose_index")
-    return KINDS[kind].plan(n, dim, IndexSizes(nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes))
+    return KINDS.get(kind).plan(n, dim, IndexSizes(nlist=nlist, hnsw_m=hnsw_m, pq_bytes=pq_bytes))
 
 
 def choose_index(
@@ -233,13 +237,13 @@ def choose_index(
         if fits and n >= plan.min_training_vectors:
             return plan
     if n < FLAT_MAX_VECTORS:  # too few vectors to train the compact kinds: exact search is also the smallest
-        flat = plan_index(n, dim, IndexKind.FLAT)
+        flat = plan_index(n, dim, "flat")
         if max_memory is None or flat.bytes_per_vector * n <= max_memory:
             return flat
     smallest = candidates[-1].bytes_per_vector * n
     raise UserError(
         f"no index of {n:,} vectors of dimension {dim} fits in {max_memory:,} bytes "
-        f"(the smallest, {candidates[-1].kind.value}, needs about {smallest:,.0f}); raise --max-memory"
+        f"(the smallest, {candidates[-1].kind}, needs about {smallest:,.0f}); raise --max-memory"
     )
 
 

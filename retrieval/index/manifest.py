@@ -16,12 +16,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, ConfigDict, Field, JsonValue, field_validator
+from pydantic import ConfigDict, Field, JsonValue, field_validator
 
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.index.choice import KINDS
 from retrieval.inference.interface import ModelInfo
-from retrieval.validation import Record, ValidationError, Worded, user_error
+from retrieval.validation import Record, ValidationError, Worded, registered, user_error
 
 __all__ = [
     "MIN_QUERIES",
@@ -41,16 +41,8 @@ __all__ = [
 MIN_QUERIES = 100
 
 _Count = Annotated[int, Field(ge=0)]
-_BUILT_KINDS = tuple(kind.value for kind in KINDS)  # what a built index records (never `auto`)
 Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]  # a file digest as the manifests record it
 _KEPT = ConfigDict(strict=True, extra="allow")  # JSON types exactly; a later toolkit's keys kept
-
-
-def _built_kind(kind: str) -> str:
-    """`kind` if it names a row of `KINDS`."""
-    if kind not in _BUILT_KINDS:
-        raise ValueError(f"not one of {_BUILT_KINDS}")
-    return kind
 
 
 class FileEntry(Record):
@@ -150,7 +142,7 @@ class IndexManifest(Record):
     metric: str
     normalized: Annotated[bool, Worded("true or false")]
     factory: str
-    kind: Annotated[str, AfterValidator(_built_kind), Worded(f"one of {', '.join(_BUILT_KINDS)}")]
+    kind: Annotated[str, registered(KINDS)]  # what a built index records: a name of KINDS, never auto
     count: Annotated[_Count, Worded("a non-negative integer")]
     stored: Annotated[_Count | None, Worded("a non-negative integer")] = None
     next_id: Annotated[_Count, Worded("a non-negative integer")]

@@ -25,7 +25,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.add import add_in_chunks
 from retrieval.index.build.options import IndexBuildOptions
 from retrieval.index.build.pipeline import BuiltIndex, build_index
-from retrieval.index.choice import KINDS, IndexKind
+from retrieval.index.choice import KINDS
 from retrieval.index.evaluation import evaluate_index
 from retrieval.index.filter_language import Filter
 from retrieval.index.filtered_search import EXACT_MAX_PASSING, LabelSpace, search_passing
@@ -343,7 +343,7 @@ class SearchIndex:
         self._check_writable("remove from")
         unique = np.unique(np.asarray(ids, dtype=np.int64).reshape(-1))
         remaining = self._metadata.without(unique)  # raises on unknown ids before anything changes
-        if KINDS[IndexKind(self.kind)].native_remove:
+        if KINDS[self.kind].native_remove:
             self._index.remove_ids(faiss.IDSelectorBatch(unique))
         else:
             self._tombstones = np.union1d(self._tombstones, unique)

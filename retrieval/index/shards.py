@@ -35,7 +35,7 @@ from pydantic import ConfigDict, Field
 from retrieval import __version__
 from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
-from retrieval.index.choice import IndexKind, plan_index
+from retrieval.index.choice import plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles, check_column_types
 from retrieval.index.manifest import FileEntry, IndexManifest, MergedShard, ShardRecord, SourceRecord
 from retrieval.index.metadata import Metadata
@@ -117,7 +117,7 @@ def train_index(files: EmbeddingFiles, out: Path, nlist: int | None = None, prog
     Raises:
         UserError: fewer rows than the lists need to train.
     """
-    plan = plan_index(files.rows, files.dim, IndexKind.IVF, nlist=nlist)
+    plan = plan_index(files.rows, files.dim, "ivf", nlist=nlist)
     if files.rows < plan.min_training_vectors:
         raise UserError(
             f"{files.rows:,} rows cannot train {plan.parameters['nlist']:,} lists (39 rows a list); "

@@ -1,4 +1,4 @@
-"""Losses for deep metric learning; `LOSSES` maps each config name to its class.
+"""Losses for deep metric learning; `LOSSES` is the registry of config names and their classes.
 
 Proxy losses (`ProxyNCALoss`, `AnchorLoss`, `ArcFaceLoss`, `ProxyAnchorLoss`, ...) own their
 proxies and train on shuffled batches; pair losses (`PairLoss`: `CircleLoss`, `TripletLoss`, ...) need
@@ -23,14 +23,13 @@ from retrieval.losses.multi_similarity import MultiSimilarityLoss
 from retrieval.losses.pml_adapter import PMLLoss, PMLPairLoss
 from retrieval.losses.proxy_anchor import ProxyAnchorLoss
 from retrieval.losses.proxy_nca import ProxyNCALoss
-from retrieval.losses.registry import LOSSES, PAIR_LOSSES, build_loss, registry_name
+from retrieval.losses.registry import LOSSES, build_loss, pair_losses, registry_name
 from retrieval.losses.soft_triple import SoftTripleLoss
 from retrieval.losses.supcon import SupConLoss
 from retrieval.losses.triplet import TripletLoss
 
 __all__ = [
     "LOSSES",
-    "PAIR_LOSSES",
     "AnchorLoss",
     "ArcFaceLoss",
     "AsymmetricProxyLoss",
@@ -50,5 +49,6 @@ __all__ = [
     "SupConLoss",
     "TripletLoss",
     "build_loss",
+    "pair_losses",
     "registry_name",
 ]

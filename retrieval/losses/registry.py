@@ -1,7 +1,7 @@
-"""The loss registry: config name -> class, and `build_loss` that checks parameters against it.
+"""`build_loss`: a `loss.name` of the registry built with its parameters checked against its constructor.
 
-`LOSSES` is made from the torch-free table `retrieval.choices.losses.LOSS_CLASSES` (name -> module and
-class), which the config checks a name against before PyTorch loads.
+`LOSSES` is the torch-free registry `retrieval.choices.losses.LOSSES` (built-ins, `@LOSSES.register`,
+the `retrieval.losses` entry points), which the config checks a name against before PyTorch loads.
 
 Besides the registered names, `pml.<ClassName>` builds any pytorch-metric-learning loss through
 `retrieval.losses.pml_adapter`, with its constructor's arguments in `loss.kwargs` and an optional
@@ -10,13 +10,12 @@ PML miner in `loss.miner`.
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from typing import Any
 
 import numpy as np
 
-from retrieval.choices.losses import LOSS_CLASSES, PML_PREFIX, unknown_loss_name
+from retrieval.choices.losses import LOSSES, PML_PREFIX
 from retrieval.errors import UserError
 from retrieval.losses.base import MetricLoss
 from retrieval.losses.class_weights import class_weights
@@ -34,28 +33,19 @@ from retrieval.losses.proxy_softmax import ProxySoftmaxLoss
 
 __all__ = [
     "LOSSES",
-    "PAIR_LOSSES",
     "build_loss",
     "canonical_loss_name",
     "check_loss_parameters",
     "loss_parameters",
+    "pair_losses",
     "registry_name",
 ]
 
 
-def _registered(home: str) -> type[MetricLoss]:
-    """The loss class at `module:Class` under `retrieval/losses/` (an entry of `LOSS_CLASSES`)."""
-    module, _, name = home.partition(":")
-    cls = getattr(importlib.import_module(f"retrieval.losses.{module}"), name)
-    if not (isinstance(cls, type) and issubclass(cls, MetricLoss)):
-        raise TypeError(f"LOSS_CLASSES entry {home!r} is not a MetricLoss class")
-    return cls
+def pair_losses() -> frozenset[str]:
+    """The registered losses over pairs inside the batch: they need P x K batches (data.sampler: pk)."""
+    return frozenset(name for name, cls in LOSSES.items() if _checked(name, cls).needs_pk_batches)
 
-
-LOSSES: dict[str, type[MetricLoss]] = {name: _registered(home) for name, home in LOSS_CLASSES.items()}
-
-# Losses over pairs inside the batch: they need P x K batches (data.sampler: pk). A view of the registry.
-PAIR_LOSSES: frozenset[str] = frozenset(name for name, cls in LOSSES.items() if cls.needs_pk_batches)
 
 # Filled in by the trainer from the data and model, never by the user.
 _PROVIDED = ("num_classes", "embedding_dim")
@@ -168,7 +158,9 @@ def registry_name(loss: MetricLoss) -> str:
 def _with_memory(loss: MetricLoss, embedding_dim: int, memory_size: int) -> CrossBatchMemory:
     """`loss` with a cross-batch memory of `memory_size` embeddings (pair losses only)."""
     if not loss.needs_pk_batches:
-        raise ValueError(f"memory_size applies to pair losses ({', '.join(sorted(PAIR_LOSSES))}), not to proxy losses")
+        raise ValueError(
+            f"memory_size applies to pair losses ({', '.join(sorted(pair_losses()))}), not to proxy losses"
+        )
     if memory_size < 0:
         raise ValueError(f"memory_size must be >= 0 (0: no memory), got {memory_size}")
     if isinstance(loss, PMLLoss) and not loss.supports_memory:
@@ -200,6 +192,16 @@ def check_loss_parameters(name: str, params: dict[str, Any]) -> dict[str, Any]:
 
 
 def _loss_class(name: str) -> type[MetricLoss]:
-    if name not in LOSSES:
-        raise unknown_loss_name(name)
-    return LOSSES[name]
+    """The class registered as `name`.
+
+    Raises:
+        UserError: `name` is unknown (the message lists the valid names), or its entry point fails to load.
+    """
+    return _checked(name, LOSSES.get(name))
+
+
+def _checked(name: str, cls: type) -> type[MetricLoss]:
+    """`cls`, refused unless it is a `MetricLoss` (a registered object is only known to be a class)."""
+    if not issubclass(cls, MetricLoss):
+        raise UserError(f"loss.name {name!r} is registered as {cls.__module__}.{cls.__qualname__}, not a MetricLoss")
+    return cls

@@ -31,7 +31,7 @@ class TripletLoss(PairLoss):
 
     Args:
         margin: required gap between d(a, n) and d(a, p); default 0.2. Distances are in [0, 2].
-        miner: a name of `retrieval.miners.MINERS` ("all", "batch_hard", "semihard"; built with
+        miner: a name of the registry `retrieval.miners.MINERS` ("all", "batch_hard", "semihard"; built with
             this margin) or a `TripletMiner` instance.
 
     Raises:

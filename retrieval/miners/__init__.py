@@ -1,6 +1,6 @@
 """Triplet miners: pick (anchor, positive, negative) indices from a batch's distance matrix.
 
-`MINERS` maps each config name to its factory; `build_miner(name, margin)` builds one.
+`MINERS` is the registry of config names and their classes; `build_miner(name, margin)` builds one.
 """
 
 from retrieval.miners.all_triplets import AllTripletsMiner

@@ -15,6 +15,9 @@ head and the L2 normalization as for a timm backbone. Preprocessing comes from t
 `pretrained_cfg` dict as timm reads it (`input_size`, `mean`, `std`, `interpolation`,
 `crop_pct`); without one, timm's ImageNet defaults.
 
+`BACKBONES` is that registry (`retrieval.registry.Registry`, the one kind every extension of the
+toolkit uses), without built-ins: timm's models are backbones by their own names.
+
 A checkpoint records the builder (`module:qualname`, `builder_path`) beside the name, so a process
 without the builder says which code to install instead of failing on an unknown name. A name
 timm already has is refused: a config name means one model everywhere.
@@ -22,16 +25,16 @@ timm already has is refused: a config name means one model everywhere.
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
 import timm
 from torch import nn
 
-from retrieval.errors import UserError
+from retrieval.registry import Registry, object_path
 
 __all__ = [
+    "BACKBONES",
     "ENTRY_POINT_GROUP",
     "BackboneBuilder",
     "backbone_builder",
@@ -51,7 +54,19 @@ class BackboneBuilder(Protocol):
 
 Builder = TypeVar("Builder", bound=BackboneBuilder)
 
-_REGISTRY: dict[str, BackboneBuilder] = {}
+
+def _timm_name(name: str) -> str | None:
+    """Why `name` cannot be registered: it is a timm model's (a config name means one model everywhere)."""
+    return "is a timm model; register your builder under another name" if timm.is_model(name) else None
+
+
+# No built-ins: timm's models are backbones by their own names; these are the others.
+BACKBONES: Registry[BackboneBuilder] = Registry(
+    "backbone",
+    ENTRY_POINT_GROUP,
+    expected="a backbone builder (pretrained, in_chans) -> nn.Module",
+    reserved=_timm_name,
+)
 
 
 def register_backbone(name: str | None = None) -> Callable[[Builder], Builder]:
@@ -60,12 +75,7 @@ def register_backbone(name: str | None = None) -> Callable[[Builder], Builder]:
     Raises:
         ValueError: `name` is a timm model, or another builder already holds it.
     """
-
-    def register(builder: Builder) -> Builder:
-        _add(name or builder.__name__, builder)  # type: ignore[attr-defined]  # a function or class: has __name__
-        return builder
-
-    return register
+    return BACKBONES.register(name)
 
 
 def backbone_builder(name: str) -> BackboneBuilder | None:
@@ -74,41 +84,15 @@ def backbone_builder(name: str) -> BackboneBuilder | None:
     Raises:
         UserError: the entry point of that name cannot be imported.
     """
-    if name not in _REGISTRY:
-        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP, name=name):
-            try:
-                builder = entry.load()
-            except Exception as exc:  # any import-time failure of the user's package
-                raise UserError(
-                    f"backbone {name!r}: its entry point {entry.value} ({ENTRY_POINT_GROUP}) cannot be imported "
-                    f"({type(exc).__name__}: {exc}); fix or reinstall the package that declares it"
-                ) from exc
-            if name not in _REGISTRY:  # its module may have registered it on import
-                _add(name, builder)
-            break
-    return _REGISTRY.get(name)
+    return BACKBONES.find(name)
 
 
 def registered_backbones() -> list[str]:
-    """The names registered in this process so far (entry points join when first asked for)."""
-    return sorted(_REGISTRY)
+    """The names registered in this process and those the entry points declare (read without importing them)."""
+    return sorted(BACKBONES.names())
 
 
 def builder_path(name: str) -> str | None:
     """`module:qualname` of the builder registered as `name` (what a checkpoint records), None for a timm name."""
     builder = None if timm.is_model(name) else backbone_builder(name)
-    return None if builder is None else _path_of(builder)
-
-
-def _add(name: str, builder: BackboneBuilder) -> None:
-    if timm.is_model(name):
-        raise ValueError(f"backbone name {name!r} is a timm model; register your builder under another name")
-    held = _REGISTRY.get(name)
-    if held is not None and _path_of(held) != _path_of(builder):
-        raise ValueError(f"backbone {name!r} is already registered by {_path_of(held)}")
-    _REGISTRY[name] = builder
-
-
-def _path_of(builder: BackboneBuilder) -> str:
-    """`module:qualname` of a builder: its identity (a module imported twice makes new objects, the same path)."""
-    return f"{builder.__module__}:{getattr(builder, '__qualname__', type(builder).__qualname__)}"
+    return None if builder is None else object_path(builder)

@@ -1,6 +1,7 @@
-"""The self-supervised objectives `pretrain.method` names: a head on the backbone's pooled features and its loss.
+"""The built-in self-supervised objectives of `pretrain.method`: a head on the backbone's pooled features, a loss.
 
-Both take a batch of `2B` views whose rows `i` and `B + i` are two augmentations of one image, and
+Each is a builder of the registry `retrieval.choices.pretrain_methods.PRETRAIN_METHODS`. Both take a
+batch of `2B` views whose rows `i` and `B + i` are two augmentations of one image, and
 the image's dataset index as its label (so the two views share a label, and no two images do,
 on every rank of a torchrun run):
 
@@ -21,13 +22,12 @@ import torch.nn.functional as F
 from pytorch_metric_learning.losses import NTXentLoss
 from torch import Tensor, nn
 
+from retrieval.choices.pretrain_methods import PRETRAIN_METHODS
 from retrieval.config import PretrainConfig
 from retrieval.models import Embedder
 from retrieval.runtime.distributed import all_gather_keep_local
 
-__all__ = ["METHODS", "SelfSupervisedModel", "SimCLRLoss", "SimSiamLoss", "build_method"]
-
-METHODS = ("simclr", "simsiam")
+__all__ = ["SelfSupervisedModel", "SimCLRLoss", "SimSiamLoss", "build_method", "simclr", "simsiam"]
 
 
 class SelfSupervisedModel(nn.Module):
@@ -106,34 +106,42 @@ class _ProjectAndPredict(nn.Module):
 
 
 def build_method(pretrain: PretrainConfig, feature_width: int) -> tuple[nn.Module, nn.Module]:
-    """(head, loss) of `pretrain.method` on pooled features of width `feature_width`.
+    """(head, loss) of `pretrain.method` (a name of `PRETRAIN_METHODS`) on pooled features of width `feature_width`.
 
     Raises:
-        ValueError: an unknown method (the config's choices are `METHODS`).
+        UserError: an unknown method (the config refuses it first), or its entry point fails to load.
     """
+    head, loss = PRETRAIN_METHODS.get(pretrain.method)(pretrain, feature_width)
+    return head, loss
+
+
+def simclr(pretrain: PretrainConfig, feature_width: int) -> tuple[nn.Module, nn.Module]:
+    """SimCLR: a 2-layer MLP projection to `pretrain.projection_dim` and NT-Xent at `pretrain.temperature`."""
     hidden, out = pretrain.hidden_dim, pretrain.projection_dim
-    if pretrain.method == "simclr":
-        head = nn.Sequential(
-            nn.Linear(feature_width, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True), nn.Linear(hidden, out)
-        )
-        return head, SimCLRLoss(pretrain.temperature)
-    if pretrain.method == "simsiam":
-        projector = nn.Sequential(
-            nn.Linear(feature_width, hidden, bias=False),
-            nn.BatchNorm1d(hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, hidden, bias=False),
-            nn.BatchNorm1d(hidden),
-            nn.ReLU(inplace=True),
-            nn.Linear(hidden, out, bias=False),
-            nn.BatchNorm1d(out, affine=False),
-        )
-        bottleneck = max(out // 4, 1)
-        predictor = nn.Sequential(
-            nn.Linear(out, bottleneck, bias=False),
-            nn.BatchNorm1d(bottleneck),
-            nn.ReLU(inplace=True),
-            nn.Linear(bottleneck, out),
-        )
-        return _ProjectAndPredict(projector, predictor), SimSiamLoss(out)
-    raise ValueError(f"unknown pretrain.method {pretrain.method!r}; valid: {', '.join(METHODS)}")
+    head = nn.Sequential(
+        nn.Linear(feature_width, hidden), nn.BatchNorm1d(hidden), nn.ReLU(inplace=True), nn.Linear(hidden, out)
+    )
+    return head, SimCLRLoss(pretrain.temperature)
+
+
+def simsiam(pretrain: PretrainConfig, feature_width: int) -> tuple[nn.Module, nn.Module]:
+    """SimSiam: a 3-layer projection, a bottleneck predictor (a quarter of the width) and the stop-gradient loss."""
+    hidden, out = pretrain.hidden_dim, pretrain.projection_dim
+    projector = nn.Sequential(
+        nn.Linear(feature_width, hidden, bias=False),
+        nn.BatchNorm1d(hidden),
+        nn.ReLU(inplace=True),
+        nn.Linear(hidden, hidden, bias=False),
+        nn.BatchNorm1d(hidden),
+        nn.ReLU(inplace=True),
+        nn.Linear(hidden, out, bias=False),
+        nn.BatchNorm1d(out, affine=False),
+    )
+    bottleneck = max(out // 4, 1)
+    predictor = nn.Sequential(
+        nn.Linear(out, bottleneck, bias=False),
+        nn.BatchNorm1d(bottleneck),
+        nn.ReLU(inplace=True),
+        nn.Linear(bottleneck, out),
+    )
+    return _ProjectAndPredict(projector, predictor), SimSiamLoss(out)

@@ -3,8 +3,9 @@
 A `Tracker` receives what the trainer writes to the run directory: the resolved config at the
 start, every `metrics.jsonl` record (its numbers, nested keys joined by `/`, at step = epoch) and
 the result (the selected checkpoint's test metrics) at the end. `open_tracker` fans one out to the
-configured trackers; without any it is a no-op, and neither `tensorboard` nor `mlflow` is imported.
-Both are optional extras: `pip install 'retrieval[trackers]'`.
+configured trackers (names of the registry `retrieval.choices.trackers.TRACKERS`); without any it is a
+no-op, and neither `tensorboard` nor `mlflow` is imported. Both are optional extras:
+`pip install 'retrieval[trackers]'`.
 
 - `tensorboard`: event files in `RUN_DIR/tensorboard` (`tensorboard --logdir RUN_DIR`; for a sweep,
   `--logdir SWEEP_DIR` shows one run per cell). The config is a text summary.
@@ -33,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from retrieval.config import TRACKERS
+from retrieval.choices.trackers import TRACKERS
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
 
@@ -114,11 +115,16 @@ def _import(module: str, logger: str) -> ModuleType:
 
 
 class TensorBoardTracker(Tracker):
-    """Scalars of every record and of the result in TensorBoard event files under `log_dir`."""
+    """Scalars of every record and of the result in TensorBoard event files under `run_dir/tensorboard`.
 
-    def __init__(self, log_dir: Path) -> None:
+    Args:
+        run_dir: the run directory.
+        sweep_dir: the sweep this run is a cell of (unused: `tensorboard --logdir SWEEP_DIR` finds the cells).
+    """
+
+    def __init__(self, run_dir: Path, sweep_dir: Path | None = None) -> None:
         tensorboard = _import("torch.utils.tensorboard", "tensorboard")
-        self.writer = tensorboard.SummaryWriter(log_dir=str(log_dir))
+        self.writer = tensorboard.SummaryWriter(log_dir=str(run_dir / "tensorboard"))
 
     def start(self, config: Mapping[str, Any] | None) -> None:
         if config is not None:
@@ -261,23 +267,18 @@ def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def open_tracker(loggers: Sequence[str], run_dir: Path) -> Tracker:
-    """The trackers `loggers` names (`train.loggers`) for the run directory `run_dir`, as one `Tracker`.
+    """The trackers `loggers` names (`train.loggers`, names of `TRACKERS`) for the run directory `run_dir`, as one.
 
     A run started by `retrieval sweep` (`SWEEP_DIR_ENV` set) joins its sweep's MLflow experiment.
 
     Raises:
         UserError: an unknown logger name, or a tracker package that is not installed.
     """
-    unknown = [name for name in loggers if name not in TRACKERS]
-    if unknown:
-        raise UserError(f"unknown train.loggers {unknown}; valid: {', '.join(TRACKERS)}")
+    for name in loggers:
+        TRACKERS.check(name)
     sweep = os.environ.get(SWEEP_DIR_ENV)
-    trackers: list[Tracker] = []
-    for name in dict.fromkeys(loggers):  # each once, in the order given
-        if name == "tensorboard":
-            trackers.append(TensorBoardTracker(run_dir / "tensorboard"))
-        else:
-            trackers.append(MlflowTracker(run_dir, Path(sweep) if sweep else None))
+    sweep_dir = Path(sweep) if sweep else None
+    trackers = [TRACKERS.get(name)(run_dir, sweep_dir) for name in dict.fromkeys(loggers)]  # each once, in order
     return _FanOut(trackers)
 
 

@@ -44,7 +44,7 @@ class _Flat(nn.Module):
 
 
 def test_a_registered_builder_is_a_model_backbone_name_and_timm_names_stay_timms(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "BACKBONES", registry.BACKBONES.fresh())
 
     @registry.register_backbone("flat_test")
     def flat(*, pretrained: bool, in_chans: int) -> nn.Module:
@@ -71,7 +71,7 @@ def test_a_registered_builder_is_a_model_backbone_name_and_timm_names_stay_timms
 
 def test_a_package_registers_a_backbone_through_the_entry_point_group(monkeypatch, tmp_path):
     """What `[project.entry-points."retrieval.backbones"]` installs: found by name, without importing it first."""
-    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "BACKBONES", registry.BACKBONES.fresh())
     (tmp_path / "my_backbones.py").write_text(
         "from torch import nn\n\n"
         "def tiny(*, pretrained=False, in_chans=3):\n"
@@ -90,7 +90,7 @@ def test_a_package_registers_a_backbone_through_the_entry_point_group(monkeypatc
 
 
 def test_a_checkpoint_names_the_builder_a_process_lacks(monkeypatch, tmp_path):
-    monkeypatch.setattr(registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "BACKBONES", registry.BACKBONES.fresh())
     registry.register_backbone("flat_ckpt")(lambda *, pretrained, in_chans: _Flat(in_chans))
     config = ModelConfig(backbone="flat_ckpt", embedding_dim=4, pooling="max", in_chans=1, pretrained=False)
     model = Embedder(**config.model_dump())
@@ -100,7 +100,7 @@ def test_a_checkpoint_names_the_builder_a_process_lacks(monkeypatch, tmp_path):
         loaded.backbone_builder == f"{__name__}:test_a_checkpoint_names_the_builder_a_process_lacks.<locals>.<lambda>"
     )
     torch.testing.assert_close(loaded.embedder()(torch.ones(1, 1, 8, 8)), model.eval()(torch.ones(1, 1, 8, 8)))
-    monkeypatch.setattr(registry, "_REGISTRY", {})  # a process that never imported the builder
+    monkeypatch.setattr(registry, "BACKBONES", registry.BACKBONES.fresh())  # a process that never imported the builder
     with pytest.raises(UserError, match=r"backbone 'flat_ckpt' is built by .*<lambda>, which is not registered here"):
         loaded.embedder()
 

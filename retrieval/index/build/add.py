@@ -14,7 +14,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from retrieval.index.build.options import IndexBuildOptions
-from retrieval.index.choice import IndexKind, IndexPlan
+from retrieval.index.choice import IndexPlan
 from retrieval.index.on_disk import ShardedLists
 from retrieval.index.refine_file import RefineSpill
 from retrieval.index.streaming import ADD_CHUNK, UnitChunks, exact_neighbors_streamed
@@ -31,7 +31,7 @@ def sink_for(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions) ->
     if options.on_disk is not None:
         shard_rows = max(options.chunk_rows, int((options.budget or _SHARD_BYTES) // (2 * plan.bytes_per_vector)))
         return ShardedLists(index, options.on_disk, shard_rows)
-    if options.refine_directory is not None and plan.kind is IndexKind.IVFPQ:
+    if options.refine_directory is not None and plan.kind == "ivfpq":
         return RefineSpill(index, options.refine_directory)
     return index
 

@@ -9,7 +9,7 @@ import faiss
 
 from retrieval import __version__
 from retrieval.index.build.options import IndexBuildOptions
-from retrieval.index.choice import IndexKind, IndexPlan
+from retrieval.index.choice import IndexPlan, parse_kind
 from retrieval.index.manifest import IndexManifest, Measured
 from retrieval.index.on_disk import lists_file
 from retrieval.index.refine_file import refine_file_bytes, without_refine
@@ -47,8 +47,8 @@ def describe(index: faiss.Index, plan: IndexPlan, options: IndexBuildOptions, fa
         "toolkit_version": __version__,
         "faiss_version": faiss.__version__,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "kind": plan.kind.value,
-        "requested_kind": IndexKind.parse(options.kind).value,
+        "kind": plan.kind,
+        "requested_kind": parse_kind(options.kind),
         "factory": plan.factory,
         "parameters": plan.parameters,
         "max_memory": options.budget,

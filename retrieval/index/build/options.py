@@ -13,7 +13,15 @@ from typing import TYPE_CHECKING
 
 from retrieval.core.match_threshold import MatchThreshold
 from retrieval.errors import UserError
-from retrieval.index.choice import DEFAULT_TARGET_RECALL, IndexKind, IndexPlan, choose_index, parse_memory, plan_index
+from retrieval.index.choice import (
+    AUTO,
+    DEFAULT_TARGET_RECALL,
+    IndexPlan,
+    choose_index,
+    parse_kind,
+    parse_memory,
+    plan_index,
+)
 from retrieval.index.manifest import SourceRecord
 from retrieval.index.streaming import ADD_CHUNK
 from retrieval.inference.interface import ModelInfo
@@ -80,7 +88,7 @@ class IndexBuildOptions:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        IndexKind.parse(self.kind)
+        parse_kind(self.kind)
         parse_memory(self.max_memory)
         self.augmentation()
 
@@ -102,14 +110,14 @@ class IndexBuildOptions:
             UserError: lists on disk for another kind than ivf, or a budget nothing fits.
         """
         sizes = {"nlist": self.nlist, "hnsw_m": self.hnsw_m, "pq_bytes": self.pq_bytes}
-        requested = IndexKind.parse(self.kind)
+        requested = parse_kind(self.kind)
         if self.on_disk is not None:
-            if requested not in (IndexKind.AUTO, IndexKind.IVF):
+            if requested not in (AUTO, "ivf"):
                 raise UserError(
                     f"an on-disk index is of kind 'ivf' (IVF-Flat lists on disk), not {self.kind!r}; use --type ivf"
                 )
-            return plan_index(n, dim, IndexKind.IVF, **sizes)
-        if requested is IndexKind.AUTO:
+            return plan_index(n, dim, "ivf", **sizes)
+        if requested == AUTO:
             return choose_index(n, dim, self.budget, **sizes)
         return plan_index(n, dim, self.kind, **sizes)
 

@@ -124,7 +124,7 @@ def build_index(
 def _too_few_message(plan: IndexPlan, n: int) -> str:
     lists = plan.parameters.get("nlist")
     return (
-        f"kind {plan.kind.value!r} ({plan.factory}) needs at least {plan.min_training_vectors:,} vectors to train "
+        f"kind {plan.kind!r} ({plan.factory}) needs at least {plan.min_training_vectors:,} vectors to train "
         f"its centroids (39 per centroid, {lists} lists), got {n:,}; use kind 'flat' or 'hnsw', "
         "a smaller nlist, or more vectors"
     )

@@ -345,7 +345,7 @@ def _weights_with_zero(values: tuple[float, ...]) -> bool:
 class RerankerConfig(_Section):
     """`retrieval reranker`: a learned pairwise re-ranker of a checkpoint's results (`retrieval.reranker`).
 
-    Pairs are mined from the checkpoint's `mine_depth` nearest training images of each training image;
+    Each training image pairs with its `mine_depth` nearest matches and `mine_depth` nearest non-matches;
     the depth N and the weight w of the blend with the embedding's cosine are chosen on validation
     (`retrieval.core.learned_rerank`). Device, autocast, loading and seed come from `train` and `data`.
     """
@@ -355,7 +355,7 @@ class RerankerConfig(_Section):
     # trained: the backbone fine-tunes with the head, on augmented images (each pair: two images through it);
     # frozen: only the projection and the head train, on the backbone's features of each image computed once
     backbone: Literal["trained", "frozen"] = "trained"
-    mine_depth: Annotated[int, at_least(1)] = 10  # nearest training images of each one that make its pairs
+    mine_depth: Annotated[int, at_least(1)] = 5  # each training image's nearest matches, and as many non-matches
     # the depths N tried on validation (results re-scored per query)
     depths: Annotated[tuple[int, ...], accepts(lambda v: len(v) > 0 and min(v) >= 1, "whole numbers >= 1")] = (
         5,

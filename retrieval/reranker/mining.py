@@ -1,8 +1,11 @@
-"""The training pairs of a re-ranker: each training image with its nearest training images by the trained embedder.
+"""The training pairs of a re-ranker: each training image with its nearest matches and nearest non-matches.
 
-Mined from the checkpoint's own neighbours, the pairs are the cases the blend re-scores: the near misses the
-embedder ranks high (negatives) and the matches it finds (hard positives among them). Only the training
-split is mined; the validation split chooses the blend and the test split is never read.
+Mined from the checkpoint's own embeddings of the training split: each image is paired with its `depth`
+nearest images of its own class and its `depth` nearest images of other classes. Both kinds are mined
+explicitly because the embedder fits its training split: there an image's plain nearest neighbours are
+nearly all matches (glyphs at 64 px: 55,500 of 56,800 pairs), while on unseen classes the blend must set
+the near misses apart from the matches. Only the training split is mined; the validation split chooses the
+blend and the test split is never read.
 """
 
 from __future__ import annotations
@@ -32,12 +35,12 @@ class Pairs(NamedTuple):
 
 
 def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
-    """Each image paired with its `depth` nearest other images by `(N, D)` unit `embeddings` (exact search).
+    """Each image paired with its `depth` nearest matches and `depth` nearest non-matches by `(N, D)` unit `embeddings`.
 
-    Rows that are NaN (images skipped as unreadable) take no part.
+    Exact search (FAISS), one class at a time. Rows that are NaN (images skipped as unreadable) take no part.
 
     Raises:
-        UserError: multi-label data, or too few images or pairs of each kind to learn from.
+        UserError: multi-label data, fewer than two readable images, no two images of one class, or one class only.
     """
     if labels.ndim != 1:
         raise UserError("the learned re-ranker trains on single-label data; a multi-label CSV has no pairs target yet")
@@ -47,23 +50,38 @@ def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
     vectors = np.ascontiguousarray(embeddings[rows], dtype=np.float32)
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
-    width = min(depth + 1, len(rows))
-    scores, found = index.search(vectors, width)
-    own = found == np.arange(len(rows))[:, None]
-    # Each row drops itself, or (where duplicates hid it past the searched width) its last result.
-    drop = np.where(own.any(axis=1), own.argmax(axis=1), width - 1)
-    keep = np.ones(found.shape, bool)
-    keep[np.arange(len(rows)), drop] = False
-    queries = np.repeat(np.arange(len(rows)), width - 1)
-    results = found[keep]
-    valid = results >= 0
-    queries, results, cosines = queries[valid], results[valid], scores[keep][valid]
-    targets = (labels[rows][queries] == labels[rows][results]).astype(np.float32)
-    pairs = Pairs(rows[queries], rows[results], targets, cosines.astype(np.float32))
-    if pairs.positives == 0 or pairs.positives == len(targets):
-        kind = "matching" if pairs.positives == 0 else "non-matching"
+    _, classes, counts = np.unique(labels[rows], return_inverse=True, return_counts=True)
+    members = np.split(np.argsort(classes, kind="stable"), np.cumsum(counts)[:-1])
+    parts = [_class_pairs(index, vectors, group, depth) for group in members]
+    queries, results, cosines = (np.concatenate(columns) for columns in zip(*parts))
+    targets = (classes[queries] == classes[results]).astype(np.float32)
+    pairs = Pairs(rows[queries], rows[results], targets, cosines)
+    if pairs.positives == 0:
         raise UserError(
-            f"the {len(targets)} pairs mined from the training split's {depth} nearest neighbours hold no {kind} "
-            "pair; raise reranker.mine_depth or train on more classes"
+            f"no two of the training split's {len(rows)} readable images share a class: a re-ranker learns from "
+            "matching pairs"
         )
+    if pairs.positives == len(targets):
+        raise UserError("every readable training image has the same class: a re-ranker learns from non-matching pairs")
     return pairs
+
+
+def _class_pairs(
+    index: faiss.IndexFlatIP, vectors: np.ndarray, members: np.ndarray, depth: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Queries, results and cosines of one class's images: their nearest `depth` matches and non-matches."""
+    inside = faiss.IDSelectorBatch(members)
+    outside = faiss.IDSelectorNot(inside)  # holds `inside` by reference: both stay alive until the searches end
+    width = min(depth + 1, len(members))
+    near, matches = index.search(vectors[members], width, params=faiss.SearchParameters(sel=inside))
+    # Each image drops itself, or (where duplicates hid it past the searched width) its last match.
+    own = matches == members[:, None]
+    drop = np.where(own.any(axis=1), own.argmax(axis=1), width - 1)
+    keep = np.ones(matches.shape, bool)
+    keep[np.arange(len(members)), drop] = False
+    far, others = index.search(vectors[members], depth, params=faiss.SearchParameters(sel=outside))
+    found = np.concatenate([matches[keep].reshape(len(members), width - 1), others], axis=1)
+    scores = np.concatenate([near[keep].reshape(len(members), width - 1), far], axis=1)
+    queries = np.repeat(members, found.shape[1]).reshape(found.shape)
+    valid = found >= 0
+    return queries[valid], found[valid], scores[valid].astype(np.float32)

@@ -74,6 +74,18 @@ def _copy_of(image: Image.Image, kind: int, rng: np.random.Generator) -> Image.I
     return Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8))
 
 
+def _recoloured(image: Image.Image, rng: np.random.Generator) -> Image.Image:
+    """The same drawing in other colours: every hue turned by a quarter to three quarters of the circle."""
+    hue, saturation, value = image.convert("RGB").convert("HSV").split()
+    turned = (np.asarray(hue, dtype=np.int64) + int(rng.integers(64, 193))) % 256
+    return Image.merge("HSV", (Image.fromarray(turned.astype(np.uint8)), saturation, value)).convert("RGB")
+
+
+def _colourful(image: Image.Image) -> bool:
+    """Whether a hue turn shows: a mean saturation of at least a quarter (a grey drawing stays what it is)."""
+    return bool(np.asarray(image.convert("RGB").convert("HSV"), dtype=np.float32)[..., 1].mean() >= 64)
+
+
 _Source = tuple[Callable[[], Image.Image], str, str, str]  # the image (read when written), label, split, file name
 
 
@@ -97,8 +109,11 @@ def plant(out: Path, train: int, val: int, test: int, seed: int) -> dict[str, An
     return _plant_faults(out, sources, list(_CLASSES), rng, seed)
 
 
-def plant_csv(out: Path, dataset: Path, seed: int) -> dict[str, Any]:
-    """The same faults planted in a dataset CSV's images, its splits kept (a colour set: the emoji maker's)."""
+def plant_csv(out: Path, dataset: Path, seed: int, recoloured: float = 0.0) -> dict[str, Any]:
+    """The same faults planted in a dataset CSV's images, its splits kept (a colour set: the emoji maker's).
+
+    `recoloured`: a share of the rows added as recoloured non-copies (see `_plant_faults`).
+    """
     from retrieval.images import load_image
 
     with dataset.open(newline="") as handle:
@@ -108,15 +123,19 @@ def plant_csv(out: Path, dataset: Path, seed: int) -> dict[str, Any]:
         for i, row in enumerate(rows)
     ]
     classes = sorted({source[1] for source in sources if source[2] == "train"})
-    return _plant_faults(out, sources, classes, np.random.default_rng(seed), seed)
+    return _plant_faults(out, sources, classes, np.random.default_rng(seed), seed, recoloured)
 
 
 def _plant_faults(
-    out: Path, sources: list[_Source], classes: list[str], rng: np.random.Generator, seed: int
+    out: Path, sources: list[_Source], classes: list[str], rng: np.random.Generator, seed: int, recoloured: float = 0.0
 ) -> dict[str, Any]:
     """Write `sources` with 2% of their count as near-copies of training images added as test rows, 1% out-of-domain
     images (scikit-learn's digits, random labels of `classes` and splits) and 5% of the training labels moved to
-    another of `classes`; images/, dataset.csv, truth.json."""
+    another of `classes`; images/, dataset.csv, truth.json.
+
+    `recoloured`: that share of the count again as recoloured non-copies: colourful training images with every hue
+    turned, added as test rows of a new item each (a blue icon and a green one of another name: not a leak).
+    """
     from sklearn.datasets import load_digits
 
     (out / "images").mkdir(parents=True, exist_ok=True)
@@ -151,12 +170,22 @@ def _plant_faults(
         label = classes.index(rows[i]["label"])
         rows[i]["label"] = classes[(label + int(rng.integers(1, len(classes)))) % len(classes)]
         flipped.append(rows[i]["path"])
+    # Last, so that the other faults are the same with and without them for a seed.
+    non_copies: list[dict[str, str]] = []
+    for position in rng.permutation(len(train_sources)) if recoloured > 0 else []:
+        if len(non_copies) == round(recoloured * len(sources)):
+            break
+        image, label, _, name = sources[train_sources[position]]
+        if _colourful(image()):
+            path = add(_recoloured(image(), rng), f"{label} recoloured {len(non_copies)}", "test", f"recoloured_{name}")
+            non_copies.append({"path": path, "source": written[train_sources[position]]})
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["path", "label", "split"], lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
     write_text(out / "dataset.csv", buffer.getvalue())
-    truth = {"flipped": flipped, "copies": copies, "outliers": outliers, "seed": seed, "rows": len(rows)}
+    truth: dict[str, Any] = {"flipped": flipped, "copies": copies, "outliers": outliers, "recoloured": non_copies}
+    truth.update(seed=seed, rows=len(rows))
     write_text(out / "truth.json", json.dumps(truth, indent=1) + "\n")
     return truth
 
@@ -556,6 +585,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     planting.add_argument("--val", type=int, default=1000)
     planting.add_argument("--test", type=int, default=2000)
     planting.add_argument("--seed", type=int, default=0)
+    planting.add_argument(
+        "--recoloured", type=float, default=0.0, help="with --csv: this share of the rows as recoloured non-copies"
+    )
     scoring = commands.add_parser("score", help="the planted-fault table")
     scoring.add_argument("--csv", type=Path, required=True)
     scoring.add_argument("--checkpoint", type=Path, required=True)
@@ -588,12 +620,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         print(table(results))
     if args.command == "plant":
         if args.csv is not None:
-            truth = plant_csv(args.out, args.csv, args.seed)
+            truth = plant_csv(args.out, args.csv, args.seed, args.recoloured)
         else:
             truth = plant(args.out, args.train, args.val, args.test, args.seed)
         print(
             f"{truth['rows']} rows: {len(truth['flipped'])} flipped, {len(truth['copies'])} copies, "
-            f"{len(truth['outliers'])} out-of-domain"
+            f"{len(truth['outliers'])} out-of-domain, {len(truth['recoloured'])} recoloured non-copies"
         )
 
 

@@ -47,3 +47,36 @@ def test_faults_are_planted_in_a_csvs_colour_images_with_its_splits_kept(tmp_pat
     assert sum(planted[path]["label"] != label for path, label in original.items()) == 6
     image = Image.open(tmp_path / "planted" / truth["outliers"][0])
     assert (image.mode, image.size) == ("RGB", (18, 18))
+
+
+def test_recoloured_non_copies_are_colourful_training_images_turned_in_hue_under_a_new_label(tmp_path):
+    rng = np.random.default_rng(0)
+    source = tmp_path / "source"
+    (source / "images").mkdir(parents=True)
+    rows = []
+    for i in range(100):
+        split = ("train", "train", "val", "test")[i % 4]
+        colour = (200, 40, 40) if i % 2 else (128, 128, 128)  # half of them grey: no hue to turn
+        pixels = np.full((16, 16, 3), colour, np.uint8)
+        pixels[4:12, 4:12] = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(source / f"images/{i}.png")
+        rows.append(f"images/{i}.png,{split}{i % 5},{split}")
+    (source / "dataset.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    without = bench_audit.plant_csv(tmp_path / "without", source / "dataset.csv", seed=0)
+    truth = bench_audit.plant_csv(tmp_path / "planted", source / "dataset.csv", seed=0, recoloured=0.05)
+    assert without["recoloured"] == [] and len(truth["recoloured"]) == 5
+    assert {key: truth[key] for key in ("flipped", "copies", "outliers")} == {
+        key: without[key] for key in ("flipped", "copies", "outliers")
+    }  # the other faults do not move
+    with (tmp_path / "planted" / "dataset.csv").open(newline="") as handle:
+        planted = {row["path"]: row for row in csv.DictReader(handle)}
+    labels = {row["label"] for row in planted.values()}
+    for non_copy in truth["recoloured"]:
+        row, source_row = planted[non_copy["path"]], planted[non_copy["source"]]
+        assert row["split"] == "test" and source_row["split"] == "train"
+        assert row["label"] not in labels - {row["label"]}  # an item of its own
+        turned = np.asarray(Image.open(tmp_path / "planted" / non_copy["path"]).convert("HSV"), dtype=int)
+        original = np.asarray(Image.open(tmp_path / "planted" / non_copy["source"]).convert("HSV"), dtype=int)
+        assert original[..., 1].mean() >= 64  # colourful sources only
+        assert np.abs(turned[..., 2] - original[..., 2]).max() <= 2  # the same drawing
+        assert (np.abs(turned[..., 0] - original[..., 0]) % 256).min() >= 32  # every hue turned

@@ -412,6 +412,24 @@ COMMANDS: dict[str, Run | Skip] = {
         "python tools/bench_audit.py score --csv emoji_planted/dataset.csv"
         " --checkpoint runs/audit_emoji/checkpoints/best.pt --part scored --label-rows train"
     ): Skip("scores the run above; tests/audit runs the same pipeline on planted synthetic faults"),
+    "python tools/bench_audit.py plant --csv emoji64/dataset.csv --out planted --recoloured 0.02": Skip(
+        "reads the emoji set rendered from Debian artwork CI does not install; tests/tools/test_bench_audit.py "
+        "plants recoloured non-copies in a generated colour CSV"
+    ),
+    (
+        "retrieval train --config configs/csv_artwork.yaml --set data.path=planted/dataset.csv --set data.image_size=32"
+        " --set train.epochs=1 --set train.threads=1 --set data.num_workers=0 --output-dir weak"
+    ): Skip("trains on the planted emoji set the row above writes"),
+    "retrieval audit --checkpoint weak/checkpoints/best.pt --csv planted/dataset.csv --out after-weak": Skip(
+        "audits the run above; the shop rows run the same command"
+    ),
+    (
+        "python tools/score_audit_report.py --truth planted/truth.json before-weak after-weak before-well after-well"
+        " --label-rows train"
+    ): Skip(
+        "scores the reports above, two of them by an earlier version; tests/tools/test_score_audit_report.py scores "
+        "report folders it writes"
+    ),
     (
         "python tools/dev_benchmark.py --csv glyphs32x40/dataset.csv --out short --image-size 32 --epochs 4"
         " --threads 1 --workers 1 --seeds 0 --peer proxy_nca proxy_anchor circle triplet arcface cosface"

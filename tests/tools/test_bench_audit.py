@@ -24,16 +24,23 @@ def test_the_copy_checks_reading_is_timed_on_real_files():
     assert 0 < bench_audit._copy_reading(images=5, side=32) < 1
 
 
+def _colour_csv(source, images, splits):
+    """A dataset CSV of `images` (RGB arrays), the i-th in split `splits[i % len(splits)]`; its rows' text."""
+    (source / "images").mkdir(parents=True)
+    rows = []
+    for i, pixels in enumerate(images):
+        split = splits[i % len(splits)]
+        Image.fromarray(pixels).save(source / f"images/{i}.png")
+        rows.append(f"images/{i}.png,{split}{i % 7},{split}")
+    (source / "dataset.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    return rows
+
+
 def test_faults_are_planted_in_a_csvs_colour_images_with_its_splits_kept(tmp_path):
     rng = np.random.default_rng(0)
     source = tmp_path / "source"
-    (source / "images").mkdir(parents=True)
-    rows = []
-    for i in range(200):
-        split = ("train", "train", "train", "val", "test")[i % 5]
-        Image.fromarray(rng.integers(0, 256, size=(18, 18, 3), dtype=np.uint8)).save(source / f"images/{i}.png")
-        rows.append(f"images/{i}.png,{split}{i % 7},{split}")
-    (source / "dataset.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+    images = [rng.integers(0, 256, size=(18, 18, 3), dtype=np.uint8) for _ in range(200)]
+    rows = _colour_csv(source, images, ("train", "train", "train", "val", "test"))
     truth = bench_audit.plant_csv(tmp_path / "planted", source / "dataset.csv", seed=0)
     with (tmp_path / "planted" / "dataset.csv").open(newline="") as handle:
         planted = {row["path"]: row for row in csv.DictReader(handle)}
@@ -52,16 +59,12 @@ def test_faults_are_planted_in_a_csvs_colour_images_with_its_splits_kept(tmp_pat
 def test_recoloured_non_copies_are_colourful_training_images_turned_in_hue_under_a_new_label(tmp_path):
     rng = np.random.default_rng(0)
     source = tmp_path / "source"
-    (source / "images").mkdir(parents=True)
-    rows = []
+    images = []
     for i in range(100):
-        split = ("train", "train", "val", "test")[i % 4]
         colour = (200, 40, 40) if i % 2 else (128, 128, 128)  # half of them grey: no hue to turn
-        pixels = np.full((16, 16, 3), colour, np.uint8)
-        pixels[4:12, 4:12] = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
-        Image.fromarray(pixels).save(source / f"images/{i}.png")
-        rows.append(f"images/{i}.png,{split}{i % 5},{split}")
-    (source / "dataset.csv").write_text("path,label,split\n" + "\n".join(rows) + "\n")
+        images.append(np.full((16, 16, 3), colour, np.uint8))
+        images[-1][4:12, 4:12] = rng.integers(0, 256, size=(8, 8, 3), dtype=np.uint8)
+    _colour_csv(source, images, ("train", "train", "val", "test"))
     without = bench_audit.plant_csv(tmp_path / "without", source / "dataset.csv", seed=0)
     truth = bench_audit.plant_csv(tmp_path / "planted", source / "dataset.csv", seed=0, recoloured=0.05)
     assert without["recoloured"] == [] and len(truth["recoloured"]) == 5

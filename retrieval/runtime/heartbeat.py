@@ -13,11 +13,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import Protocol, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from tqdm import tqdm
 
-__all__ = ["HEARTBEAT_SECONDS", "Counted", "Heartbeat", "duration_text", "with_progress"]
+__all__ = ["HEARTBEAT_SECONDS", "Counted", "Heartbeat", "Progress", "duration_text", "with_progress"]
 
 _Item = TypeVar("_Item", covariant=True)
 
@@ -79,17 +79,34 @@ class Heartbeat:
         )
 
 
-def with_progress(items: Counted[_Item], description: str, shown: bool = True) -> Iterator[_Item]:
+class Progress(Generic[_Item]):
     """`items` in order, with a bar on a terminal, else (a log) a `Heartbeat` line every `HEARTBEAT_SECONDS`.
 
     `shown=False` draws and logs nothing (a quiet caller, or a torchrun rank other than the first).
+    `loss`: read for each heartbeat line (an epoch's running loss); `show_loss` puts a value on the bar.
     """
-    bar = tqdm(items, desc=description, leave=False, disable=None if shown else True)
-    pulse = Heartbeat(description, len(items), HEARTBEAT_SECONDS) if shown and bar.disable else None
-    for done, item in enumerate(bar, start=1):
-        yield item
-        if pulse is not None:
-            pulse.beat(done)
+
+    def __init__(
+        self, items: Counted[_Item], description: str, shown: bool = True, loss: Callable[[], float] | None = None
+    ) -> None:
+        self.bar = tqdm(items, desc=description, leave=False, disable=None if shown else True)
+        self.pulse = Heartbeat(description, len(items), HEARTBEAT_SECONDS) if shown and self.bar.disable else None
+        self.loss = loss
+
+    def __iter__(self) -> Iterator[_Item]:
+        for done, item in enumerate(self.bar, start=1):
+            yield item
+            if self.pulse is not None:
+                self.pulse.beat(done, self.loss)
+
+    def show_loss(self, value: float) -> None:
+        """Show `value` as the bar's loss (nothing without a bar)."""
+        self.bar.set_postfix(loss=f"{value:.4f}")
+
+
+def with_progress(items: Counted[_Item], description: str, shown: bool = True) -> Iterator[_Item]:
+    """`items` in order with a `Progress` bar or heartbeat (`shown=False`: neither)."""
+    return iter(Progress(items, description, shown))
 
 
 def duration_text(seconds: float) -> str:

@@ -10,11 +10,10 @@ from collections.abc import Iterator
 from typing import Any, Protocol
 
 from torch.utils.data import DataLoader
-from tqdm import tqdm
 
 from retrieval.errors import UserError
 from retrieval.runtime.environment import seed_everything
-from retrieval.runtime.heartbeat import HEARTBEAT_SECONDS, Heartbeat
+from retrieval.runtime.heartbeat import Progress
 from retrieval.train.sampling import epoch_samplers
 from retrieval.train.step import LossTracker
 
@@ -75,16 +74,13 @@ def epoch_batches(
     Raises:
         UserError: "the loss became nan at epoch 2, step 7; " + `advice`.
     """
-    batches, description = len(loader), f"epoch {epoch + 1}/{epochs}"
-    progress = tqdm(loader, desc=description, leave=False, disable=None if shown else True)
-    heartbeat = Heartbeat(description, batches, HEARTBEAT_SECONDS) if shown and progress.disable else None
+    batches = len(loader)
+    progress = Progress(loader, f"epoch {epoch + 1}/{epochs}", shown, loss=tracker.mean)
     for index, batch in enumerate(progress):
         yield index, batch
-        if heartbeat is not None:
-            heartbeat.beat(index + 1, tracker.mean)
         if (index + 1) % CHECK_EVERY == 0 or index + 1 == batches:
             bad = tracker.first_non_finite()
             if bad is not None:
                 step, value = bad
                 raise UserError(f"the loss became {value} at epoch {epoch + 1}, step {step + 1}; {advice}")
-            progress.set_postfix(loss=f"{tracker.mean():.4f}")
+            progress.show_loss(tracker.mean())

@@ -13,7 +13,8 @@ import timm
 import torch
 
 from retrieval.errors import UserError
-from retrieval.train import epoch_loop, trainer
+from retrieval.runtime import heartbeat
+from retrieval.train import trainer
 from retrieval.train.resume import resume_point
 from retrieval.train.runs import TrainRequest, check_training_request, resumed_checkpoint
 from tests.conftest import TINY_DEMO, write_csv_config
@@ -77,7 +78,7 @@ def test_resuming_a_finished_run_says_it_was_complete_before_its_result(finished
 def test_an_epoch_without_a_terminal_logs_progress_lines(finished_run, caplog, monkeypatch):
     """Was `test_an_epoch_without_a_terminal_prints_progress_lines` (tests/cli/test_train_progress.py): the messages
     `retrieval train` prints as `retrieval train: MESSAGE` lines."""
-    monkeypatch.setattr(epoch_loop, "HEARTBEAT_SECONDS", 0.0)  # pytest's stderr is no terminal: no tqdm bar
+    monkeypatch.setattr(heartbeat, "HEARTBEAT_SECONDS", 0.0)  # pytest's stderr is no terminal: no tqdm bar
     with caplog.at_level(logging.INFO, logger="retrieval"):
         _, said = train(["train.epochs=2"], resume=finished_run[0])
     messages = [record.getMessage() for record in caplog.records]

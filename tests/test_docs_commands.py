@@ -119,6 +119,10 @@ _RERANKER = (
     "tests/cli/test_index_query_reranker.py index query --reranker, tests/serve/test_learned_rerank_api.py serve "
     "--reranker (without torch too)"
 )
+_GLYPH_RUN = (
+    "trains on the glyph set tools/make_glyph_dataset.py renders from Debian fonts, for an hour or more on a CPU; "
+    "the shop rows run train, reranker and evaluate --reranker on the docs' world"
+)
 COMMANDS: dict[str, Run | Skip] = {
     # README.md
     "retrieval train": Skip(_DEMO),
@@ -412,6 +416,18 @@ COMMANDS: dict[str, Run | Skip] = {
         "python tools/bench_audit.py score --csv emoji_planted/dataset.csv"
         " --checkpoint runs/audit_emoji/checkpoints/best.pt --part scored --label-rows train"
     ): Skip("scores the run above; tests/audit runs the same pipeline on planted synthetic faults"),
+    (
+        "retrieval train --config configs/csv_glyph.yaml --set data.path=glyphs64/dataset.csv --set data.num_workers=1"
+        " --set train.threads=1 --output-dir g64/seed-0"
+    ): Skip(_GLYPH_RUN),
+    (
+        "retrieval reranker --checkpoint g64/seed-0/checkpoints/best.pt --set train.threads=1"
+        " --set reranker.mine_depth=2 --output-dir g64/seed-0/rr-trained"
+    ): Skip(_GLYPH_RUN),
+    (
+        "retrieval evaluate --checkpoint g64/seed-0/checkpoints/best.pt --reranker g64/seed-0/rr-trained"
+        " --per-query rr.npz"
+    ): Skip(_GLYPH_RUN),
     "python tools/bench_audit.py plant --csv emoji64/dataset.csv --out planted --recoloured 0.02": Skip(
         "reads the emoji set rendered from Debian artwork CI does not install; tests/tools/test_bench_audit.py "
         "plants recoloured non-copies in a generated colour CSV"

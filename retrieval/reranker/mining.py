@@ -53,7 +53,7 @@ def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
     _, classes, counts = np.unique(labels[rows], return_inverse=True, return_counts=True)
     members = np.split(np.argsort(classes, kind="stable"), np.cumsum(counts)[:-1])
     parts = [_class_pairs(index, vectors, group, depth) for group in members]
-    queries, results, cosines = (np.concatenate(columns) for columns in zip(*parts))
+    queries, results, cosines = (np.concatenate(columns) for columns in zip(*parts, strict=True))
     targets = (classes[queries] == classes[results]).astype(np.float32)
     pairs = Pairs(rows[queries], rows[results], targets, cosines)
     if pairs.positives == 0:
@@ -73,15 +73,22 @@ def _class_pairs(
     inside = faiss.IDSelectorBatch(members)
     outside = faiss.IDSelectorNot(inside)  # holds `inside` by reference: both stay alive until the searches end
     width = min(depth + 1, len(members))
-    near, matches = index.search(vectors[members], width, params=faiss.SearchParameters(sel=inside))
+    near, matches = index.search(vectors[members], width, params=_selecting(inside))
     # Each image drops itself, or (where duplicates hid it past the searched width) its last match.
     own = matches == members[:, None]
     drop = np.where(own.any(axis=1), own.argmax(axis=1), width - 1)
     keep = np.ones(matches.shape, bool)
     keep[np.arange(len(members)), drop] = False
-    far, others = index.search(vectors[members], depth, params=faiss.SearchParameters(sel=outside))
+    far, others = index.search(vectors[members], depth, params=_selecting(outside))
     found = np.concatenate([matches[keep].reshape(len(members), width - 1), others], axis=1)
     scores = np.concatenate([near[keep].reshape(len(members), width - 1), far], axis=1)
     queries = np.repeat(members, found.shape[1]).reshape(found.shape)
     valid = found >= 0
     return queries[valid], found[valid], scores[valid].astype(np.float32)
+
+
+def _selecting(selector: faiss.IDSelector) -> faiss.SearchParameters:
+    """Search parameters that pass only the ids `selector` holds (FAISS's stubs lack the keyword constructor)."""
+    parameters = faiss.SearchParameters()
+    parameters.sel = selector
+    return parameters

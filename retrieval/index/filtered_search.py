@@ -30,7 +30,7 @@ import numpy as np
 from retrieval.index.choice import FLAT_MAX_VECTORS
 from retrieval.index.tuning import find_index
 
-__all__ = ["EXACT_MAX_PASSING", "LabelSpace", "search_passing"]
+__all__ = ["EXACT_MAX_PASSING", "LabelSpace", "search_parameters", "search_passing", "search_with"]
 
 EXACT_MAX_PASSING = FLAT_MAX_VECTORS
 _MAX_EF_SEARCH = 2048  # the largest efSearch tuning explores; FAISS pops its candidate heap in O(efSearch)
@@ -91,11 +91,20 @@ def search_passing(
     widen = searchable / max(len(passing_ids), 1)
     # `_referenced` keeps the objects FAISS points to (bitmap, selector, nested parameters) alive until it returns.
     target, parameters, _referenced = _plan(space.index, selector, widen, len(passing_ids) <= EXACT_MAX_PASSING)
-    # faiss.contrib.torch_utils (imported by pytorch-metric-learning) replaces `search` with a wrapper without
-    # `params`, and keeps FAISS's own numpy method as `search_numpy`: call that one when it is there.
-    search = getattr(target, "search_numpy", target.search)
-    scores, labels = search(queries, k, params=parameters)
+    scores, labels = search_with(target, queries, k, parameters)
     return scores, space.ids(labels)
+
+
+def search_with(
+    index: faiss.Index, queries: np.ndarray, k: int, parameters: faiss.SearchParameters
+) -> tuple[np.ndarray, np.ndarray]:
+    """`index.search(queries, k, params=parameters)`, also where faiss.contrib.torch_utils is imported.
+
+    That module (pytorch-metric-learning imports it) replaces `search` with a wrapper without `params`
+    and keeps FAISS's own numpy method as `search_numpy`: that one is called when it is there.
+    """
+    search = getattr(index, "search_numpy", index.search)
+    return search(queries, k, params=parameters)
 
 
 def _plan(
@@ -110,23 +119,23 @@ def _plan(
         exact = True  # a graph search that wide visits most of the graph: a scan is cheaper and exact
     if exact and (graph is not None or refine is not None):
         storage = graph.storage if graph is not None else refine.refine_index  # type: ignore[union-attr]
-        return faiss.downcast_index(storage), _parameters("SearchParameters", sel=selector), []
+        return faiss.downcast_index(storage), search_parameters("SearchParameters", sel=selector), []
     if graph is not None:
-        return index, _parameters("SearchParametersHNSW", efSearch=wide_ef, sel=selector), []
+        return index, search_parameters("SearchParametersHNSW", efSearch=wide_ef, sel=selector), []
     if ivf is not None:
         nprobe = ivf.nlist if exact else min(ivf.nlist, math.ceil(ivf.nprobe * widen))
-        probe = _parameters("SearchParametersIVF", nprobe=nprobe, sel=selector)
+        probe = search_parameters("SearchParametersIVF", nprobe=nprobe, sel=selector)
         if refine is None:
             return index, probe, []
         return (
             index,
-            _parameters("IndexRefineSearchParameters", k_factor=refine.k_factor, base_index_params=probe),
+            search_parameters("IndexRefineSearchParameters", k_factor=refine.k_factor, base_index_params=probe),
             [probe],
         )
-    return index, _parameters("SearchParameters", sel=selector), []
+    return index, search_parameters("SearchParameters", sel=selector), []
 
 
-def _parameters(kind: str, **settings: object) -> faiss.SearchParameters:
+def search_parameters(kind: str, **settings: object) -> faiss.SearchParameters:
     """FAISS's `SearchParameters` subclass named `kind`, with `settings` (FAISS's stubs lack these constructors)."""
     parameters = getattr(faiss, kind)()
     for name, value in settings.items():

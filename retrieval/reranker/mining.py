@@ -16,6 +16,7 @@ import faiss
 import numpy as np
 
 from retrieval.errors import UserError
+from retrieval.index.filtered_search import search_parameters, search_with
 
 __all__ = ["Pairs", "mine_pairs"]
 
@@ -73,22 +74,15 @@ def _class_pairs(
     inside = faiss.IDSelectorBatch(members)
     outside = faiss.IDSelectorNot(inside)  # holds `inside` by reference: both stay alive until the searches end
     width = min(depth + 1, len(members))
-    near, matches = index.search(vectors[members], width, params=_selecting(inside))
+    near, matches = search_with(index, vectors[members], width, search_parameters("SearchParameters", sel=inside))
     # Each image drops itself, or (where duplicates hid it past the searched width) its last match.
     own = matches == members[:, None]
     drop = np.where(own.any(axis=1), own.argmax(axis=1), width - 1)
     keep = np.ones(matches.shape, bool)
     keep[np.arange(len(members)), drop] = False
-    far, others = index.search(vectors[members], depth, params=_selecting(outside))
+    far, others = search_with(index, vectors[members], depth, search_parameters("SearchParameters", sel=outside))
     found = np.concatenate([matches[keep].reshape(len(members), width - 1), others], axis=1)
     scores = np.concatenate([near[keep].reshape(len(members), width - 1), far], axis=1)
     queries = np.repeat(members, found.shape[1]).reshape(found.shape)
     valid = found >= 0
     return queries[valid], found[valid], scores[valid].astype(np.float32)
-
-
-def _selecting(selector: faiss.IDSelector) -> faiss.SearchParameters:
-    """Search parameters that pass only the ids `selector` holds (FAISS's stubs lack the keyword constructor)."""
-    parameters = faiss.SearchParameters()
-    parameters.sel = selector
-    return parameters

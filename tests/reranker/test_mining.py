@@ -60,3 +60,14 @@ def test_pairs_of_one_kind_only_are_refused():
         mine_pairs(vectors, np.zeros(4, int), depth=2)
     with pytest.raises(UserError, match="multi-label"):
         mine_pairs(vectors, np.ones((4, 2), bool), depth=2)
+
+
+def test_mining_works_beside_faiss_torch_utils():
+    """pytorch-metric-learning imports faiss.contrib.torch_utils, whose `search` takes no `params`: CI's workers
+    import it before the mining tests in some orders (the selector searches failed there). Importing it here
+    patches this worker's FAISS as those tests do; everything in the toolkit must work beside it."""
+    import faiss.contrib.torch_utils  # noqa: F401
+
+    vectors = np.eye(6, dtype=np.float32)
+    pairs = mine_pairs(vectors, np.array([0, 0, 0, 1, 1, 1]), depth=2)
+    assert pairs.positives == 6 * 2 and len(pairs.targets) == 6 * 4

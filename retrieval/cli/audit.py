@@ -20,16 +20,7 @@ from retrieval.cli._progress import showing_progress
 from retrieval.errors import UserError
 
 if TYPE_CHECKING:
-    import logging
-
-    import numpy as np
-
-    from retrieval.audit.catalogue import Catalogue
-    from retrieval.audit.trust import Selection
     from retrieval.config import AuditConfig
-    from retrieval.core.match_threshold import MatchThreshold
-    from retrieval.export.encoder_choice import EncoderChoice
-    from retrieval.inference.interface import Encoder
 
 __all__ = ["add_parser", "run"]
 
@@ -74,34 +65,20 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from retrieval.audit.catalogue import read_catalogue
-    from retrieval.audit.report import check_report_folder, write_report
+    from retrieval.export.audit_run import AuditRequest, run_audit
     from retrieval.export.encoder_choice import EncoderChoice
 
-    check_report_folder(args.out)  # before the model and the audit: a report that cannot be written costs nothing
-    choice = EncoderChoice(checkpoint=args.checkpoint, model=args.model, device=args.device)
-    if args.index is None and not choice.chosen:
-        raise UserError("--csv needs --checkpoint CKPT or --model EXPORT_DIR to embed its images (or give --index)")
-    if args.index is not None and choice.chosen:
-        raise UserError("--index audits the vectors it holds; drop --checkpoint/--model, or give --csv instead")
-    settings = _settings(args)  # before the model too: a bad key or value costs nothing
-    catalogue = None if args.csv is None else read_catalogue(args.csv)  # before the model: a bad CSV fails at once
-    choice.check()  # before PyTorch loads: a checkpoint that is not there
-    from retrieval.audit.findings import audit_embeddings  # cleanlab, scikit-learn: after every check above
-
-    with showing_progress("audit") as log:
-        selection = None  # the checkpoint's model-selection record (no checkpoint: none)
-        if catalogue is None:
-            catalogue, embeddings, stored_threshold = _indexed(args.index)
-        else:
-            encoder, selection = _encoder(choice)
-            catalogue, embeddings = _embedded(args, encoder, catalogue, log)
-            stored_threshold = encoder.match_threshold
-        for note in catalogue.missing:
-            log.info(note)
-        findings = audit_embeddings(embeddings, catalogue, settings, stored=stored_threshold, selection=selection)
-        name = (args.csv or args.index).name
-        summary = write_report(findings, embeddings, args.out, settings.show, f"audit of {name}")
+    request = AuditRequest(
+        out=args.out,
+        settings=_settings(args),  # a bad key or value before anything is read
+        csv=args.csv,
+        index=args.index,
+        encoder=EncoderChoice(checkpoint=args.checkpoint, model=args.model, device=args.device),
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+    )
+    with showing_progress("audit"):
+        summary = run_audit(request)
     print(f"report: {args.out / 'index.html'}")
     if summary.threshold is not None:
         print(f"near-duplicate threshold: {summary.threshold:.4f} ({summary.threshold_source})")
@@ -115,43 +92,6 @@ def run(args: argparse.Namespace) -> int:
     for warning in summary.warnings:
         print(warning)
     return 0
-
-
-def _indexed(directory: Path) -> tuple[Catalogue, np.ndarray, MatchThreshold | None]:
-    """The catalogue and vectors of an index directory; no model, so no stored match threshold."""
-    from retrieval.audit.catalogue import index_catalogue
-    from retrieval.index import SearchIndex
-
-    catalogue, vectors = index_catalogue(SearchIndex.load(directory), directory)
-    return catalogue, vectors, None
-
-
-def _embedded(
-    args: argparse.Namespace, encoder: Encoder, catalogue: Catalogue, log: logging.Logger
-) -> tuple[Catalogue, np.ndarray]:
-    """The CSV's readable images and their embeddings by the model."""
-    from retrieval.inference.sources import report_unreadable
-
-    log.info("embedding %d images", len(catalogue))
-    embedded = encoder.embed_files(catalogue.paths, args.batch_size, args.num_workers)
-    report_unreadable(embedded.failures)
-    if len(embedded.positions) < 2:
-        raise UserError(f"fewer than 2 readable images in {args.csv}; an audit compares images with each other")
-    return catalogue.subset(embedded.positions), embedded.embeddings
-
-
-def _encoder(choice: EncoderChoice) -> tuple[Encoder, Selection | None]:
-    """The chosen model's encoder, and the checkpoint's model-selection record (an export keeps none)."""
-    from retrieval.export.encoder_choice import open_encoder
-
-    if choice.checkpoint is None:
-        return open_encoder(choice), None
-    from retrieval.audit.trust import Selection
-    from retrieval.checkpoint import Checkpoint
-
-    checkpoint = Checkpoint.read(choice.checkpoint)  # read once: for its selection record and its model
-    selection = Selection(checkpoint.config().train.select_on, checkpoint.best_score, checkpoint.best_epoch)
-    return open_encoder(choice, checkpoint), selection
 
 
 def _settings(args: argparse.Namespace) -> AuditConfig:

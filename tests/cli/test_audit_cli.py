@@ -1,18 +1,17 @@
-"""`retrieval audit` end to end with a tiny checkpoint: the report folder, and one-line errors on bad input."""
+"""`retrieval audit` on the command line: what it prints, and one-line errors on bad input (exit code 2).
+
+What an audit finds and writes is tested as a library call (`tests/export/test_audit_run.py`) and in `tests/audit/`."""
 
 from __future__ import annotations
 
 import csv
-import dataclasses
 from pathlib import Path
 
 import pytest
 
-from retrieval.checkpoint import Checkpoint
+from retrieval.audit.findings import AuditSummary
 from retrieval.cli.main import main
 from tests.conftest import add_train_copy_as_test
-
-pytestmark = pytest.mark.slow  # embeds images with a model
 
 
 def _with_copy(csv_dataset: Path) -> Path:
@@ -20,6 +19,7 @@ def _with_copy(csv_dataset: Path) -> Path:
     return add_train_copy_as_test(csv_dataset, "copy.png", 0)
 
 
+@pytest.mark.slow  # embeds images with a model
 def test_audit_writes_the_report_and_finds_the_copy(csv_dataset, tiny_checkpoint, tmp_path, capsys):
     dataset = _with_copy(csv_dataset)
     out = tmp_path / "report"
@@ -33,21 +33,6 @@ def test_audit_writes_the_report_and_finds_the_copy(csv_dataset, tiny_checkpoint
     copy = str((dataset.parent / "images" / "copy.png").resolve())
     assert copy in {row["path"] for row in leaks}
     assert (out / "label_issues.csv").is_file() and (out / "index.html").stat().st_size > 1000
-
-
-def test_a_csv_without_labels_or_splits_gets_duplicates_and_says_what_is_left_out_once(
-    csv_dataset, tiny_checkpoint, tmp_path, capsys
-):
-    dataset = _with_copy(csv_dataset)
-    listing = tmp_path / "images.csv"
-    rows = dataset.read_text().splitlines()[1:]
-    listing.write_text("path\n" + "".join(f"{dataset.parent / row.split(',')[0]}\n" for row in rows))
-    out = tmp_path / "report"
-    assert main(["audit", "--checkpoint", str(tiny_checkpoint), "--csv", str(listing), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert printed.count("no split column") == 1 and printed.count("no label column") == 1
-    assert "exact duplicate groups: 1" in printed and "leaked rows" not in printed
-    assert not (out / "leaks.csv").exists() and not (out / "label_issues.csv").exists()
 
 
 @pytest.mark.parametrize(
@@ -73,24 +58,6 @@ def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys)
     assert code == 2 and "checkpoint not found" in error and len(error.splitlines()) == 1
 
 
-def test_an_index_is_audited_from_its_stored_vectors_and_columns(csv_dataset, tiny_checkpoint, tmp_path, capsys):
-    dataset = _with_copy(csv_dataset)
-    index = tmp_path / "index"
-    assert (
-        main(["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(dataset), "--out", str(index)]) == 0
-    )
-    out = tmp_path / "report"
-    capsys.readouterr()
-    assert main(["audit", "--index", str(index), "--out", str(out)]) == 0
-    printed = capsys.readouterr().out
-    assert "audit: embedding" not in printed and "exact duplicate groups: 1" in printed  # no model ran
-    with (out / "leaks.csv").open() as handle:
-        leaks = list(csv.DictReader(handle))
-    assert str((dataset.parent / "images" / "copy.png").resolve()) in {row["path"] for row in leaks}
-    with (out / "label_issues.csv").open() as handle:
-        assert {row["split"] for row in csv.DictReader(handle)} <= {"train", "val", "test"}
-
-
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
@@ -107,15 +74,40 @@ def test_a_source_without_its_model_or_with_one_too_many_is_a_one_line_error(tmp
     assert code == 2 and message in error and len(error.splitlines()) == 1
 
 
-def test_a_checkpoint_selected_at_a_low_recall_warns_in_one_line_printed_and_on_the_page(
-    csv_dataset, tiny_checkpoint, tmp_path, capsys
-):
-    """Issue 49 #4: the checkpoint's own record said it retrieves poorly, and the audit did not say so."""
-    checkpoint = Checkpoint.read(tiny_checkpoint)
-    poor = tmp_path / "poor.pt"
-    dataclasses.replace(checkpoint, best_score=0.25, best_epoch=2).save(poor)
-    out = tmp_path / "report"
-    assert main(["audit", "--checkpoint", str(poor), "--csv", str(csv_dataset), "--out", str(out), "--no-hash"]) == 0
-    (line,) = [line for line in capsys.readouterr().out.splitlines() if "not to be trusted" in line]
-    assert line.startswith("warning: this checkpoint's Recall@1 at model selection is 0.2500 (epoch 2)")
-    assert line in (out / "index.html").read_text().replace("&#x27;", "'")
+def test_every_count_and_warning_of_the_summary_is_one_printed_line(tmp_path, capsys, monkeypatch):
+    """The printing alone, on a summary of every section: the audit is `run_audit`'s (patched here)."""
+    summary = AuditSummary(
+        images=40,
+        k=10,
+        exact_graph=True,
+        threshold=0.97,
+        threshold_source="FMR 1e-4 on 300 different-label pairs",
+        exact_duplicate_groups=1,
+        near_duplicate_groups=2,
+        leak_ratio=0.5,
+        leaked_rows=3,
+        recoloured_leaks=1,
+        test_nearest_neighbour_leak_share=0.25,
+        label_issues=4,
+        outliers=5,
+        confused_class_pairs=0,
+        left_out=[],
+        warnings=["warning: one near-duplicate group holds 30 of the 40 images (75%)", "warning: second"],
+    )
+    monkeypatch.setattr("retrieval.export.audit_run.run_audit", lambda request: summary)
+    listing = tmp_path / "images.csv"
+    listing.write_text("path\nx.png\n")
+    out = tmp_path / "r"
+    assert main(["audit", "--model", str(tmp_path), "--csv", str(listing), "--out", str(out), "-k", "7"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"report: {out / 'index.html'}",
+        "near-duplicate threshold: 0.9700 (FMR 1e-4 on 300 different-label pairs)",
+        "exact duplicate groups: 1",
+        "near duplicate groups: 2",
+        "leaked rows: 3",
+        "recoloured leaks: 1",
+        "label issues: 4",
+        "outliers: 5",
+        "test queries whose nearest neighbour is a leak: 0.2500",
+        *summary.warnings,
+    ]

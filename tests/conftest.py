@@ -132,10 +132,15 @@ def csv_dataset_factory():
     return write_csv_dataset
 
 
+# The digits demo shrunk to seconds, on the worker's one thread (the demo's own `train.threads`, 2, would take the
+# other xdist worker's core too). Tests add their epochs, batch size or data.
+TINY_DIGITS = ("model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.threads=1")
+
+
 @pytest.fixture(scope="session")
 def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
-    """A finished one-epoch `retrieval train` of the digits demo shrunk to seconds (resnet10t, 16-d, 16 px, batches
-    of 128: 5 an epoch) and what it printed on stdout.
+    """A finished one-epoch `retrieval train` of `TINY_DIGITS` in batches of 128 (5 an epoch) and what it printed on
+    stdout.
 
     Trained once for the session: the modules that resume or inspect this same run share it, and a test that
     resumes or damages it works on a copy (`shutil.copytree`).
@@ -145,7 +150,7 @@ def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
 
     from retrieval.cli.main import main
 
-    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+    tiny = [*TINY_DIGITS, "data.batch_size=128"]
     run = tmp_path_factory.mktemp("one_epoch_digits") / "run"
     out = io.StringIO()  # capsys is per test; this fixture is per session
     with contextlib.redirect_stdout(out):

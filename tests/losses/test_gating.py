@@ -9,6 +9,7 @@ import torch.nn.functional as F
 
 from retrieval.losses import AnchorLoss, ProxyNCALoss
 from retrieval.losses.functional import balance_degree, cosine_to_proxies, gate_weights
+from tests.conftest import TINY_DIGITS
 
 EPS = 1e-6
 
@@ -155,8 +156,8 @@ def test_the_trainer_tells_the_loss_the_epoch_and_logs_b_and_w(tmp_path, csv_dat
     seen = []
     original = ProxyNCALoss.set_epoch
     monkeypatch.setattr(ProxyNCALoss, "set_epoch", lambda self, epoch: (seen.append(epoch), original(self, epoch)))
-    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=8"]
-    data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0", "train.threads=1"]
+    tiny = [*TINY_DIGITS, "data.batch_size=8"]
+    data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0"]
     gate = ["loss.name=proxy_nca", "loss.gate=ct", "loss.gate_warmup_epochs=1", "train.epochs=2", "train.eval_every=2"]
     trainer = Trainer.from_config(load_config(None, [*tiny, *data, *gate]), tmp_path / "run")
     trainer.fit()

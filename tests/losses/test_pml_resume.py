@@ -9,11 +9,12 @@ import json
 import pytest
 import torch
 
+from tests.conftest import TINY_DIGITS
 from tests.train.training import train, train_interrupted
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=2"]
+TINY = [*TINY_DIGITS, "train.epochs=2"]
 
 
 @pytest.mark.slow

@@ -11,8 +11,9 @@ import torch
 from retrieval.config import load_config
 from retrieval.train.accumulation import optimizer_steps, plan_micro_batches
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.val_fraction=0"]
+TINY = [*TINY_DIGITS, "data.val_fraction=0"]
 
 
 @pytest.fixture

@@ -12,11 +12,12 @@ from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.core.epoch_record import EpochRecord
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 from tests.train.training import train, train_interrupted
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=4"]
+TINY = [*TINY_DIGITS, "data.batch_size=4"]
 
 
 @pytest.fixture

@@ -14,10 +14,11 @@ from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.losses import MetricLoss
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.val_fraction=0"]
+TINY = [*TINY_DIGITS, "data.val_fraction=0"]
 
 
 @pytest.fixture

@@ -14,9 +14,10 @@ from retrieval.core.epoch_record import EpochRecord
 from retrieval.errors import UserError
 from retrieval.train.run_files import RunFiles
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "train_custom_model.py"
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.threads=1"]
+TINY = list(TINY_DIGITS)
 
 
 def _example():

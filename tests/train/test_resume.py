@@ -17,7 +17,7 @@ from retrieval.runtime import heartbeat
 from retrieval.train import trainer
 from retrieval.train.resume import resume_point
 from retrieval.train.runs import TrainRequest, check_training_request, resumed_checkpoint
-from tests.conftest import TINY_DEMO, write_csv_config
+from tests.conftest import TINY_DEMO, TINY_DIGITS, write_csv_config
 from tests.train.training import FINAL_LINES, train, train_interrupted
 
 
@@ -137,7 +137,7 @@ def test_curves_are_redrawn_during_training_at_most_once_a_minute(every, csv_dat
     """A long run's plots/curves.png follows its epochs (an interrupted run keeps one); a short run draws it at the end
     only, as a redraw costs more than its epochs."""
     monkeypatch.setattr(trainer, "CURVES_EVERY", every)
-    tiny = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.epochs=3"]
+    tiny = [*TINY_DIGITS, "train.epochs=3"]
     data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0.5", "data.batch_size=4"]
     run = tmp_path / "run"
     train_interrupted(monkeypatch, 2, [*tiny, *data], run)

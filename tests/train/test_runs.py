@@ -11,9 +11,10 @@ import pytest
 
 from retrieval.errors import UserError
 from retrieval.train.runs import TrainRequest, check_training_request, seed_run_dir
+from tests.conftest import TINY_DIGITS
 from tests.train.training import FINAL_LINES, train
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+TINY = [*TINY_DIGITS, "data.batch_size=128"]
 
 
 @pytest.mark.slow

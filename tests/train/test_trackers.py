@@ -12,10 +12,11 @@ from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.sweep.runner import _environment
 from retrieval.train.trackers import SWEEP_DIR_ENV, open_tracker, scalars
+from tests.conftest import TINY_DIGITS
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=4"]
+TINY = [*TINY_DIGITS, "data.batch_size=4"]
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from retrieval.losses import AnchorLoss
 from retrieval.train.schedule import LrSchedule, lr_factor
 from retrieval.train.step import LossTracker
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+TINY = [*TINY_DIGITS, "data.batch_size=128"]
 
 
 def _trainer(tmp_path, *overrides: str) -> Trainer:

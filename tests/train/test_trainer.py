@@ -13,10 +13,11 @@ from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.data import PKSampler
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_DIGITS
 
 pytestmark = pytest.mark.slow
 
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "data.batch_size=128"]
+TINY = [*TINY_DIGITS, "data.batch_size=128"]
 
 
 def _trainer(tmp_path, *overrides: str, **kwargs) -> Trainer:

@@ -10,6 +10,7 @@ import yaml
 
 from retrieval.cli.main import main
 from retrieval.data import ImageDataset, read_csv_splits
+from tests.train.training import train
 
 
 def _make_multi_label(csv_path):
@@ -58,10 +59,7 @@ def _config(tmp_path, csv_path, loss):
 def test_a_multi_label_csv_trains_with_the_asymmetric_loss_and_evaluates(tmp_path, csv_dataset, capsys):
     _make_multi_label(csv_dataset)
     run = tmp_path / "run"
-    assert (
-        main(["train", "--config", str(_config(tmp_path, csv_dataset, "asymmetric_proxy")), "--output-dir", str(run)])
-        == 0
-    )
+    train(output_dir=run, config=_config(tmp_path, csv_dataset, "asymmetric_proxy"))
     result = json.loads((run / "result.json").read_text())
     test = result["test"]
     # Every test query shares its parity label with other test images, "solo" too: all 12 are scored.

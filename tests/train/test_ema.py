@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.core.epoch_record import EpochRecord
 from retrieval.train.trainer import Trainer
@@ -65,9 +64,8 @@ def test_the_average_differs_from_the_raw_weights_and_best_pt_holds_the_selected
 ):
     _favour(monkeypatch, "ema")
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*tiny, "train.epochs=1", "train.ema=0.5"]]
-    assert main(["train", *args, "--output-dir", str(run)]) == 0
-    out = capsys.readouterr().out
+    _, said = train([*tiny, "train.epochs=1", "train.ema=0.5"], run)
+    out = capsys.readouterr().out + said  # the epoch lines, then the closing lines
     assert "ema val R@1" in out and "(EMA weights)" in out
     (record,) = _records(run)
     assert record["better_weights"] == "ema" and record["ema/val/map@r"] >= 1.0
@@ -85,9 +83,8 @@ def test_the_average_differs_from_the_raw_weights_and_best_pt_holds_the_selected
 
 def test_without_validation_the_result_is_the_last_epochs_average(tiny, tmp_path, capsys):
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*tiny, "train.epochs=1", "train.ema=0.5", "data.val_fraction=0"]]
-    assert main(["train", *args, "--output-dir", str(run)]) == 0
-    assert "nothing was selected (EMA weights)" in capsys.readouterr().out
+    _, said = train([*tiny, "train.epochs=1", "train.ema=0.5", "data.val_fraction=0"], run)
+    assert "nothing was selected (EMA weights)" in said
     last, best = Checkpoint.read(run / "checkpoints/last.pt"), Checkpoint.read(run / "checkpoints/best.pt")
     assert best.selected_weights == "ema"
     for name, value in best.model.items():

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.losses import MetricLoss
 from retrieval.train.trainer import Trainer
 from tests.conftest import TINY_DIGITS
+from tests.train.training import train
 
 pytestmark = pytest.mark.slow
 
@@ -76,8 +76,7 @@ def test_a_cpu_fp16_run_skips_a_non_finite_loss_records_it_and_resumes_the_scale
 
     monkeypatch.setattr(MetricLoss, "__call__", first_loss_infinite)
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*tiny, "data.batch_size=2", "train.amp=fp16", "train.epochs=1"]]
-    assert main(["train", *args, "--output-dir", str(run)]) == 0  # not reported as a failed run
+    train([*tiny, "data.batch_size=2", "train.amp=fp16", "train.epochs=1"], run)  # not a failed run
     (record,) = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     skipped = record["skipped_steps"]  # the injected one, and any the starting scale of 65536 overflowed
     assert 1 <= skipped < 8 and record["loss_scale"] == 65536.0 / 2**skipped and math.isfinite(record["loss"])

@@ -13,6 +13,7 @@ from retrieval.errors import UserError
 from retrieval.sweep.runner import _environment
 from retrieval.train.trackers import SWEEP_DIR_ENV, open_tracker, scalars
 from tests.conftest import TINY_DIGITS
+from tests.train.training import train
 
 pytestmark = pytest.mark.slow
 
@@ -43,9 +44,7 @@ def test_every_record_the_config_and_the_result_reach_tensorboard_and_mlflow(tin
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*tiny, "train.epochs=2", "train.loggers=[tensorboard, mlflow]"]]
-    assert main(["train", *args, "--output-dir", str(run)]) == 0
-    capsys.readouterr()
+    train([*tiny, "train.epochs=2", "train.loggers=[tensorboard, mlflow]"], run)
     records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     result = json.loads((run / "result.json").read_text())
 
@@ -107,7 +106,7 @@ def test_without_loggers_no_tracker_package_is_imported_and_a_missing_one_says_h
     for module in ("mlflow", "tensorboard", "torch.utils.tensorboard"):
         monkeypatch.setitem(sys.modules, module, None)  # importing it now raises ImportError
     run = tmp_path / "run"
-    assert main(["train", *[f"--set={o}" for o in [*tiny, "train.epochs=1"]], "--output-dir", str(run)]) == 0
+    train([*tiny, "train.epochs=1"], run)
     assert not {"tensorboard", "mlruns", "mlflow.json"} & {path.name for path in run.iterdir()}
     for logger in ("tensorboard", "mlflow"):
         with pytest.raises(UserError, match=r"install the trackers extra: pip install 'retrieval\[trackers\]'"):

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.losses import AnchorLoss
@@ -17,6 +16,7 @@ from retrieval.train.schedule import LrSchedule, lr_factor
 from retrieval.train.step import LossTracker
 from retrieval.train.trainer import Trainer
 from tests.conftest import TINY_DIGITS
+from tests.train.training import train
 
 TINY = [*TINY_DIGITS, "data.batch_size=128"]
 
@@ -131,8 +131,7 @@ def test_persistent_workers_serve_training_and_every_evaluation(tmp_path):
 @pytest.mark.slow
 def test_best_holds_what_evaluation_needs_and_last_what_resume_needs(tmp_path, capsys):
     run = tmp_path / "run"
-    args = [f"--set={o}" for o in [*TINY, "train.epochs=1", "data.val_fraction=0.2"]]
-    assert main(["train", *args, "--output-dir", str(run)]) == 0
+    train([*TINY, "train.epochs=1", "data.val_fraction=0.2"], run)
     best, last = Checkpoint.read(run / "checkpoints/best.pt"), Checkpoint.read(run / "checkpoints/last.pt")
     assert not best.resumable and best.proxies is not None
     assert last.resumable and last.proxies is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.losses import CircleLoss, CrossBatchMemory
+from tests.train.training import train
 
 pytestmark = pytest.mark.slow
 
@@ -29,8 +29,8 @@ SETTINGS = [
 @pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
 def test_a_run_with_memory_and_no_head_saves_the_queue(tmp_path, capsys) -> None:
     run = tmp_path / "run"
-    assert main(["train", *(f"--set={setting}" for setting in SETTINGS), "--output-dir", str(run)]) == 0
-    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("MAP@R: ")
+    _, said = train(SETTINGS, run)
+    assert said.strip().splitlines()[-1].startswith("MAP@R: ")
 
     checkpoint = Checkpoint.read(run / "checkpoints" / "last.pt")
     assert checkpoint.embedding_dim == 512 and checkpoint.model_config.embedding_dim is None

@@ -14,6 +14,7 @@ from retrieval.config import load_config
 from retrieval.data import PKSampler
 from retrieval.train.trainer import Trainer
 from tests.conftest import TINY_DIGITS
+from tests.train.training import train
 
 pytestmark = pytest.mark.slow
 
@@ -84,9 +85,7 @@ def test_the_pk_sampler_is_told_every_epoch(tmp_path, monkeypatch):
 
 
 def test_without_validation_the_last_epoch_is_the_result(tmp_path, capsys):
-    args = [f"--set={o}" for o in [*TINY, "data.val_fraction=0", "train.epochs=2"]]
-    assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 0
-    out = capsys.readouterr().out
+    _, out = train([*TINY, "data.val_fraction=0", "train.epochs=2"], tmp_path / "run")
     assert "result: last epoch (2); no validation split, so nothing was selected" in out
     assert json.loads((tmp_path / "run" / "result.json").read_text())["selected_on"] == "last"
     best = torch.load(tmp_path / "run" / "checkpoints" / "best.pt", weights_only=True)
@@ -94,9 +93,8 @@ def test_without_validation_the_last_epoch_is_the_result(tmp_path, capsys):
 
 
 def test_selecting_on_test_is_labelled_on_every_figure(tmp_path, capsys):
-    args = [f"--set={o}" for o in [*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true"]]
-    assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    _, said = train([*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true"], tmp_path / "run")
+    lines = said.splitlines()
     assert "on the TEST set (train.select_on_test; optimistic)" in lines[-7]
     assert all(line.endswith("(selected on test)") for line in lines[-6:])  # the 95% CI line and the metrics
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

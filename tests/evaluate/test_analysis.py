@@ -12,6 +12,7 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.config import Config, ModelConfig, config_to_dict
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
 from retrieval.losses import build_loss
 from retrieval.models import Embedder
 
@@ -36,24 +37,26 @@ def proxy_checkpoint(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_evaluate_reports_groups_calibration_classification_and_grid(proxy_checkpoint, tmp_path, capsys):
-    out, grid, result = tmp_path / "classification", tmp_path / "grid.png", tmp_path / "metrics.json"
-    args = ["evaluate", "--checkpoint", str(proxy_checkpoint), "--json", str(result), "--calibrate"]
-    assert main([*args, "--classification", str(out), "--grid", str(grid), "--grid-rows", "3"]) == 0
-    lines = capsys.readouterr().out.splitlines()
+def test_evaluate_reports_groups_calibration_classification_and_grid(proxy_checkpoint, tmp_path):
+    """As a library call: `retrieval evaluate` prints `report.text()` and writes `report.record()` as `--json`
+    (`tests/evaluate/test_run.py` checks that the command prints the same)."""
+    out, grid = tmp_path / "classification", tmp_path / "grid.png"
+    request = EvaluationRequest(proxy_checkpoint, calibrate=True, classification=out, grid=grid, grid_rows=3)
+    report = run_evaluation(request)
+    lines = report.text().splitlines()
     assert lines[-5].startswith("Recall@1: ") and lines[-1].startswith("MAP@R: ")  # the closing lines stay last
     assert lines[0].startswith("by training frequency (head / mid / tail): Recall@1 ")
-    metrics = json.loads(result.read_text())
+    metrics = json.loads(report.record().json_text())
     calibration = metrics["calibration"]
     assert calibration["temperature"] > 0 and calibration["num_calibration_images"] == 179
     assert calibration["after"]["accuracy"] == calibration["before"]["accuracy"]
     assert f"test ECE {calibration['before']['ece']:.4f} -> {calibration['after']['ece']:.4f}" in lines[1]
     for name in ("head", "mid", "tail"):
         assert 0 <= metrics[f"{name}/recall@1"] <= 1 and 0 <= metrics[f"{name}/proxy_accuracy"] <= 1
-    report = json.loads((out / "classification.json").read_text())
-    assert report["accuracy"] == pytest.approx(metrics["proxy_accuracy"])  # two paths to the same argmax
-    assert np.asarray(report["confusion"]).sum() == report["num_images"] == 899
-    assert report["calibrated"]["ece"] == pytest.approx(calibration["after"]["ece"])
+    written = json.loads((out / "classification.json").read_text())
+    assert written["accuracy"] == pytest.approx(metrics["proxy_accuracy"])  # two paths to the same argmax
+    assert np.asarray(written["confusion"]).sum() == written["num_images"] == 899
+    assert written["calibrated"]["ece"] == pytest.approx(calibration["after"]["ece"])
     for name in ("pr_curves.png", "confusion.png", "reliability.png"):
         assert (out / name).stat().st_size > 10_000, name
     with Image.open(grid) as image:

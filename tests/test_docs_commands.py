@@ -39,11 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", ROOT / "CONTRIBUTING.md", *sorted((ROOT / "docs").rglob("*.md"))]
 PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
 
-# Appended to a command that trains: a tiny from-scratch run instead of an ImageNet ResNet-50 for hours.
+# Appended to a command that trains: a tiny from-scratch run instead of an ImageNet ResNet-50 for hours, on the
+# xdist worker's one thread.
 TRAIN_BUDGET = (
     "--set train.epochs=1 --set data.image_size=32 --set model.backbone=resnet10t --set model.pretrained=false "
     "--set data.batch_size=8 --set data.num_workers=0 --set train.warmup_epochs=0 "
-    "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false"
+    "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false --set train.threads=1"
 )
 # Appended to `retrieval pretrain` besides TRAIN_BUDGET: one epoch, batches the small world fills.
 PRETRAIN_BUDGET = "--set pretrain.epochs=1 --set pretrain.batch_size=8"

@@ -179,8 +179,9 @@ def single_process_parts(tmp_path_factory, tiny_checkpoint, parts_dataset) -> Pa
     return out
 
 
-# The tiny demo of `tests/cli/test_cli.py` and the resume tests: resnet10t, 32-d, 2 epochs of the digits demo.
-TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "train.epochs=2")
+# The tiny demo of `tests/cli/test_cli.py` and the resume tests: resnet10t, 32-d, 16 px, 2 epochs of the digits
+# demo, on the demo's own 2 threads (test_cli checks that a run's train.threads holds).
+TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "data.image_size=16", "train.epochs=2")
 
 
 @pytest.fixture(scope="session")

@@ -12,9 +12,11 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import TrainConfig
 from retrieval.evaluate import evaluator
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.index import SearchIndex
 from retrieval.inference.forward import FLOAT32, Precision
 from retrieval.inference.image_encoder import ImageEncoder
@@ -31,7 +33,8 @@ def _with_amp(checkpoint: Path, amp: str, out: Path) -> Path:
 
 
 def _evaluated_embeddings(monkeypatch, checkpoint: Path, csv_path: Path) -> dict[str, np.ndarray]:
-    """`{absolute image path: embedding}` of the test split, as `retrieval evaluate` hands them to scoring."""
+    """`{absolute image path: embedding}` of the test split, as `retrieval evaluate` (`run_evaluation`) hands them to
+    scoring."""
     seen = {}
 
     def recording_score_split(embeddings, split, *args, **kwargs):
@@ -41,16 +44,16 @@ def _evaluated_embeddings(monkeypatch, checkpoint: Path, csv_path: Path) -> dict
     original = evaluator.score_split  # `retrieval evaluate` imports it from here when it runs
     monkeypatch.setattr(evaluator, "score_split", recording_score_split)
     overrides = ["data.name=csv", f"data.path={csv_path}", "data.num_workers=0", f"data.eval_batch_size={BATCH}"]
-    argv = ["evaluate", "--checkpoint", str(checkpoint), *(part for item in overrides for part in ("--set", item))]
-    assert main([*argv, "--set", "train.device=cpu"]) == 0
+    run_evaluation(EvaluationRequest(checkpoint, overrides=(*overrides, "train.device=cpu")))
     return seen
 
 
 def _indexed_vectors(checkpoint: Path, csv_path: Path, out: Path) -> dict[str, np.ndarray]:
-    """`{absolute image path: stored vector}` of a flat index of the CSV's test rows built with `checkpoint`."""
-    args = ["--csv", str(csv_path), "--split", "test", "--out", str(out), "--type", "flat"]
-    options = ["--batch-size", str(BATCH), "--num-workers", "0", "--device", "cpu"]
-    assert main(["index", "build", "--checkpoint", str(checkpoint), *args, *options]) == 0
+    """`{absolute image path: stored vector}` of a flat index of the CSV's test rows that `retrieval index build`
+    (`build_index`) makes with `checkpoint`."""
+    encoder = EncoderChoice(checkpoint=checkpoint, device="cpu")
+    request = IndexBuildRequest(out, encoder, csv=csv_path, split="test", kind="flat", batch_size=BATCH)
+    build_index(request)
     index = SearchIndex.load(out)
     rows = index.metadata_for(np.arange(index.ntotal))
     return {row["path"]: index.reconstruct(row["id"]) for row in rows}

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 from pathlib import Path
 
 from retrieval.cli._common import output_folder
-from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
-from retrieval.index.storage import INDEX_FILE, working_directory
+from retrieval.index.storage import INDEX_FILE
 
 __all__ = ["add_parser", "run"]
 
@@ -28,17 +26,11 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`index merge`: the shards' lists merged in a working directory beside `--out`, then saved atomically."""
-    from retrieval.index.shards import merge_shards
+    """`index merge`: the shards merged beside `--out`, then saved atomically (`merge_into`)."""
+    from retrieval.index.shards import merge_into
 
     output_folder(args.out, "--out", INDEX_FILE)  # the save replaces the folder as a whole
-    work = working_directory(args.out)
-    try:
-        index = merge_shards(list(args.shards), work)
-        with writer_lock(args.out, DEFAULT_LOCK_TIMEOUT):
-            index.save(args.out)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    index = merge_into(list(args.shards), args.out)
     print(f"index: {args.out} ({index.kind}: {index.factory}, lists on disk)")
     print(f"vectors: {index.ntotal} from {len(args.shards)} shards (ids {int(index.ids[0])}..{int(index.ids[-1])})")
     return 0

@@ -9,8 +9,8 @@ FAISS's recipe for indexes larger than one machine (`faiss.contrib.ondisk`), as 
    the rows' numbers over the full ordered list of inputs. The shard is an ordinary index
    directory whose manifest records the trained index's sha256, its first id and `shard`: its
    number K, the count M and that list of inputs (each one's rows and content fingerprint).
-3. `merge_shards` (`retrieval index merge`) merges the shards' inverted lists into one on-disk
-   lists file (`on_disk.merged_lists`, FAISS's `merge_from_multiple`) and concatenates their
+3. `merge_into` (`retrieval index merge`) merges (`merge_shards`) the shards' inverted lists into one
+   on-disk lists file (`on_disk.merged_lists`, FAISS's `merge_from_multiple`) and concatenates their
    metadata tables. Shards of another trained index, kind, dimension, list of inputs or count,
    whose ids overlap, or a split with shards missing, are refused: ids are row numbers over the
    inputs, so shards of inputs given in other orders would hold some rows twice and others never.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
@@ -37,6 +38,7 @@ from retrieval.errors import UserError
 from retrieval.index.build.sample import SEED, training_rows
 from retrieval.index.choice import plan_index
 from retrieval.index.from_embeddings import EmbeddingFiles, check_column_types
+from retrieval.index.locking import DEFAULT_LOCK_TIMEOUT, writer_lock
 from retrieval.index.manifest import FileEntry, IndexManifest, MergedShard, ShardRecord, SourceRecord
 from retrieval.index.metadata import Metadata
 from retrieval.index.on_disk import LISTS_FILE, merged_lists, read_with_lists_beside
@@ -48,13 +50,14 @@ from retrieval.index.storage import (
     MANIFEST_FILE,
     METADATA_FILE,
     read_verified_manifest,
+    working_directory,
     write_index_directory,
 )
 from retrieval.index.streaming import UnitChunks, gather_rows
 from retrieval.runtime.files import file_sha256
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
-__all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_shards", "read_trained", "train_index"]
+__all__ = ["TRAINED_FORMAT", "TrainedIndex", "merge_into", "merge_shards", "read_trained", "train_index"]
 
 TRAINED_FORMAT = "retrieval-trained-index"
 _CHUNK_ROWS = 65536
@@ -165,6 +168,25 @@ def read_trained(directory: Path) -> TrainedIndex:
     if not (directory / INDEX_FILE).is_file() or file_sha256(directory / INDEX_FILE) != expected:
         raise UserError(f"{directory / INDEX_FILE} is missing or does not match its manifest; copy TRAINED again")
     return TrainedIndex(faiss.read_index(str(directory / INDEX_FILE)), manifest)
+
+
+def merge_into(shards: list[Path], out: Path, lock_timeout: float = DEFAULT_LOCK_TIMEOUT) -> SearchIndex:
+    """The shards merged (`merge_shards`) and saved as the index directory `out`, whole or not at all.
+
+    The lists are merged in a working directory beside `out` (removed after the save; after a kill, by
+    the next save beside it), and saved under `out`'s writer lock.
+
+    Raises:
+        UserError: see `merge_shards`; `out`'s lock is held longer than `lock_timeout` seconds.
+    """
+    work = working_directory(out)
+    try:
+        index = merge_shards(shards, work)
+        with writer_lock(out, lock_timeout):
+            index.save(out)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return index
 
 
 def merge_shards(shards: list[Path], work: Path) -> SearchIndex:

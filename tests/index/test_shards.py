@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -17,10 +18,12 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.embedding_files.file_formats import write_embeddings
 from retrieval.errors import UserError
+from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.index import SearchIndex
 from retrieval.index.build import IndexBuildOptions
+from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.from_files import built_from_files
-from retrieval.index.shards import read_trained
+from retrieval.index.shards import merge_into, read_trained, train_index
 from retrieval.runtime.files import file_sha256
 
 PART_ROWS = 700
@@ -51,12 +54,13 @@ def split(data, tmp_path_factory) -> dict[str, Path]:
     vectors, _ = data
     root = tmp_path_factory.mktemp("split")
     np.save(root / "tail.npy", vectors[3000:])
-    inputs = [str(_parts(root / "parts", vectors[:3000])), str(root / "tail.npy")]
-    assert main(["index", "train", "--embeddings", *inputs, "--out", str(root / "trained"), "--nlist", str(NLIST)]) == 0
+    inputs = (_parts(root / "parts", vectors[:3000]), root / "tail.npy")
+    # What `index train`, `index build --trained --shard K/3` and `index merge` run (their printing: below).
+    train_index(open_embedding_files(list(inputs)), root / "trained", nlist=NLIST, progress=False)
     for k in range(3):
-        shard = ["--trained", str(root / "trained"), "--shard", f"{k}/3", "--out", str(root / f"shard{k}")]
-        assert main(["index", "build", "--embeddings", *inputs, *shard, *(["--on-disk"] if k == 1 else [])]) == 0
-    assert main(["index", "merge", *(str(root / f"shard{k}") for k in (2, 0, 1)), "--out", str(root / "merged")]) == 0
+        shard = IndexBuildRequest(root / f"shard{k}", embeddings=inputs, trained=root / "trained", shard=(k, 3))
+        build_index(dataclasses.replace(shard, on_disk=k == 1))
+    merge_into([root / f"shard{k}" for k in (2, 0, 1)], root / "merged")
     return {"root": root, "trained": root / "trained", **{f"shard{k}": root / f"shard{k}" for k in range(3)}}
 
 
@@ -81,18 +85,8 @@ def test_merged_shards_search_like_one_build_with_the_trained_index(split, data)
 
 def test_the_merge_equals_a_one_process_build_from_the_same_trained_index(split, data, tmp_path) -> None:
     _, queries = data
-    inputs = [str(split["root"] / "parts"), str(split["root"] / "tail.npy")]
-    one = [
-        "index",
-        "build",
-        "--embeddings",
-        *inputs,
-        "--trained",
-        str(split["trained"]),
-        "--out",
-        str(tmp_path / "one"),
-    ]
-    assert main(one) == 0
+    inputs = (split["root"] / "parts", split["root"] / "tail.npy")
+    build_index(IndexBuildRequest(tmp_path / "one", embeddings=inputs, trained=split["trained"]))
     whole, merged = SearchIndex.load(tmp_path / "one"), SearchIndex.load(split["root"] / "merged")
     for expected, got in zip(whole.search(queries, 10), merged.search(queries, 10), strict=True):
         np.testing.assert_array_equal(got, expected)

@@ -7,8 +7,6 @@ from pathlib import Path
 
 from retrieval.cli._common import add_embedding_arguments
 from retrieval.cli._index_common import add_checkpoint_check, add_image_inputs, add_lock_timeout
-from retrieval.errors import UserError
-from retrieval.index.storage import writing
 
 __all__ = ["add_parser", "run"]
 
@@ -24,28 +22,23 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """`index add`: embed before taking the writer lock, so a long embedding does not hold other writers up.
+    """`index add`: the images embedded, then added under the index's writer lock (`add_to_index`)."""
+    from retrieval.export.index_add import IndexAddRequest, add_to_index
 
-    `SearchIndex.add` augments the new vectors as the index's build did (database-side augmentation). The
-    columns the index has are read as the index stores them (a string column keeps `1.10` as written).
-    """
-    from retrieval.core.column_types import column_types_of, parse_column_types
-    from retrieval.export.index_encoder import encoder_for_index
-    from retrieval.index import SearchIndex
-    from retrieval.index.metadata import Metadata
-    from retrieval.index.storage import METADATA_FILE, read_manifest
-    from retrieval.inference.sources import embed_source, read_source
-
-    model = read_manifest(args.index).model  # checked against the verified load under the lock
-    encoder = encoder_for_index(model, args.checkpoint, device=args.device, model_dir=args.model)
-    stored = column_types_of(Metadata.read(args.index / METADATA_FILE).table.schema)
-    source = read_source(args.csv, args.images, args.split, parse_column_types(args.column_types), stored)
-    embeddings, rows = embed_source(encoder, source, args.batch_size, args.num_workers)
-    with writing(args.index), SearchIndex.edit(args.index, args.lock_timeout) as index:
-        if index.manifest.model != model:
-            raise UserError(
-                f"{args.index} was rebuilt with another model while the images were embedded; run add again"
-            )
-        ids = index.add(embeddings, rows)
-    print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {index.ntotal}")
+    request = IndexAddRequest(
+        index=args.index,
+        csv=args.csv,
+        images=args.images,
+        split=args.split,
+        column_types=args.column_types,
+        checkpoint=args.checkpoint,
+        model=args.model,
+        device=args.device,
+        batch_size=args.batch_size,
+        num_workers=args.num_workers,
+        lock_timeout=args.lock_timeout,
+    )
+    report = add_to_index(request)
+    ids = report.ids
+    print(f"added {len(ids)} vectors (ids {ids.min()}..{ids.max()}); the index holds {report.stored}")
     return 0

@@ -11,7 +11,11 @@ from PIL import Image
 from retrieval.checkpoint import Checkpoint
 from retrieval.cli.main import main
 from retrieval.data import EvalSplit, RetrievalData
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
 from retrieval.evaluate.verification import evaluate_verification, verification_lines
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
+from retrieval.export.index_query import QueryRequest, query_index
 from retrieval.index import SearchIndex
 from retrieval.metrics.verification import pairs_of, roc_auc
 
@@ -22,14 +26,15 @@ DIGITS += ["--set", "train.device=cpu"]
 def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_the_index(
     checkpoint_factory, csv_dataset, tmp_path, capsys
 ):
+    """Through the library calls `evaluate`, `index build` and `index query` run (their printed text and `--json`
+    records are `report.text()`, `record()` and `json_text()`); the table's line through the command."""
     checkpoint = checkpoint_factory(tmp_path / "best.pt")
     weights = Checkpoint.read(checkpoint).model
-    result = tmp_path / "metrics.json"
-    args = ["evaluate", "--checkpoint", str(checkpoint), *DIGITS, "--set", "data.val_fraction=0.2"]
-    assert main([*args, "--save-threshold", "5e-3", "--json", str(result)]) == 0
-    lines = capsys.readouterr().out.splitlines()
+    overrides = (*DIGITS[1::2], "data.val_fraction=0.2")
+    evaluated = run_evaluation(EvaluationRequest(checkpoint, overrides=overrides, save_threshold=5e-3))
+    lines = evaluated.text().splitlines()
     assert lines[-5].startswith("Recall@1: ") and lines[-1].startswith("MAP@R: ")  # still the closing lines
-    report = json.loads(result.read_text())["verification"]
+    report = json.loads(evaluated.record().json_text())["verification"]
     assert report["chosen_on"] == "val" and 0.5 <= report["roc_auc"] <= 1
     assert report["test_pairs"]["scored"] == report["test_pairs"]["total"] == 899 * 898 // 2
     assert report["selection_pairs"]["scored"] == 179 * 178 // 2
@@ -56,16 +61,12 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
     assert all(np.array_equal(saved.model[name], weights[name]) for name in weights)
 
     index = tmp_path / "index"
-    build = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(csv_dataset), "--out", str(index)]
-    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
+    build_index(IndexBuildRequest(index, EncoderChoice(checkpoint=checkpoint), csv=csv_dataset, kind="flat"))
     assert SearchIndex.load(index).manifest.as_dict()["match_threshold"] == saved.match_threshold.to_dict()
     image = csv_dataset.parent / "images" / "train_2_3.png"
-    query = ["index", "query", "--index", str(index), "--image", str(image), "--json", "--num-workers", "0"]
-    capsys.readouterr()
-    assert main([*query, "-k", "28", "--min-score", "stored"]) == 0
-    (answer,) = json.loads(capsys.readouterr().out)
-    assert answer["min_score"] == saved.match_threshold.score
-    assert answer["results"] and all(result["score"] >= answer["min_score"] for result in answer["results"])
+    (answer,) = query_index(QueryRequest(index, images=(image,), k=28, min_score="stored")).answers
+    assert answer.min_score == saved.match_threshold.score
+    assert answer.results and all(result.score >= answer.min_score for result in answer.results)
 
     other = tmp_path / "other.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(other)

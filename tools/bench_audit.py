@@ -175,9 +175,10 @@ def _plant_faults(
     for position in rng.permutation(len(train_sources)) if recoloured > 0 else []:
         if len(non_copies) == round(recoloured * len(sources)):
             break
-        image, label, _, name = sources[train_sources[position]]
-        if _colourful(image()):
-            path = add(_recoloured(image(), rng), f"{label} recoloured {len(non_copies)}", "test", f"recoloured_{name}")
+        read, label, _, name = sources[train_sources[position]]
+        image = read()  # read once: tested for colour, then turned
+        if _colourful(image):
+            path = add(_recoloured(image, rng), f"{label} recoloured {len(non_copies)}", "test", f"recoloured_{name}")
             non_copies.append({"path": path, "source": written[train_sources[position]]})
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=["path", "label", "split"], lineterminator="\n")

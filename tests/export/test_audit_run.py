@@ -20,11 +20,6 @@ from tests.conftest import add_train_copy_as_test
 pytestmark = pytest.mark.slow  # embeds images with a model
 
 
-def _with_copy(csv_dataset: Path) -> Path:
-    """The dataset CSV plus a byte-identical copy of a train image listed as test: a duplicate and a leak."""
-    return add_train_copy_as_test(csv_dataset, "copy.png", 0)
-
-
 def _leaked_paths(report: Path) -> set[str]:
     with (report / "leaks.csv").open() as handle:
         return {row["path"] for row in csv.DictReader(handle)}
@@ -34,7 +29,7 @@ def test_a_csv_without_labels_or_splits_gets_duplicates_and_says_what_is_left_ou
     csv_dataset, tiny_checkpoint, tmp_path, caplog
 ):
     """Was `tests/audit/test_audit_cli.py`'s test of the same name (the notes printed once there)."""
-    dataset = _with_copy(csv_dataset)
+    dataset = add_train_copy_as_test(csv_dataset, "copy.png", 0)  # a duplicate and a leak
     listing = tmp_path / "images.csv"
     rows = dataset.read_text().splitlines()[1:]
     listing.write_text("path\n" + "".join(f"{dataset.parent / row.split(',')[0]}\n" for row in rows))
@@ -50,7 +45,7 @@ def test_a_csv_without_labels_or_splits_gets_duplicates_and_says_what_is_left_ou
 
 def test_an_index_is_audited_from_its_stored_vectors_and_columns(csv_dataset, tiny_checkpoint, tmp_path, caplog):
     """Was `tests/audit/test_audit_cli.py`'s test of the same name, through `main` there."""
-    dataset = _with_copy(csv_dataset)
+    dataset = add_train_copy_as_test(csv_dataset, "copy.png", 0)  # a duplicate and a leak
     index = tmp_path / "index"
     build_index(IndexBuildRequest(index, encoder=EncoderChoice(checkpoint=tiny_checkpoint), csv=dataset))
     out = tmp_path / "report"

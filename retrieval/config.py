@@ -355,6 +355,9 @@ class RerankerConfig(_Section):
     # trained: the backbone fine-tunes with the head, on augmented images (each pair: two images through it);
     # frozen: only the projection and the head train, on the backbone's features of each image computed once
     backbone: Literal["trained", "frozen"] = "trained"
+    # train: pairs mined on the training split, the blend chosen on validation; validation: pairs mined on a
+    # random half of the validation classes (unseen by the embedder), the blend chosen on the other half
+    pairs_from: Literal["train", "validation"] = "train"
     mine_depth: Annotated[int, at_least(1)] = 5  # each training image's nearest matches, and as many non-matches
     # the depths N tried on validation (results re-scored per query)
     depths: Annotated[tuple[int, ...], accepts(lambda v: len(v) > 0 and min(v) >= 1, "whole numbers >= 1")] = (

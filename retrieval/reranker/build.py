@@ -1,17 +1,17 @@
 """Training a learned re-ranker of a checkpoint end to end, from a `RerankerRequest` to the re-ranker directory.
 
 `retrieval reranker` parses its flags into a request and prints the `RerankerReport`; a Python user calls
-`train_reranker` the same way. In order: the checkpoint's embedder embeds the training and validation
-splits; pairs are mined from the training split (`mining.py`); the pair model, started from the
-checkpoint's backbone, trains on them (`training.py`); the blend is chosen on the validation split
-(`retrieval.evaluate.learned_rerank.choose_blend`); the directory is written. The test split is never
+`train_reranker` the same way. In order: the checkpoint's embedder embeds the images to mine (the training
+split, or half of the validation classes: `sources.py`) and pairs are mined there (`mining.py`); the pair
+model, started from the checkpoint's backbone, trains on them (`training.py`); the blend is chosen on the
+validation split, or its other half (`retrieval.evaluate.learned_rerank.choose_blend`); the directory is
+written. The test split is never
 read. The directory is made in a scratch folder beside `output_dir` (weights, ONNX graphs checked against
 PyTorch, preprocessing, the manifest last) and renamed into place, so a failed run leaves no half of one.
 """
 
 from __future__ import annotations
 
-import copy
 import datetime
 import importlib.metadata
 import json
@@ -93,6 +93,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     from retrieval.inference.forward import Precision
     from retrieval.models.pair_model import PairModel, Pooled
     from retrieval.reranker.mining import mine_pairs
+    from retrieval.reranker.sources import pair_source
     from retrieval.reranker.training import PairDataset, PairFeatures, PairImages, train_pair_model
     from retrieval.runtime.device import place_model, resolve_device
     from retrieval.runtime.environment import torch_seeded
@@ -114,29 +115,28 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
             "the re-ranker chooses its blend on a validation split, and this data has none; set data.val_fraction "
             "(e.g. --set data.val_fraction=0.2) or data.val_classes, or add split=val rows"
         )
-    val = data.val
 
     def embed(model: torch.nn.Module, dataset: Dataset) -> np.ndarray:
         return embed_as_configured(model, dataset, config.data, device, precision)
 
-    train_eval = copy.copy(data.train)  # the training images through the eval transform, as the index sees them
-    train_eval.transform = val.dataset.transform  # type: ignore[attr-defined]
+    source = pair_source(data, data.val, settings.pairs_from, config.train.seed)  # the test split: never
     started = time.perf_counter()
-    pairs = mine_pairs(embed(embedder, train_eval), data.train_labels, settings.mine_depth)
+    pairs = mine_pairs(embed(embedder, source.eval_images), source.labels, settings.mine_depth, source.name)
     with torch_seeded(config.train.seed):
         model = PairModel(embedder, settings.width, settings.grid, in_chans, config.data.image_size)
     place_model(model, device, precision.channels_last)
     if settings.backbone == "frozen":
-        pair_data: PairDataset = PairFeatures(embed(Pooled(model.describe).eval(), train_eval), pairs)
+        pair_data: PairDataset = PairFeatures(embed(Pooled(model.describe).eval(), source.eval_images), pairs)
     else:
-        pair_data = PairImages(data.train, pairs)
+        pair_data = PairImages(source.train_images, pairs)
     train_pair_model(model, pair_data, config, device)
     train_seconds = time.perf_counter() - started
-    val_embeddings = embed(embedder, val.dataset)
+    blend = source.blend
+    val_embeddings = embed(embedder, blend.dataset)
     descriptors = describe_split(
-        model, val.dataset, config.data.eval_batch_size, device, precision, config.data.num_workers
+        model, blend.dataset, config.data.eval_batch_size, device, precision, config.data.num_workers
     )
-    choice = choose_blend(model.head, val_embeddings, descriptors, val, settings)
+    choice = choose_blend(model.head, val_embeddings, descriptors, blend, settings)
     preprocess = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
     fields = _manifest_fields(request, sha256, config, choice, len(pairs.targets), pairs.positives, train_seconds)
     manifest = _write(request.output_dir, model, preprocess, fields)

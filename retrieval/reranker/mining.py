@@ -1,11 +1,11 @@
 """The training pairs of a re-ranker: each training image with its nearest matches and nearest non-matches.
 
-Mined from the checkpoint's own embeddings of the training split: each image is paired with its `depth`
+Mined from the checkpoint's own embeddings of the training split (or of half of the validation classes,
+`sources.py`): each image is paired with its `depth`
 nearest images of its own class and its `depth` nearest images of other classes. Both kinds are mined
 explicitly because the embedder fits its training split: there an image's plain nearest neighbours are
 nearly all matches (glyphs at 64 px: 55,500 of 56,800 pairs), while on unseen classes the blend must set
-the near misses apart from the matches. Only the training split is mined; the validation split chooses the
-blend and the test split is never read.
+the near misses apart from the matches. The test split is never mined.
 """
 
 from __future__ import annotations
@@ -35,10 +35,11 @@ class Pairs(NamedTuple):
         return int(self.targets.sum())
 
 
-def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
+def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int, name: str = "the training split") -> Pairs:
     """Each image paired with its `depth` nearest matches and `depth` nearest non-matches by `(N, D)` unit `embeddings`.
 
-    Exact search (FAISS), one class at a time. Rows that are NaN (images skipped as unreadable) take no part.
+    Exact search (FAISS), one class at a time. Rows that are NaN (images skipped as unreadable) take no part;
+    `name` says in messages which images these are.
 
     Raises:
         UserError: multi-label data, fewer than two readable images, no two images of one class, or one class only.
@@ -47,7 +48,7 @@ def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
         raise UserError("the learned re-ranker trains on single-label data; a multi-label CSV has no pairs target yet")
     rows = np.flatnonzero(~np.isnan(embeddings).any(axis=1))
     if len(rows) < 2:
-        raise UserError(f"the training split has {len(rows)} readable image(s); a re-ranker needs pairs of images")
+        raise UserError(f"{name} has {len(rows)} readable image(s); a re-ranker needs pairs of images")
     vectors = np.ascontiguousarray(embeddings[rows], dtype=np.float32)
     index = faiss.IndexFlatIP(vectors.shape[1])
     index.add(vectors)
@@ -59,11 +60,12 @@ def mine_pairs(embeddings: np.ndarray, labels: np.ndarray, depth: int) -> Pairs:
     pairs = Pairs(rows[queries], rows[results], targets, cosines)
     if pairs.positives == 0:
         raise UserError(
-            f"no two of the training split's {len(rows)} readable images share a class: a re-ranker learns from "
-            "matching pairs"
+            f"no two of the {len(rows)} readable images of {name} share a class: a re-ranker learns from matching pairs"
         )
     if pairs.positives == len(targets):
-        raise UserError("every readable training image has the same class: a re-ranker learns from non-matching pairs")
+        raise UserError(
+            f"every readable image of {name} has the same class: a re-ranker learns from non-matching pairs"
+        )
     return pairs
 
 

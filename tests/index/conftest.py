@@ -6,15 +6,13 @@ import faiss
 import numpy as np
 import pytest
 
-from retrieval.index import clustered_unit_vectors
-from tests.index.index_oracle import DIM, QUERIES, N
+from tests.index.index_oracle import N, clustered_data
 
 
 @pytest.fixture(scope="session")
 def data() -> tuple[np.ndarray, np.ndarray]:
     """`(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries from the same 40 classes."""
-    vectors, _ = clustered_unit_vectors(N + QUERIES, DIM, n_clusters=40, seed=3)
-    return vectors[:N], vectors[N:]
+    return clustered_data()
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,14 @@ N, DIM, QUERIES = 4000, 32, 200
 KINDS = ("flat", "hnsw", "ivf", "ivfpq")
 
 
+def clustered_data() -> tuple[np.ndarray, np.ndarray]:
+    """`(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries from the same 40 classes."""
+    from retrieval.index import clustered_unit_vectors
+
+    vectors, _ = clustered_unit_vectors(N + QUERIES, DIM, n_clusters=40, seed=3)
+    return vectors[:N], vectors[N:]
+
+
 def brute_force(vectors: np.ndarray, ids: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     """`(Q, k)` ids of the k largest inner products, by a full numpy sort (the oracle)."""
     scores = queries @ vectors.T

@@ -37,22 +37,26 @@ def gallery_metadata(n: int, seed: int = 0) -> dict[str, list[Any]]:
     }
 
 
-def _build_index(directory: Path, n: int = N, kind: str = "flat", seed: int = 0) -> tuple[SearchIndex, np.ndarray]:
+def save_gallery_index(
+    directory: Path, n: int = N, kind: str = "flat", seed: int = 0
+) -> tuple[SearchIndex, np.ndarray]:
+    """A `kind` index of `n` clustered unit vectors and `gallery_metadata`, saved at `directory`."""
     vectors, _ = clustered_unit_vectors(n, DIM, n_clusters=12, seed=seed)
     index = SearchIndex.build(vectors, gallery_metadata(n, seed), kind=kind, progress=False)
     index.save(directory)
     return index, vectors
 
 
-def _local_uri(folder: Path, collection: str = "gallery") -> str:
+def local_collection_uri(folder: Path, collection: str = "gallery") -> str:
+    """The local-mode URI of a collection in `folder`."""
     return f"qdrant+local://{folder}?collection={collection}"
 
 
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory) -> Exported:
     root = tmp_path_factory.mktemp("exported")
-    index, vectors = _build_index(root / "index")
-    location = parse_database_uri(_local_uri(root / "db"))
+    index, vectors = save_gallery_index(root / "index")
+    location = parse_database_uri(local_collection_uri(root / "db"))
     export_index(root / "index", location, batch_size=64, progress=False)
     return Exported(root / "index", index, vectors, location)
 
@@ -84,13 +88,13 @@ def _snapshot(location: DatabaseLocation) -> dict[str, Any]:
 @pytest.fixture(scope="session")
 def build_index():
     """`build_index(directory, n=N, kind="flat", seed=0)` saves an index there: `(SearchIndex, vectors)`."""
-    return _build_index
+    return save_gallery_index
 
 
 @pytest.fixture(scope="session")
 def local_uri():
     """`local_uri(folder, collection="gallery")`: the local-mode URI of a collection in `folder`."""
-    return _local_uri
+    return local_collection_uri
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,16 @@ What an export writes and how the collection searches is tested through the libr
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pyarrow as pa
 import pytest
 
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.vectordb import parse_database_uri
 from retrieval.vectordb.upload import export_index
+from tests.index.test_metadata_types import VECTORS, N
 from tests.vectordb.conftest import local_collection_uri, save_gallery_index
 
 
@@ -67,3 +71,28 @@ def test_a_column_name_qdrant_cannot_quote_is_refused_at_export_in_one_line(tmp_
     error = capsys.readouterr().err.strip()
     assert f"metadata column {name!r} cannot be named in a Qdrant filter" in error and "\n" not in error
     assert not (tmp_path / "db").exists() or not any((tmp_path / "db").rglob("*.sqlite"))  # nothing written
+
+
+def test_an_index_holding_a_refused_type_is_refused_at_export_before_anything_is_written(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:
+    """Defect 9, for an index an earlier version built: one line, and no collection left marked incomplete."""
+    monkeypatch.setattr("retrieval.index.metadata.check_metadata", lambda table, source: None)
+    blobs = pa.array([b"\xff\xfe"] * N, pa.binary())
+    SearchIndex.build(VECTORS, pa.table({"blob": blobs}), kind="flat", progress=False).save(tmp_path / "index")
+    uri = f"qdrant+local://{tmp_path / 'db'}?collection=c"
+    assert main(["index", "export", "--index", str(tmp_path / "index"), "--to", uri]) == 2
+    error = capsys.readouterr().err.strip()
+    assert error.startswith(f"error: metadata column 'blob' of index {tmp_path / 'index'} has type binary")
+    assert "\n" not in error
+    assert not (tmp_path / "db").exists() or not any((tmp_path / "db").rglob("*.sqlite"))
+
+
+def test_an_index_holding_uint64_past_int64_is_refused_at_export(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.setattr("retrieval.index.metadata.check_metadata", lambda table, source: None)
+    big = pa.array([0, 2**63, 1, 2, 3, 4], pa.uint64())
+    SearchIndex.build(VECTORS, pa.table({"u64": big}), kind="flat", progress=False).save(tmp_path / "index")
+    uri = f"qdrant+local://{tmp_path / 'db'}?collection=c"
+    assert main(["index", "export", "--index", str(tmp_path / "index"), "--to", uri]) == 2
+    assert "holds 9223372036854775808 (row 2)" in capsys.readouterr().err
+    assert not (tmp_path / "db").exists() or not any((tmp_path / "db").rglob("*.sqlite"))

@@ -6,9 +6,10 @@ from `retrieval.train` or `retrieval.data` and neither torch nor timm when they 
 service starts without the training stack. Imports inside functions are allowed there: they run only
 when a command needs them.
 `export/onnx_export.py` and `export/quantize.py` write exports and need torch by design.
-`inference/` never imports `export/` (export builds on inference, not the reverse). And `retrieval
+`inference/` never imports `export/` (export builds on inference, not the reverse). (That `retrieval
 serve --model BUNDLE` answers searches in an interpreter where torch and the other training
-packages cannot be imported, as with `pip install "retrieval[serve]"`.
+packages cannot be imported, as with `pip install "retrieval[serve]"`, is the command's:
+tests/cli/test_serve_without_torch.py.)
 The top-level subpackages (and modules) of `retrieval`, and every module within them, import each
 other without a cycle, counting imports inside functions and under `TYPE_CHECKING`: each layer
 imports only the layers under it, so none needs a late import to load. And `import retrieval.config`
@@ -18,16 +19,12 @@ loads no torch: a config typo fails in an instant.
 from __future__ import annotations
 
 import ast
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from retrieval.cli.main import main
 
 PACKAGE = Path(__file__).resolve().parent.parent / "retrieval"
 SERVING = [
@@ -42,8 +39,6 @@ SERVING = [
     "embedding_files",
 ]
 FORBIDDEN = ("torch", "timm", "torchvision", "retrieval.train", "retrieval.data")
-# The `train` extra's packages, by import name: what `pip install "retrieval[serve]"` does not have.
-TRAINING_PACKAGES = ("torch", "torchvision", "timm", "pytorch_metric_learning", "sklearn", "scipy", "matplotlib")
 
 
 def _module_level_imports(path: Path) -> list[str]:
@@ -236,67 +231,3 @@ def test_inference_never_imports_export() -> None:
         if name == "retrieval.export" or name.startswith("retrieval.export.")
     ]
     assert found == []
-
-
-# `retrieval serve ARGS` for each set of ARGS with the training packages blocked; uvicorn.run hands the app
-# to a TestClient instead of listening, which then searches with an image and with a vector.
-_SERVE_WITHOUT_TORCH = """
-import json, sys
-blocked, image, servings = sys.argv[1].split(","), sys.argv[2], json.loads(sys.argv[3])
-for name in blocked:
-    sys.modules[name] = None
-import uvicorn
-from fastapi.testclient import TestClient
-from retrieval.cli.main import main
-apps = []
-uvicorn.run = lambda app, **options: apps.append(app)
-answers = []
-for args in servings:
-    assert main(["serve", *args, "--device", "cpu"]) == 0
-    client = TestClient(apps[-1])
-    with open(image, "rb") as handle:
-        by_image = client.post("/search", files={"image": ("query.png", handle, "image/png")}, data={"k": "3"})
-    dim = client.get("/info").json()["dimension"]
-    by_vector = client.post("/search", json={"vector": [1.0] + [0.0] * (dim - 1), "k": 2})
-    answers.append({"image": [by_image.status_code, by_image.json()]})
-    answers[-1]["vector"] = [by_vector.status_code, by_vector.json()]
-training = ("retrieval.train", "retrieval.data", "retrieval.models", "retrieval.checkpoint")
-training += ("retrieval.inference.image_encoder",)
-print(json.dumps({"answers": answers, "loaded": sorted(name for name in sys.modules if name.startswith(training))}))
-"""
-
-
-def serve_without_torch(image: Path, servings: list[list[str]]) -> dict[str, Any]:
-    """What `_SERVE_WITHOUT_TORCH` printed for `servings` (lists of `serve` arguments) searched with `image`."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(PACKAGE.parent), os.environ.get("PYTHONPATH", "")])}
-    args = [",".join(TRAINING_PACKAGES), str(image), json.dumps(servings)]
-    done = subprocess.run(
-        [sys.executable, "-c", _SERVE_WITHOUT_TORCH, *args], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
-@pytest.mark.slow  # exports a model (seconds of torch.onnx) and starts an interpreter with the web stack
-def test_serve_with_an_export_answers_searches_without_torch(tmp_path: Path, checkpoint_factory, csv_dataset_factory):
-    """`serve --index INDEX --model BUNDLE`, and `serve --backend URI` of the index exported to Qdrant."""
-    bundle, index_dir = tmp_path / "onnx", tmp_path / "index"
-    checkpoint = checkpoint_factory(tmp_path / "best.pt")
-    assert main(["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--out", str(bundle)]) == 0
-    csv_path = csv_dataset_factory(tmp_path / "data", train_classes=2, test_classes=2, per_class=3)
-    build = ["index", "build", "--model", str(bundle), "--csv", str(csv_path), "--out", str(index_dir)]
-    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
-    uri = f"qdrant+local://{tmp_path / 'qdrant'}?collection=gallery"
-    assert main(["index", "export", "--index", str(index_dir), "--to", uri]) == 0
-    image = tmp_path / "data" / "images" / "test_100_0.png"
-    servings = [["--index", str(index_dir), "--model", str(bundle)], ["--backend", uri]]
-    result = serve_without_torch(image, servings)
-    assert len(result["answers"]) == len(servings)
-    for answer in result["answers"]:
-        status, found = answer["image"]
-        assert status == 200 and found["query"] == {"type": "image"}
-        assert found["results"][0]["path"].endswith("test_100_0.png")  # the image finds itself first
-        assert found["results"][0]["score"] == pytest.approx(1.0, abs=1e-4)
-        status, found = answer["vector"]
-        assert status == 200 and found["query"] == {"type": "vector"} and len(found["results"]) == 2
-    assert result["loaded"] == []

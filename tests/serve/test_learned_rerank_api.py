@@ -68,7 +68,7 @@ def test_another_checkpoints_index_and_two_rerankings_are_refused(indexed, other
 
 def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny_reranker, tmp_path):
     """The `[serve]` install: `serve --index INDEX --model BUNDLE --reranker DIR` with the training packages blocked."""
-    from tests.test_import_graph import serve_without_torch
+    from tests.cli.serve_without_torch import serve_without_torch
 
     checkpoint, dataset, _, _ = tiny_reranker
     _, reranker, _ = indexed

@@ -139,23 +139,18 @@ TINY_DIGITS = ("model.backbone=resnet10t", "model.embedding_dim=16", "data.image
 
 @pytest.fixture(scope="session")
 def one_epoch_digits_run(tmp_path_factory) -> tuple[Path, str]:
-    """A finished one-epoch `retrieval train` of `TINY_DIGITS` in batches of 128 (5 an epoch) and what it printed on
-    stdout.
+    """A finished one-epoch training run of `TINY_DIGITS` in batches of 128 (5 an epoch) and the lines it said as
+    it ended (the run directory, the result, the test metrics: what `retrieval train` prints after its progress).
 
-    Trained once for the session: the modules that resume or inspect this same run share it, and a test that
-    resumes or damages it works on a copy (`shutil.copytree`).
+    Trained once for the session, through the library (`tests/train/training.py`): the modules that resume or
+    inspect this same run share it, and a test that resumes or damages it works on a copy (`shutil.copytree`).
     """
-    import contextlib
-    import io
-
-    from retrieval.cli.main import main
+    from tests.train.training import train
 
     tiny = [*TINY_DIGITS, "data.batch_size=128"]
     run = tmp_path_factory.mktemp("one_epoch_digits") / "run"
-    out = io.StringIO()  # capsys is per test; this fixture is per session
-    with contextlib.redirect_stdout(out):
-        assert main(["train", *(f"--set={o}" for o in [*tiny, "train.epochs=1"]), "--output-dir", str(run)]) == 0
-    return run, out.getvalue()
+    _, said = train([*tiny, "train.epochs=1"], run)
+    return run, said
 
 
 @pytest.fixture(scope="session")
@@ -186,21 +181,17 @@ TINY_DEMO = ("model.backbone=resnet10t", "model.embedding_dim=32", "data.image_s
 
 @pytest.fixture(scope="session")
 def tiny_demo(tmp_path_factory) -> tuple[Path, str]:
-    """The run directory and stdout of `retrieval train` with `TINY_DEMO`, trained once for the session.
+    """The run directory of a training run with `TINY_DEMO` and the lines it said as it ended (what `retrieval
+    train` prints after its progress), trained once for the session through the library (`tests/train/training.py`).
 
     Its tests only read the finished run (files, printed lines, checkpoints), or compare a resumed run with it:
     training it once per test would pay the same deterministic run twice.
     """
-    import contextlib
-    import io
-
-    from retrieval.cli.main import main
+    from tests.train.training import train
 
     run = tmp_path_factory.mktemp("tiny_demo") / "run"
-    sets = [item for override in TINY_DEMO for item in ("--set", override)]
-    with contextlib.redirect_stdout(io.StringIO()) as out:
-        assert main(["train", *sets, "--output-dir", str(run)]) == 0
-    return run, out.getvalue()
+    _, said = train(TINY_DEMO, run)
+    return run, said
 
 
 TINY_RERANKER_SETTINGS = (
@@ -217,16 +208,13 @@ TINY_RERANKER_SETTINGS = (
 
 @pytest.fixture(scope="session")
 def tiny_reranker(tmp_path_factory) -> tuple[Path, Path, Path, str]:
-    """A `retrieval reranker` of `write_tiny_checkpoint` on a CSV dataset (6 training classes of 6 images, a third
-    held out for validation): `(checkpoint, dataset csv, re-ranker dir, what it printed)`.
+    """A re-ranker (`retrieval reranker`) of `write_tiny_checkpoint` on a CSV dataset (6 training classes of 6 images,
+    a third held out for validation): `(checkpoint, dataset csv, re-ranker dir, the lines the command prints)`.
 
-    Trained once a session, with the test images' bytes replaced by garbage meanwhile: a re-ranker that read one
-    would fail ("cannot read image").
+    Trained once a session, through the library (`train_reranker`), with the test images' bytes replaced by garbage
+    meanwhile: a re-ranker that read one would fail ("cannot read image").
     """
-    import contextlib
-    import io
-
-    from retrieval.cli.main import main
+    from retrieval.reranker.build import RerankerRequest, train_reranker
 
     root = tmp_path_factory.mktemp("reranker")
     dataset = write_csv_dataset(root / "data", train_classes=6, test_classes=3, per_class=6)
@@ -234,14 +222,13 @@ def tiny_reranker(tmp_path_factory) -> tuple[Path, Path, Path, str]:
     test_images = {path: path.read_bytes() for path in (root / "data" / "images").glob("test_*")}
     for path in test_images:
         path.write_bytes(b"not an image")
-    out = io.StringIO()
-    command = ["reranker", "--checkpoint", str(checkpoint), "--output-dir", str(root / "reranker")]
-    with contextlib.redirect_stdout(out):
-        code = main([*command, "--set", f"data.path={dataset}", *(f"--set={o}" for o in TINY_RERANKER_SETTINGS)])
-    for path, content in test_images.items():
-        path.write_bytes(content)
-    assert code == 0, out.getvalue()
-    return checkpoint, dataset, root / "reranker", out.getvalue()
+    overrides = (f"data.path={dataset}", *TINY_RERANKER_SETTINGS)
+    try:
+        report = train_reranker(RerankerRequest(checkpoint, root / "reranker", overrides=overrides))
+    finally:
+        for path, content in test_images.items():
+            path.write_bytes(content)
+    return checkpoint, dataset, root / "reranker", report.text() + "\n"
 
 
 @pytest.fixture(scope="session")
@@ -252,13 +239,14 @@ def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> 
     import json
     import shutil
 
-    from retrieval.cli.main import main
+    from retrieval.export.encoder_choice import EncoderChoice
+    from retrieval.export.index_build import IndexBuildRequest, build_index
 
     checkpoint, dataset, directory, _ = tiny_reranker
     root = tmp_path_factory.mktemp("reranker_indexes")
     for name, model in (("index", checkpoint), ("other", other_checkpoint)):
-        args = ["index", "build", "--checkpoint", str(model), "--csv", str(dataset), "--out", str(root / name)]
-        assert main([*args, "--type", "flat", "--num-workers", "0", "--device", "cpu"]) == 0
+        encoder = EncoderChoice(checkpoint=model, device="cpu")  # what `index build --type flat` runs
+        build_index(IndexBuildRequest(root / name, encoder, csv=dataset, kind="flat"))
     forced = root / "applied"
     shutil.copytree(directory, forced)
     manifest = json.loads((forced / "manifest.json").read_text())

@@ -1,0 +1,27 @@
+"""`retrieval index compact`: the line saying what it dropped, and a missing index as one error."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from retrieval.cli.main import main
+from tests.index.index_oracle import N, clustered_data
+from tests.index.test_compact import REMOVED, removed_and_saved
+
+
+@pytest.fixture(scope="module")
+def data() -> tuple[np.ndarray, np.ndarray]:
+    """The index tests' `(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries (tests/index/conftest.py)."""
+    return clustered_data()
+
+
+def test_the_command_says_what_it_dropped(data, tmp_path: Path, capsys) -> None:
+    removed_and_saved("ivfpq", data, tmp_path / "gallery")
+    assert main(["index", "compact", "--index", str(tmp_path / "gallery")]) == 0
+    out = capsys.readouterr().out
+    assert f"dropped {len(REMOVED)} removed vectors, {N - len(REMOVED)} remain; index.faiss " in out
+    assert main(["index", "compact", "--index", str(tmp_path / "missing")]) == 2
+    assert capsys.readouterr().err.startswith("error: ")

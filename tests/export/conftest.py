@@ -1,4 +1,4 @@
-"""A checkpoint with spread-out embeddings, its export made with the CLI, and the digits test images as PNG files."""
+"""A checkpoint with spread-out embeddings, its ONNX export, and the digits test images as PNG files."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 from PIL import Image
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.data import load_digits_split
 from retrieval.inference.image_encoder import ImageEncoder
 
@@ -64,7 +63,10 @@ def digits_checkpoint(tmp_path_factory, checkpoint_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def exported(tmp_path_factory, digits_checkpoint) -> Path:
-    """`retrieval export` of `digits_checkpoint` (resnet10t, 16-d, 32 px RGB)."""
+    """The ONNX export of `digits_checkpoint` (resnet10t, 16-d, 32 px RGB), made by `export_checkpoint` as
+    `retrieval export --format onnx` makes it."""
+    from retrieval.export.onnx_export import export_checkpoint
+
     out = tmp_path_factory.mktemp("export") / "digits"
-    assert main(["export", "--checkpoint", str(digits_checkpoint), "--format", "onnx", "--out", str(out)]) == 0
+    export_checkpoint(digits_checkpoint, out)
     return out

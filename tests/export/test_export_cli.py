@@ -18,6 +18,9 @@ from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.export import onnx_export
 from retrieval.export.bundle import read_export
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
+from retrieval.export.index_query import QueryRequest, query_index
 from retrieval.export.onnx_export import export_onnx
 from retrieval.runtime.files import file_sha256
 from retrieval.serve import create_app
@@ -35,18 +38,17 @@ def gallery(tmp_path_factory, digits_images) -> Path:
 
 @pytest.fixture(scope="module")
 def onnx_index(tmp_path_factory, exported, gallery) -> Path:
+    """What `index build --model EXPORT --images GALLERY --type flat` builds."""
     index_dir = tmp_path_factory.mktemp("onnx_index") / "index"
-    args = ["index", "build", "--model", str(exported), "--images", str(gallery), "--out", str(index_dir)]
-    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
+    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=exported), images=gallery, kind="flat"))
     return index_dir
 
 
-def _query(capsys, index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
-    """The result paths of `index query --json` for each image."""
-    capsys.readouterr()
-    args = ["index", "query", "--index", str(index_dir), "--image", *map(str, images), "-k", "5", "--json", *model]
-    assert main(args) == 0
-    return [[result["path"] for result in answer["results"]] for answer in json.loads(capsys.readouterr().out)]
+def _query(index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
+    """The result paths of `index query -k 5 [--model DIR]` for each image, through `query_index`."""
+    exported = Path(model[1]) if model else None  # `--model DIR`, the one flag the tests pass
+    answers = query_index(QueryRequest(index_dir, images=tuple(images), k=5, model=exported)).answers
+    return [[result.path for result in answer.results] for answer in answers]
 
 
 def _error(capsys, args: list[str]) -> str:
@@ -62,13 +64,13 @@ def test_index_build_and_query_with_an_export_find_what_the_checkpoint_finds(
     capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path
 ):
     queries = sorted(gallery.rglob("*.png"))[::7]
-    by_export = _query(capsys, onnx_index, queries, "--model", str(exported))
-    assert _query(capsys, onnx_index, queries) == by_export  # the export the index records
+    by_export = _query(onnx_index, queries, "--model", str(exported))
+    assert _query(onnx_index, queries) == by_export  # the export the index records
     assert [paths[0] for paths in by_export] == [str(query.resolve()) for query in queries]
     checkpoint_index = tmp_path / "checkpoint_index"
-    args = ["index", "build", "--checkpoint", str(digits_checkpoint), "--images", str(gallery), "--out"]
-    assert main([*args, str(checkpoint_index), "--type", "flat", "--num-workers", "0"]) == 0
-    assert _query(capsys, checkpoint_index, queries) == by_export
+    encoder = EncoderChoice(checkpoint=digits_checkpoint)
+    build_index(IndexBuildRequest(checkpoint_index, encoder, images=gallery, kind="flat"))
+    assert _query(checkpoint_index, queries) == by_export
     manifest = json.loads((onnx_index / "manifest.json").read_text())
     assert manifest["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
 
@@ -91,8 +93,7 @@ def test_another_model_is_refused_in_one_line(capsys, onnx_index, exported, digi
 
 def test_a_checkpoint_index_refuses_an_export(capsys, tiny_checkpoint, exported, gallery, tmp_path):
     index_dir = tmp_path / "index"
-    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--images", str(gallery), "--out", str(index_dir)]
-    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
+    build_index(IndexBuildRequest(index_dir, EncoderChoice(checkpoint=tiny_checkpoint), images=gallery, kind="flat"))
     query = ["index", "query", "--index", str(index_dir), "--image", str(next(gallery.rglob("*.png")))]
     assert "was not built with an export" in _error(capsys, [*query, "--model", str(exported)])
 
@@ -188,5 +189,5 @@ def test_index_add_embeds_with_the_export_the_index_records(capsys, onnx_index, 
         shutil.copy(path, new / path.name)
     assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
     assert "added 6 vectors" in capsys.readouterr().out
-    found = _query(capsys, index_dir, sorted(new.iterdir()), "--model", str(exported))
+    found = _query(index_dir, sorted(new.iterdir()), "--model", str(exported))
     assert [paths[0] for paths in found] == [str(path.resolve()) for path in sorted(new.iterdir())]

@@ -374,6 +374,8 @@ class RerankerConfig(_Section):
         0.75,
         1.0,
     )
+    # apply the best blend only where its validation MAP@R gain's paired class-bootstrap 95% interval is above 0
+    require_clear_gain: bool = True
     epochs: Annotated[int, at_least(1)] = 1  # passes over the mined pairs
     batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up

@@ -153,6 +153,9 @@ class Validation(Record):
     map_at_r_without: float
     recall_at_1_without: float
     queries: int
+    # the best blend's paired MAP@R gain over the embedding alone: estimate, low, high (95% class bootstrap);
+    # None where no blend beat it (and in manifests written before it was recorded)
+    gain: list[float] | None = None
 
 
 class RerankerManifest(Record):
@@ -192,9 +195,10 @@ class RerankerManifest(Record):
         val = self.validation
         alone = f"MAP@R {val.map_at_r_without:.4f}, Recall@1 {val.recall_at_1_without:.4f}"
         if self.applied:
+            gain = "" if val.gain is None else f", {_gain_text(val.gain)}"
             return (
                 f"re-ranker: N={self.depth}, w={self.weight:g} chosen on validation: MAP@R {val.map_at_r:.4f}, "
-                f"Recall@1 {val.recall_at_1:.4f} vs {alone} with the embedding alone ({val.queries} queries)"
+                f"Recall@1 {val.recall_at_1:.4f} vs {alone} with the embedding alone ({val.queries} queries{gain})"
             )
         tried = [row for row in self.grid if row["weight"] > 0]
         best = max(tried, key=lambda row: (row["map@r"], row["recall@1"]), default=None)
@@ -206,6 +210,8 @@ class RerankerManifest(Record):
                 f"Recall@1 {best['recall@1']:.4f}"
             )
         )
+        if val.gain is not None:
+            reached += f", {_gain_text(val.gain)} that is not clear of 0"
         return (
             f"the re-ranker does not beat the embedding alone on validation ({reached}; the embedding alone: {alone}, "
             f"{val.queries} queries): it will not be applied"
@@ -226,6 +232,12 @@ class RerankerManifest(Record):
     def record(self) -> dict[str, Any]:
         """JSON-ready."""
         return self.model_dump()
+
+
+def _gain_text(gain: list[float]) -> str:
+    """`a gain of +0.0123 [+0.0010, +0.0240]`: the estimate and its interval."""
+    estimate, low, high = gain
+    return f"a gain of {estimate:+.4f} [{low:+.4f}, {high:+.4f}]"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ once by the pair model (`describe_split`): a query's pairs then cost the head al
 probability is computed once however many blends are tried. `choose_blend` tries every depth N and weight w
 of the `reranker` config section on the validation split and keeps the best MAP@R (ties: Recall@1, then the
 smaller w and N); w = 0, the embedding alone, is always a candidate, so a re-ranker that does not help is
-chosen away. `retrieval reranker` chooses with it and `evaluate --reranker` scores test with the choice.
+chosen away, and so is one whose gain's paired interval does not clear 0 (`reranker.require_clear_gain`).
+`retrieval reranker` chooses with it and `evaluate --reranker` scores test with the choice.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from retrieval.core.learned_rerank import WEIGHTS_FILE, Blend, RerankerFiles
 from retrieval.core.rerank import Gallery
 from retrieval.evaluate.evaluator import embed_dataset, readable_rows, score_split
 from retrieval.inference.forward import Precision
+from retrieval.metrics.bootstrap import Interval, paired_difference
 from retrieval.models.pair_model import PairHead, PairModel
 
 if TYPE_CHECKING:
@@ -154,6 +156,7 @@ class BlendChoice(NamedTuple):
     without: dict[str, float]  # ... with the embedding alone
     queries: int
     grid: list[dict[str, float]]  # depth, weight, map@r, recall@1 of every blend tried
+    gain: Interval | None  # the best blend's paired MAP@R gain over the embedding alone; None: none beat it
 
 
 def choose_blend(
@@ -165,21 +168,28 @@ def choose_blend(
 ) -> BlendChoice:
     """The depth and weight of `settings.depths` x `settings.weights` with the best validation MAP@R.
 
-    The embedding alone (w = 0) is scored once, without the pair model, and wins every tie.
+    The embedding alone (w = 0) is scored once, without the pair model, and wins every tie. With
+    `settings.require_clear_gain` the best blend is kept only where its paired class-bootstrap 95% interval of
+    the MAP@R gain lies above 0: a gain of a query or two on a small validation split is noise.
     """
     plain, scored = score_split(embeddings, split)
-    best, best_metrics = Blend(min(settings.depths), 0.0), plain
+    best, best_metrics, best_scores = Blend(min(settings.depths), 0.0), plain, scored
     grid = [{"depth": 0, "weight": 0.0, "map@r": plain["map@r"], "recall@1": plain["recall@1"]}]
     memo: dict[tuple[int, int], float] = {}
     for depth in sorted(set(settings.depths)):
         for weight in sorted(set(settings.weights) - {0.0}):
             blend = Blend(depth, weight)
             reranker = split_reranker(blend, head, embeddings, descriptors, split, memo)
-            metrics = score_split(embeddings, split, rerank=reranker)[0]
+            metrics, scores = score_split(embeddings, split, rerank=reranker)
             grid.append({"depth": depth, "weight": weight, "map@r": metrics["map@r"], "recall@1": metrics["recall@1"]})
             if _key(metrics) > _key(best_metrics):
-                best, best_metrics = blend, metrics
-    return BlendChoice(best, best_metrics, plain, len(scored.rows), grid)
+                best, best_metrics, best_scores = blend, metrics, scores
+    if best.weight == 0:
+        return BlendChoice(best, plain, plain, len(scored.rows), grid, None)
+    gain = paired_difference(best_scores.average_precision, scored.average_precision, scored.labels)
+    if settings.require_clear_gain and gain.low <= 0:
+        best, best_metrics = Blend(min(settings.depths), 0.0), plain
+    return BlendChoice(best, best_metrics, plain, len(scored.rows), grid, gain)
 
 
 def _key(metrics: dict[str, float]) -> tuple[float, float]:

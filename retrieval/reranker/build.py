@@ -168,6 +168,7 @@ def _manifest_fields(
             "map_at_r_without": choice.without["map@r"],
             "recall_at_1_without": choice.without["recall@1"],
             "queries": choice.queries,
+            "gain": None if choice.gain is None else list(choice.gain),
         },
         "grid": choice.grid,
         "pairs": {"total": pairs_total, "positives": positives},

@@ -285,6 +285,9 @@ class TrainConfig(_Section):
     select_on: Annotated[Literal["recall@1", "map@r"], Worded("recall@1 or map@r")] = "recall@1"
     select_on_test: bool = False  # no validation split: pick best.pt on the TEST set (optimistic; labelled so)
     log_test: bool = False  # also evaluate the test set every epoch (logged, never used for selection)
+    # draw plots/*.png (curves.png at most once a minute while training, every plot at the end); false for runs
+    # nobody looks at one by one (a sweep's cells, tests): `python tools/plot_run.py RUN` draws them later
+    plots: bool = True
     # CPU threads for torch (null: torch's default); results depend on it
     threads: Annotated[int | None, accepts(lambda value: value is None or value >= 1, "null or an integer >= 1")] = None
     deterministic: bool = False  # torch's deterministic algorithms (slower; bit-exact reruns on one machine)

@@ -56,12 +56,13 @@ def write_csv_dataset(root: Path, train_classes: int = 4, test_classes: int = 3,
 
 
 def write_csv_config(tmp_path: Path, csv_path: Path, loss: dict | None = None) -> Path:
-    """`tmp_path/config.yaml`: a 16-d resnet10t trained 1 epoch on `csv_path` at 32 px on the CPU, with `loss`."""
+    """`tmp_path/config.yaml`: a 16-d resnet10t trained 1 epoch on `csv_path` at 32 px on the CPU, with `loss`,
+    without plots."""
     config = {
         "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
         "data": {"name": "csv", "path": str(csv_path), "image_size": 32, "batch_size": 8, "num_workers": 0},
         "loss": loss or {"name": "proxy_nca"},
-        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu", "plots": False},
     }
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -133,8 +134,15 @@ def csv_dataset_factory():
 
 
 # The digits demo shrunk to seconds, on the worker's one thread (the demo's own `train.threads`, 2, would take the
-# other xdist worker's core too). Tests add their epochs, batch size or data.
-TINY_DIGITS = ("model.backbone=resnet10t", "model.embedding_dim=16", "data.image_size=16", "train.threads=1")
+# other xdist worker's core too), without plots (a run's figures cost more than its epochs; the tests of the
+# figures set train.plots=true). Tests add their epochs, batch size or data.
+TINY_DIGITS = (
+    "model.backbone=resnet10t",
+    "model.embedding_dim=16",
+    "data.image_size=16",
+    "train.threads=1",
+    "train.plots=false",
+)
 
 
 @pytest.fixture(scope="session")

@@ -187,7 +187,7 @@ class Trainer:
                     len(self.parts.loader),
                 )
             self._train_epochs(records, tracker)
-            if context.is_main:
+            if context.is_main and self.train.plots:
                 plot_run(self.run_dir)
             _log.info("scoring the selected checkpoint on the test split ...")
             result = self._final_result()
@@ -207,7 +207,7 @@ class Trainer:
                 record = record.with_scores(self._evaluate_epoch())
             evaluated = time.perf_counter()
             self._save(epoch, record)
-            if context.is_main and time.monotonic() - self._curves_drawn >= CURVES_EVERY:
+            if context.is_main and self.train.plots and time.monotonic() - self._curves_drawn >= CURVES_EVERY:
                 plot_curves(records + [record], self.files.plots / "curves.png")  # the diagnostics: at the end
                 self._curves_drawn = time.monotonic()
             written = time.perf_counter()

@@ -137,8 +137,16 @@ def test_curves_are_redrawn_during_training_at_most_once_a_minute(every, csv_dat
     """A long run's plots/curves.png follows its epochs (an interrupted run keeps one); a short run draws it at the end
     only, as a redraw costs more than its epochs."""
     monkeypatch.setattr(trainer, "CURVES_EVERY", every)
-    tiny = [*TINY_DIGITS, "train.epochs=3"]
+    tiny = [*TINY_DIGITS, "train.epochs=3", "train.plots=true"]
     data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0.5", "data.batch_size=4"]
     run = tmp_path / "run"
     train_interrupted(monkeypatch, 2, [*tiny, *data], run)
     assert (run / "plots" / "curves.png").exists() == (every == 0.0)
+
+
+@pytest.mark.slow
+def test_a_run_without_plots_draws_no_figure_while_training_or_at_the_end(csv_dataset, tmp_path, monkeypatch):
+    monkeypatch.setattr(trainer, "CURVES_EVERY", 0.0)  # a redraw every epoch, were plots on
+    data = ["data.name=csv", f"data.path={csv_dataset}", "data.val_fraction=0.5", "data.batch_size=4"]
+    train([*TINY_DIGITS, "train.epochs=2", "train.plots=false", *data], tmp_path / "run")
+    assert (tmp_path / "run" / "result.json").is_file() and not list((tmp_path / "run").rglob("*.png"))

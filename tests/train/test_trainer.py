@@ -93,7 +93,8 @@ def test_without_validation_the_last_epoch_is_the_result(tmp_path, capsys):
 
 
 def test_selecting_on_test_is_labelled_on_every_figure(tmp_path, capsys):
-    _, said = train([*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true"], tmp_path / "run")
+    overrides = [*TINY, "data.val_fraction=0", "train.epochs=2", "train.select_on_test=true", "train.plots=true"]
+    _, said = train(overrides, tmp_path / "run")
     lines = said.splitlines()
     assert "on the TEST set (train.select_on_test; optimistic)" in lines[-7]
     assert all(line.endswith("(selected on test)") for line in lines[-6:])  # the 95% CI line and the metrics

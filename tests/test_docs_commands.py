@@ -44,7 +44,7 @@ PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
 TRAIN_BUDGET = (
     "--set train.epochs=1 --set data.image_size=32 --set model.backbone=resnet10t --set model.pretrained=false "
     "--set data.batch_size=8 --set data.num_workers=0 --set train.warmup_epochs=0 "
-    "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false --set train.threads=1"
+    "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false --set train.threads=1 --set train.plots=false"
 )
 # Appended to `retrieval pretrain` besides TRAIN_BUDGET: one epoch, batches the small world fills.
 PRETRAIN_BUDGET = "--set pretrain.epochs=1 --set pretrain.batch_size=8"

@@ -22,7 +22,14 @@ from retrieval.metrics import paired_difference
 CLASSES = np.repeat(np.arange(12), 5)
 FINAL_LINES = re.compile("".join(rf"Recall@{k}: \d\.\d{{4}}\n" for k in (1, 2, 4, 8)) + r"MAP@R: \d\.\d{4}\n$")
 # A tiny digits run: resnet10t at 16 px, one epoch; the demo's validation split selects best.pt.
-TINY = ["model.backbone=resnet10t", "model.embedding_dim=8", "data.image_size=16", "train.epochs=1", "train.threads=1"]
+TINY = [
+    "model.backbone=resnet10t",
+    "model.embedding_dim=8",
+    "data.image_size=16",
+    "train.epochs=1",
+    "train.threads=1",
+    "train.plots=false",
+]
 
 
 def query_values(seed: int, rows: np.ndarray | None = None) -> QueryValues:

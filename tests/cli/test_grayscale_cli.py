@@ -19,7 +19,7 @@ def test_grayscale_trains_and_evaluates_through_the_cli(tmp_path, csv_dataset, c
         "data": {"name": "csv", "path": str(csv_dataset), "image_size": 32, "batch_size": 8, "num_workers": 0},
         "augment": {"preset": "glyph"},
         "loss": {"name": "proxy_nca"},
-        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu"},
+        "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu", "plots": False},
     }
     path, run = tmp_path / "config.yaml", tmp_path / "run"
     path.write_text(yaml.safe_dump(config))

@@ -27,6 +27,7 @@ TINY = [
     "train.threads=1",
     "train.freeze_bn=true",
     "train.freeze_backbone_epochs=0",
+    "train.plots=false",
 ]
 CASES = {
     # pairs and a miner: every rank mines and scores the gathered global batch

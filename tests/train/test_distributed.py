@@ -28,6 +28,7 @@ TINY = [
     "train.threads=1",
     "train.freeze_bn=true",
     "train.freeze_backbone_epochs=0",
+    "train.plots=false",
 ]
 CASES = {
     "anchor": [*TINY, "loss.name=anchor", "data.batch_size=32"],  # proxies: DDP averages their gradients

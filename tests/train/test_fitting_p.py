@@ -55,7 +55,7 @@ def test_a_p_the_user_set_is_kept_even_the_default_value(caplog):
 @pytest.mark.slow
 def test_the_demo_trains_a_pair_loss_without_setting_p(tmp_path, capsys):
     # The demo's data and sampler; a 16 px resnet10t on one thread: the fitted P is what is checked, not recall.
-    tiny = ["model.backbone=resnet10t", "data.image_size=16", "train.threads=1"]
+    tiny = ["model.backbone=resnet10t", "data.image_size=16", "train.threads=1", "train.plots=false"]
     sets = [item for override in ["loss.name=supcon", "train.epochs=1", *tiny] for item in ("--set", override)]
     args = ["train", *sets, "--output-dir", str(tmp_path / "run")]
     assert main(args) == 0

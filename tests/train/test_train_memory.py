@@ -15,6 +15,7 @@ SETTINGS = [
     "model.embedding_dim=null",  # the backbone's 512 pooled features: the memory is built with the model's width
     "data.image_size=16",
     "data.val_fraction=0",
+    "train.plots=false",
     "loss.name=circle",
     "loss.gamma=80",
     "loss.memory_size=64",

@@ -25,7 +25,7 @@ TINY = [
     "data.image_size=16",
 ]
 TINY += ["data.num_workers=0", "data.batch_size=4", "train.epochs=1", "train.freeze_backbone_epochs=0"]
-TINY += ["train.freeze_bn=false", "train.device=cpu", "data.val_fraction=0"]
+TINY += ["train.freeze_bn=false", "train.device=cpu", "data.val_fraction=0", "train.plots=false"]
 
 
 @pytest.fixture

@@ -1,4 +1,6 @@
-"""Where a report may be written: a file or a foreign folder is refused before any work, an earlier report replaced."""
+"""Where a report may be written: a foreign folder is refused and left as it was, an earlier report replaced.
+
+`audit --out` naming a file, refused in one line before any work, is the command's: `tests/cli/test_audit_cli.py`."""
 
 from __future__ import annotations
 
@@ -9,21 +11,8 @@ import pytest
 from retrieval.audit.catalogue import Catalogue
 from retrieval.audit.findings import audit_embeddings
 from retrieval.audit.report import write_report
-from retrieval.cli.main import main
 from retrieval.config import AuditConfig
 from retrieval.errors import UserError
-
-
-def test_audit_out_naming_a_file_is_one_line_before_the_model_or_the_csv_is_read(tmp_path, capsys):
-    taken = tmp_path / "taken"
-    taken.write_text("mine")
-    missing = [str(tmp_path / "missing.pt"), str(tmp_path / "missing.csv")]
-    for out in (taken, taken / "report"):
-        code = main(["audit", "--checkpoint", missing[0], "--csv", missing[1], "--out", str(out)])
-        error = capsys.readouterr().err.strip()
-        assert code == 2 and len(error.splitlines()) == 1 and f"report folder {out.absolute()}" in error
-        assert "is a file" in error or f"is under the file {taken}" in error
-    assert taken.read_text() == "mine"
 
 
 def test_a_folder_holding_other_files_is_refused_and_left_as_it_was(planted, tmp_path):

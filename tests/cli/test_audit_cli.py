@@ -58,6 +58,18 @@ def test_a_missing_checkpoint_is_a_one_line_error(csv_dataset, tmp_path, capsys)
     assert code == 2 and "checkpoint not found" in error and len(error.splitlines()) == 1
 
 
+def test_audit_out_naming_a_file_is_one_line_before_the_model_or_the_csv_is_read(tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.write_text("mine")
+    missing = [str(tmp_path / "missing.pt"), str(tmp_path / "missing.csv")]
+    for out in (taken, taken / "report"):
+        code = main(["audit", "--checkpoint", missing[0], "--csv", missing[1], "--out", str(out)])
+        error = capsys.readouterr().err.strip()
+        assert code == 2 and len(error.splitlines()) == 1 and f"report folder {out.absolute()}" in error
+        assert "is a file" in error or f"is under the file {taken}" in error
+    assert taken.read_text() == "mine"
+
+
 @pytest.mark.parametrize(
     ("extra", "message"),
     [

@@ -11,8 +11,19 @@ import timm
 import torch
 
 from retrieval.cli.main import main
+from retrieval.config import load_config
 
 NO_WORKERS = ["--num-workers", "0"]
+
+
+@pytest.fixture(scope="module")
+def resnet18_file(tmp_path_factory) -> Path:
+    """resnet18's weights (as in tests/models/test_backbone_weights.py): resnet10t's layer names mostly, but its stem
+    and block counts differ."""
+    torch.manual_seed(0)
+    path = tmp_path_factory.mktemp("weights") / "resnet18.pth"
+    torch.save(timm.create_model("resnet18").state_dict(), path)
+    return path
 
 
 @pytest.fixture(scope="module")
@@ -88,3 +99,16 @@ def test_index_build_from_a_checkpoint_refuses_backbone_options(tiny_checkpoint:
     build = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_dataset)]
     code = main([*build, "--out", "unused", "--set", "data.image_size=32"])
     assert code == 2 and "--weights, --config and --set describe a --backbone" in capsys.readouterr().err
+
+
+def test_the_config_key_reaches_the_model(resnet18_file, csv_dataset, capsys, caplog):
+    """`--set model.weights_partial=true` with `evaluate --backbone --weights`; without it, a one-line refusal."""
+    config = load_config(None, ["model.weights_partial=true"])
+    assert config.model.weights_partial is True
+    data = ["--set", "data.name=csv", "--set", f"data.path={csv_dataset}", "--set", "data.image_size=32"]
+    evaluate = ["evaluate", "--backbone", "resnet10t", "--weights", str(resnet18_file), *data]
+    assert main(evaluate) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "set model.weights_partial=true to load the 44 that match" in err[0]
+    assert main([*evaluate, "--set", "model.weights_partial=true", "--set", "data.val_fraction=0"]) == 0
+    assert "partial load" in caplog.text and capsys.readouterr().out.strip().splitlines()[-1].startswith("MAP@R: ")

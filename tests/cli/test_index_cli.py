@@ -91,6 +91,17 @@ def test_query_finds_each_image_first_as_json_and_as_a_table(built, capsys):
     assert (rank, label, path, item_id) == ("1", "2", str(image.resolve()), str(first["id"]))
 
 
+def test_a_query_with_nothing_above_the_min_score_says_no_match(built, capsys, tmp_path):
+    """The table's line for a query whose every result scores under `--min-score` (the printed line of
+    `tests/evaluate/test_verification.py`'s query of noise, which checks the answer through `query_index`)."""
+    _, index, _ = built
+    other = tmp_path / "other.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(other)
+    table = ["index", "query", "--index", str(index), "--image", str(other), "--num-workers", "0"]
+    assert main([*table, "--min-score", "1"]) == 0
+    assert capsys.readouterr().out.splitlines()[2] == "no match above 1.0000"
+
+
 def test_query_reranks_with_query_expansion(built, capsys):
     csv_path, index, _ = built
     image = csv_path.parent / "images" / "train_2_3.png"

@@ -5,6 +5,8 @@ What the builds store and find is tested through the library in tests/index/test
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import faiss
 import numpy as np
 import pyarrow as pa
@@ -12,8 +14,9 @@ import pytest
 
 from retrieval.cli.main import main
 from retrieval.embedding_files.file_formats import write_embeddings
+from retrieval.errors import UserError
 from retrieval.export.index_build import IndexBuildRequest, build_index
-from retrieval.index import SearchIndex
+from retrieval.index import SearchIndex, clustered_unit_vectors
 from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.shards import train_index
 from retrieval.runtime.files import file_sha256
@@ -161,3 +164,26 @@ def test_files_whose_columns_have_other_types_are_refused_before_any_row_is_read
     # int64 joins float64 and a column one file lacks is null there: those still build
     files = open_embedding_files([tmp_path / "a.parquet", tmp_path / "c.npy"])
     assert files.metadata().schema.field("label").type == pa.int64()
+
+
+# The vectors of tests/index/test_metadata_types.py, whose column types the refusal below is one of.
+N = 6
+VECTORS = clustered_unit_vectors(N, 8, n_clusters=2, seed=0)[0]
+
+
+def test_a_binary_embedding_column_is_refused_at_index_build(tmp_path: Path, capsys) -> None:
+    """Defect 9: `index build --embeddings` took a binary column without a word, and `index export` then failed
+    halfway with a bare `'utf-8' codec can't decode`; now the build refuses the file in one line."""
+    path = tmp_path / "e.parquet"
+    blobs = pa.array([b"\xff\xfe"] * N, pa.binary())
+    write_embeddings(path, VECTORS, [f"/x/{i}.png" for i in range(N)], pa.array(range(N)), {"blob": blobs})
+    with pytest.raises(UserError, match=rf"metadata column 'blob' of {path} has type binary"):
+        open_embedding_files([path])
+    capsys.readouterr()
+    assert main(["index", "build", "--embeddings", str(path), "--out", str(tmp_path / "index")]) == 2
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"error: metadata column 'blob' of {path} has type binary, which an index does not store; "
+        "use bool, integers, floats or strings (or a dictionary of them): convert the column, e.g. to a string, "
+        "or leave it out"
+    ]
+    assert not (tmp_path / "index").exists()

@@ -8,11 +8,11 @@ import torch
 import yaml
 from PIL import Image
 
-from retrieval.cli.main import main
 from retrieval.data import EvalSplit, ImageDataset, ImageLoader
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import evaluate_model
 from tests.data.official_layouts import write_image
+from tests.train.training import train
 
 
 def _to_tensor(image):
@@ -112,12 +112,12 @@ def _train_config(tmp_path, csv_dataset, workers, on_bad_image):
 
 @pytest.mark.slow
 def test_training_skips_a_corrupt_and_a_missing_image_and_reports_the_count(tmp_path, csv_dataset, capsys):
-    """End to end through `retrieval train`, loading in a worker process (workers=0 is covered above)."""
+    """End to end through the run `retrieval train` makes, loading in a worker process (workers=0 is covered above)."""
     images = csv_dataset.parent / "images"
     (images / "train_0_0.png").write_bytes((images / "train_0_0.png").read_bytes()[:50])
     (images / "test_100_1.png").unlink()
     config = _train_config(tmp_path, csv_dataset, 1, "skip")
-    assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 0
+    train(output_dir=tmp_path / "run", config=config)
     err = capsys.readouterr().err
     assert err.count("skipping unreadable image: cannot read image") == 2
     assert "train_0_0.png" in err and "test_100_1.png" in err

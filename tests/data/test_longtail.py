@@ -1,4 +1,6 @@
-"""`retrieval data longtail`: the exponential profile, untouched val/test rows, determinism, refusals."""
+"""`retrieval data longtail`: the exponential profile, untouched val/test rows, determinism, refusals.
+
+What the command prints, and its one-line refusal, are tests/cli/test_data_cli.py's."""
 
 from __future__ import annotations
 
@@ -7,10 +9,8 @@ import math
 from collections import Counter
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from retrieval.cli.main import main
 from retrieval.data.longtail import longtail_counts, make_longtail_csv
 from retrieval.errors import UserError
 
@@ -95,17 +95,6 @@ def test_bad_ratios_are_refused(tmp_path: Path, ratio: float, match: str) -> Non
     with pytest.raises(UserError, match=match):
         make_longtail_csv(source, tmp_path / "lt.csv", ratio)
     assert not (tmp_path / "lt.csv").exists()
-
-
-def test_cli_writes_the_csv_and_refuses_in_one_line(tmp_path: Path, capsys) -> None:
-    source = write_balanced_csv(tmp_path / "dataset.csv")
-    out = tmp_path / "lt.csv"
-    assert main(["data", "longtail", "--csv", str(source), "--out", str(out), "--imbalance", "10"]) == 0
-    assert "10 training classes, 60 -> 6 images per class" in capsys.readouterr().out
-    assert main(["data", "longtail", "--csv", str(source), "--out", str(out), "--imbalance", "100"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: --imbalance 100 gives the rarest classes 0 images")
-    assert np.isclose(len(read_rows(out)), 9 + 12 + longtail_counts(10, 60, 10.0).sum())
 
 
 def test_a_latin1_or_bom_csv_reads_like_every_other_command(tmp_path: Path) -> None:

@@ -1,4 +1,6 @@
-"""Multi-label CSVs (labels joined by '|'): multi-hot loading, training with the asymmetric loss, evaluation."""
+"""Multi-label CSVs (labels joined by '|'): multi-hot loading, training with the asymmetric loss, evaluation.
+
+`train` refusing a single-label setup on them, in one line, is tests/cli/test_train_cli.py's."""
 
 import csv
 import json
@@ -8,12 +10,11 @@ import pytest
 import torch
 import yaml
 
-from retrieval.cli.main import main
 from retrieval.data import ImageDataset, read_csv_splits
 from tests.train.training import train
 
 
-def _make_multi_label(csv_path):
+def make_multi_label(csv_path):
     """Give every row a second label shared across classes: its class parity ("even"/"odd")."""
     with csv_path.open(newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -30,7 +31,7 @@ def _make_multi_label(csv_path):
 
 
 def test_multi_label_rows_load_as_multi_hot(csv_dataset):
-    rows = _make_multi_label(csv_dataset)
+    rows = make_multi_label(csv_dataset)
     splits = read_csv_splits(csv_dataset)
     train = splits["train"]
     assert train.class_names == ["0", "2", "class1", "class3", "even", "odd"]
@@ -43,7 +44,7 @@ def test_multi_label_rows_load_as_multi_hot(csv_dataset):
     assert label.dtype == torch.bool and label.tolist() == train.labels[0].tolist()
 
 
-def _config(tmp_path, csv_path, loss):
+def multi_label_config(tmp_path, csv_path, loss):
     config = {
         "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
         "data": {"name": "csv", "path": str(csv_path), "image_size": 16, "batch_size": 8, "num_workers": 0},
@@ -57,27 +58,11 @@ def _config(tmp_path, csv_path, loss):
 
 @pytest.mark.slow
 def test_a_multi_label_csv_trains_with_the_asymmetric_loss_and_evaluates(tmp_path, csv_dataset, capsys):
-    _make_multi_label(csv_dataset)
+    make_multi_label(csv_dataset)
     run = tmp_path / "run"
-    train(output_dir=run, config=_config(tmp_path, csv_dataset, "asymmetric_proxy"))
+    train(output_dir=run, config=multi_label_config(tmp_path, csv_dataset, "asymmetric_proxy"))
     result = json.loads((run / "result.json").read_text())
     test = result["test"]
     # Every test query shares its parity label with other test images, "solo" too: all 12 are scored.
     assert test["num_queries"] == 12 and test["num_queries_without_positive"] == 0
     assert 0.0 <= test["map@r"] <= 1.0 and 0.0 <= test["recall@1"] <= 1.0
-
-
-@pytest.mark.parametrize(
-    ("loss", "overrides", "message"),
-    [
-        ("proxy_nca", [], "is multi-label (labels joined by '|'): train it with loss.name=asymmetric_proxy"),
-        ("asymmetric_proxy", ["--set", "data.val_fraction=0.2"], "is multi-label: data.val_classes/val_fraction"),
-    ],
-)
-def test_multi_label_data_with_a_single_label_setup_is_a_user_error(
-    tmp_path, csv_dataset, capsys, loss, overrides, message
-):
-    _make_multi_label(csv_dataset)
-    args = ["train", "--config", str(_config(tmp_path, csv_dataset, loss)), *overrides]
-    assert main([*args, "--output-dir", str(tmp_path / "run")]) == 2
-    assert message in capsys.readouterr().err

@@ -1,4 +1,6 @@
-"""The test-split leak check of `retrieval evaluate`: identical files always, near-copies with --exclude-leaks."""
+"""The test-split leak check of `retrieval evaluate`: identical files always, near-copies with --exclude-leaks.
+
+The command's warnings, and its refusals of the leak options, are tests/cli/test_evaluate_cli.py's."""
 
 from __future__ import annotations
 
@@ -11,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.cli.main import main
 from retrieval.config import DataConfig
 from retrieval.data import EvalSplit
 from retrieval.evaluate import leak_check
@@ -135,30 +136,3 @@ def test_the_warning_is_one_line_with_the_count_and_share():
     line = warning_line(np.array([True, False, False, False]), "identical files to", excluded=False)
     assert line.startswith("warning: 1 of 4 test images (25.00%) are identical files to train/val images; ")
     assert "\n" not in line and "--exclude-leaks" in line
-
-
-@pytest.mark.slow
-def test_evaluate_warns_about_a_copied_file_and_scores_without_it_when_asked(
-    csv_dataset, tiny_checkpoint, tmp_path, capsys
-):
-    dataset = _leak_one_train_image(csv_dataset)
-    base = ["evaluate", "--checkpoint", str(tiny_checkpoint), "--set", f"data.path={dataset}"]
-    base += ["--set", "data.num_workers=0", "--set", "data.val_fraction=0"]
-    assert main([*base, "--json", str(tmp_path / "all.json")]) == 0
-    warned = capsys.readouterr()
-    assert warned.err.count("warning: 1 of 13 test images (7.69%) are identical files to train/val images") == 1
-    assert main([*base, "--exclude-leaks", "--json", str(tmp_path / "clean.json")]) == 0
-    excluded = capsys.readouterr()
-    assert (
-        "warning: 1 of 13 test images (7.69%) are copies (the audit's copy check, ratio <= 0.5) of train/val images; "
-        "the metrics below leave them out" in excluded.err
-    )
-    assert json.loads((tmp_path / "clean.json").read_text())["leaks"]["excluded"] is True
-    assert main([*base, "--leak-ratio", "0.4"]) == 2
-    assert "add --exclude-leaks" in capsys.readouterr().err
-    for bad in ("1.5", "-0.1", "nan", "half"):
-        with pytest.raises(SystemExit) as exited:
-            main([*base, "--exclude-leaks", "--leak-ratio", bad])
-        assert exited.value.code == 2
-        err = capsys.readouterr().err
-        assert "takes a distance ratio in [0, 1)" in err and "Traceback" not in err

@@ -1,15 +1,14 @@
-"""`evaluate --reranker`: test scored with a learned re-ranker and with the embedding alone, both printed."""
+"""`evaluate --reranker`: the split re-ranker scores the rows it is told.
+
+That `evaluate --reranker` prints test scored with the re-ranker and with the embedding alone, and refuses a
+re-ranker that does not belong, is `tests/cli/test_evaluate_cli.py`'s."""
 
 from __future__ import annotations
-
-import json
-import shutil
 
 import numpy as np
 import pytest
 
-from retrieval.cli.main import main
-from retrieval.core.learned_rerank import MANIFEST_FILE, Blend
+from retrieval.core.learned_rerank import Blend
 from retrieval.data import EvalSplit
 from retrieval.evaluate.evaluator import score_split
 from retrieval.evaluate.learned_rerank import split_reranker
@@ -47,40 +46,3 @@ def test_a_split_reranker_scores_the_rows_it_is_told_and_skips_unreadable_ones()
 
 
 pytestmark = pytest.mark.slow
-
-
-def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(tiny_reranker, tmp_path, capsys):
-    checkpoint, dataset, directory, _ = tiny_reranker
-    base = ["evaluate", "--checkpoint", str(checkpoint), "--set", f"data.path={dataset}"]
-    base += ["--set", "data.val_fraction=0.34", "--set", "data.num_workers=0", "--json", str(tmp_path / "m.json")]
-    forced = tmp_path / "applied"
-    shutil.copytree(directory, forced)
-    manifest = json.loads((forced / MANIFEST_FILE).read_text())
-    manifest.update(depth=4, weight=0.5)  # applied whatever validation chose: the pair model's path runs
-    (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
-    for chosen, applied in ((directory, None), (forced, True)):
-        assert main([*base, "--reranker", str(chosen)]) == 0
-        out = capsys.readouterr().out
-        record = json.loads((tmp_path / "m.json").read_text())["reranker"]
-        assert "embedding alone" in out and "re-ranked" in out
-        if applied is None:
-            applied = record["applied"]
-        assert record["applied"] == applied
-        if not applied:
-            assert "it will not be applied" in out and record["reranked"] == record["embedding_alone"]
-        else:
-            assert "re-ranked (N=4, w=0.5)" in out
-            assert json.loads((tmp_path / "m.json").read_text())["recall@1"] == record["reranked"]["recall@1"]
-
-
-def test_a_reranker_of_another_checkpoint_or_image_size_is_refused(tiny_reranker, other_checkpoint, capsys):
-    checkpoint, dataset, directory, _ = tiny_reranker
-    sets = ["--set", f"data.path={dataset}", "--set", "data.num_workers=0"]
-    assert main(["evaluate", "--checkpoint", str(other_checkpoint), *sets, "--reranker", str(directory)]) == 2
-    assert "this re-ranker belongs to checkpoint" in capsys.readouterr().err
-    sized = ["--set", "data.image_size=48", "--reranker", str(directory)]
-    assert main(["evaluate", "--checkpoint", str(checkpoint), *sets, *sized]) == 2
-    assert "trained at data.image_size=32" in capsys.readouterr().err
-    both = ["--rerank", "qe", "--reranker", str(directory)]
-    assert main(["evaluate", "--checkpoint", str(checkpoint), *sets, *both]) == 2
-    assert "evaluate one at a time" in capsys.readouterr().err

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from retrieval.cli.main import main
-from tests.evaluate.test_analysis import _digits_checkpoint
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
+from tests.evaluate.checkpoints import write_digits_checkpoint
 
 _GOLDEN = Path(__file__).parent / "data" / "evaluate_report.json"
 
@@ -40,12 +40,15 @@ def _same(written: Any, expected: Any, where: str = "") -> None:
 
 
 def written_files(tmp_path: Path) -> dict[str, Any]:
-    """The `--json` record and `classification.json` of one evaluation with every option that adds to them."""
-    checkpoint = _digits_checkpoint(tmp_path / "best.pt", "anchor")
-    result, out = tmp_path / "metrics.json", tmp_path / "classification"
-    args = ["evaluate", "--checkpoint", str(checkpoint), "--json", str(result), "--rerank", "qe:k=2,alpha=3"]
-    assert main([*args, "--calibrate", "--classification", str(out), "--save-threshold", "0.01"]) == 0
-    report = json.loads(result.read_text())
+    """The `--json` record and `classification.json` of one evaluation with every option that adds to them: what
+    `evaluate --rerank qe:k=2,alpha=3 --calibrate --classification DIR --save-threshold 0.01 --json FILE` runs and
+    writes (`--json` is the report's `record().json_text()`)."""
+    checkpoint = write_digits_checkpoint(tmp_path / "best.pt", "anchor")
+    out = tmp_path / "classification"
+    request = EvaluationRequest(
+        checkpoint, rerank="qe:k=2,alpha=3", calibrate=True, classification=out, save_threshold=0.01
+    )
+    report = json.loads(run_evaluation(request).record().json_text())
     report["classification"]["directory"] = "classification"  # the tmp folder's name differs from run to run
     return {"evaluate": report, "classification": json.loads((out / "classification.json").read_text())}
 

@@ -1,4 +1,6 @@
-"""`run_evaluation`: the evaluation of `retrieval evaluate` from Python, a typed request in, a typed report out."""
+"""`run_evaluation`: the evaluation of `retrieval evaluate` from Python, a typed request in, a typed report out.
+
+That the command prints the report's text is `tests/cli/test_evaluate_cli.py`'s."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.evaluate.run import EvaluationRequest, run_evaluation
 
@@ -15,15 +16,6 @@ _DATA = ("data.val_fraction=0", "data.num_workers=0", "train.threads=1")
 
 def _overrides(csv_dataset: Path) -> tuple[str, ...]:
     return (f"data.path={csv_dataset}", *_DATA)
-
-
-def test_the_report_is_what_the_command_prints_and_writes(tiny_checkpoint, csv_dataset, tmp_path, capsys):
-    report = run_evaluation(EvaluationRequest(checkpoint=tiny_checkpoint, overrides=_overrides(csv_dataset)))
-    assert 0 <= report.metrics["recall@1"] <= 1 and report.record().uncertainty == report.uncertainty
-    assert report.text().splitlines()[-1].startswith("MAP@R: ") and report.leak_warning is None
-    settings = [argument for setting in _overrides(csv_dataset) for argument in ("--set", setting)]
-    assert main(["evaluate", "--checkpoint", str(tiny_checkpoint), *settings]) == 0
-    assert capsys.readouterr().out.strip() == report.text()
 
 
 def test_a_request_out_of_range_is_a_value_error_naming_the_range(tiny_checkpoint):

@@ -1,4 +1,7 @@
-"""`evaluate --verification` / `--save-threshold`, then `index query --min-score`, on digits with a tiny model."""
+"""`evaluate --verification` / `--save-threshold`, then `index query --min-score`, on digits with a tiny model.
+
+The commands' refusals, the labelled opt-in's printed lines and the no-match line are `tests/cli`'s
+(`test_evaluate_cli.py`, `test_index_cli.py`)."""
 
 from __future__ import annotations
 
@@ -9,7 +12,6 @@ import pytest
 from PIL import Image
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.data import EvalSplit, RetrievalData
 from retrieval.evaluate.run import EvaluationRequest, run_evaluation
 from retrieval.evaluate.verification import evaluate_verification, verification_lines
@@ -24,10 +26,10 @@ DIGITS += ["--set", "train.device=cpu"]
 
 
 def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_the_index(
-    checkpoint_factory, csv_dataset, tmp_path, capsys
+    checkpoint_factory, csv_dataset, tmp_path
 ):
     """Through the library calls `evaluate`, `index build` and `index query` run (their printed text and `--json`
-    records are `report.text()`, `record()` and `json_text()`); the table's line through the command."""
+    records are `report.text()`, `record()` and `json_text()`)."""
     checkpoint = checkpoint_factory(tmp_path / "best.pt")
     weights = Checkpoint.read(checkpoint).model
     overrides = (*DIGITS[1::2], "data.val_fraction=0.2")
@@ -70,22 +72,9 @@ def test_thresholds_are_chosen_on_validation_applied_to_test_saved_and_used_by_t
 
     other = tmp_path / "other.png"
     Image.fromarray(np.random.default_rng(0).integers(0, 256, (40, 40, 3), dtype=np.uint8)).save(other)
-    table = ["index", "query", "--index", str(index), "--image", str(other), "--num-workers", "0"]
-    assert main([*table, "--min-score", "1"]) == 0
-    assert capsys.readouterr().out.splitlines()[2] == "no match above 1.0000"
-
-
-def test_without_a_validation_split_thresholds_need_the_labelled_opt_in(checkpoint_factory, tmp_path, capsys):
-    checkpoint = checkpoint_factory(tmp_path / "best.pt")
-    args = ["evaluate", "--checkpoint", str(checkpoint), *DIGITS, "--set", "data.val_fraction=0"]
-    assert main([*args, "--save-threshold", "1e-3"]) == 2
-    assert "--save-threshold chooses the threshold on a validation split" in capsys.readouterr().err
-
-    assert main([*args, "--verification", "--set", "train.select_on_test=true"]) == 0
-    lines = capsys.readouterr().out.splitlines()
-    assert any("thresholds chosen on the TEST pairs themselves (train.select_on_test; optimistic)" in x for x in lines)
-    chosen = [line for line in lines if line.startswith("verification at FMR")]
-    assert len(chosen) == 3 and all(line.endswith("(chosen on test)") for line in chosen)
+    (nothing,) = query_index(QueryRequest(index, images=(other,), min_score="1")).answers
+    # `index query --min-score 1` prints "no match above 1.0000" for it: tests/cli/test_index_cli.py
+    assert not nothing.results and nothing.min_score == 1.0
 
 
 def test_without_a_validation_split_or_the_opt_in_only_roc_auc_is_reported() -> None:
@@ -106,10 +95,3 @@ def test_without_a_validation_split_or_the_opt_in_only_roc_auc_is_reported() -> 
     counts = report.test_pairs.model_copy(update={"scored": 180, "total": 5000, "sampled": True})
     sampled = report.model_copy(update={"test_pairs": counts})
     assert verification_lines(sampled)[0].endswith("on 180 test pairs (sampled uniformly from 5,000; 40 same-class)")
-
-
-@pytest.mark.parametrize("value", ["0", "1", "often"])
-def test_a_false_match_rate_outside_0_1_is_refused(value, tiny_checkpoint, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        main(["evaluate", "--checkpoint", str(tiny_checkpoint), "--save-threshold", value])
-    assert exit_info.value.code == 2

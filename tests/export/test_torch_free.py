@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from retrieval.cli.main import main
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.inference.image_encoder import ImageEncoder
 
 pytestmark = pytest.mark.slow
@@ -40,8 +41,7 @@ print(json.dumps({
 def test_embedding_and_searching_with_an_export_imports_no_torch(exported, digits_checkpoint, digits_images, tmp_path):
     index_dir = tmp_path / "index"
     folder = digits_images[0].parents[1]
-    args = ["index", "build", "--model", str(exported), "--images", str(folder), "--out", str(index_dir)]
-    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
+    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=exported), images=folder, kind="flat"))
     paths = [str(path.resolve()) for path in digits_images[:7]]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     out = tmp_path / "embeddings.npy"

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import Config, ModelConfig, config_to_dict
+from retrieval.evaluate.run import EvaluationRequest, run_evaluation
 from retrieval.export.onnx_export import PARITY_TOLERANCE, export_checkpoint
 from retrieval.losses.registry import build_loss
 from retrieval.models import Embedder
@@ -97,9 +97,11 @@ def test_a_training_step_reaches_every_parameter_and_lowers_the_loss(trained: Tr
     assert trained.losses[-1] < trained.losses[0], f"{trained.backbone}: {trained.losses}"
 
 
-def test_the_checkpoint_evaluates(trained: Trained, capsys):
-    assert main(["evaluate", "--checkpoint", str(trained.checkpoint), "--set", "train.threads=1"]) == 0
-    out = capsys.readouterr().out.strip().splitlines()
+def test_the_checkpoint_evaluates(trained: Trained):
+    # What `evaluate --checkpoint CKPT --set train.threads=1` runs; it prints the report's text (the command's
+    # printing of it is tests/cli/test_evaluate_cli.py's).
+    report = run_evaluation(EvaluationRequest(trained.checkpoint, overrides=("train.threads=1",)))
+    out = report.text().strip().splitlines()
     assert re.fullmatch(r"Recall@1: \d\.\d{4}", out[-5]) and re.fullmatch(r"MAP@R: \d\.\d{4}", out[-1])
 
 

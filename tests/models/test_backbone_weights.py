@@ -1,4 +1,7 @@
-"""`model.weights`: loaded whole or refused in one line; `model.weights_partial` loads what fits and says how much."""
+"""`model.weights`: loaded whole or refused in one line; `model.weights_partial` loads what fits and says how much.
+
+That `--set model.weights_partial=true` reaches `evaluate --backbone --weights` is tests/cli/test_backbone_cli.py's.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,6 @@ import pytest
 import timm
 import torch
 
-from retrieval.cli.main import main
-from retrieval.config import load_config
 from retrieval.errors import UserError
 from retrieval.models import Embedder
 
@@ -76,16 +77,3 @@ def test_a_vit_loads_its_own_weights_at_any_image_size(tmp_path):
     model = Embedder("vit_tiny_patch16_224", embedding_dim=8, pooling="token", weights=_save(tmp_path, source))
     torch.testing.assert_close(model.backbone.pos_embed, source.pos_embed)
     assert model.eval()(torch.rand(2, 3, 32, 32)).shape == (2, 8)
-
-
-def test_the_config_key_reaches_the_model(resnet18_file, csv_dataset, capsys, caplog):
-    """`--set model.weights_partial=true` with `evaluate --backbone --weights`; without it, a one-line refusal."""
-    config = load_config(None, ["model.weights_partial=true"])
-    assert config.model.weights_partial is True
-    data = ["--set", "data.name=csv", "--set", f"data.path={csv_dataset}", "--set", "data.image_size=32"]
-    evaluate = ["evaluate", "--backbone", "resnet10t", "--weights", str(resnet18_file), *data]
-    assert main(evaluate) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "set model.weights_partial=true to load the 44 that match" in err[0]
-    assert main([*evaluate, "--set", "model.weights_partial=true", "--set", "data.val_fraction=0"]) == 0
-    assert "partial load" in caplog.text and capsys.readouterr().out.strip().splitlines()[-1].startswith("MAP@R: ")

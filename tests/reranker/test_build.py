@@ -1,4 +1,6 @@
-"""`retrieval reranker` end to end on a tiny checkpoint (`tiny_reranker` in tests/conftest.py, trained once)."""
+"""`retrieval reranker` end to end on a tiny checkpoint (`tiny_reranker` in tests/conftest.py, trained once).
+
+The command's refusals are `tests/cli/test_reranker_cli.py`'s."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from retrieval.cli.main import main
 from retrieval.core.learned_rerank import MANIFEST_FILE, WEIGHTS_FILE, read_reranker
 from retrieval.errors import UserError
 from retrieval.runtime.files import file_sha256
@@ -60,18 +61,6 @@ def test_the_pytorch_weights_load_into_the_pair_model_and_match_onnx(tiny_rerank
     cosines = np.array([0.9, 0.1, -0.3, 0.5], dtype=np.float32)
     reference = pair_probabilities(model.head, described, described[::-1].copy(), cosines)
     np.testing.assert_allclose(scorer.probabilities(exported, exported[::-1], cosines), reference, atol=1e-5)
-
-
-def test_data_without_validation_split_and_a_foreign_output_dir_are_refused(tiny_reranker, tmp_path, capsys):
-    checkpoint, dataset, _, _ = tiny_reranker
-    base = ["reranker", "--checkpoint", str(checkpoint), "--set", f"data.path={dataset}", "--set", "data.num_workers=0"]
-    assert main([*base, "--output-dir", str(tmp_path / "r")]) == 2
-    assert "chooses its blend on a validation split, and this data has none" in capsys.readouterr().err
-    (tmp_path / "mine").mkdir()
-    (tmp_path / "mine" / "notes.txt").write_text("mine")
-    assert main([*base, "--set", "data.val_fraction=0.3", "--output-dir", str(tmp_path / "mine")]) == 2
-    assert "is not a re-ranker directory" in capsys.readouterr().err
-    assert (tmp_path / "mine" / "notes.txt").read_text() == "mine"
 
 
 def test_a_reranker_of_another_checkpoint_is_refused(tiny_reranker, other_checkpoint):

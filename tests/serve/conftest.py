@@ -1,54 +1,23 @@
-"""A tiny index of a tiny checkpoint, served by a real uvicorn server on an ephemeral loopback port."""
+"""A tiny index of a tiny checkpoint, served by a real uvicorn server on an ephemeral loopback port
+(`tests/serve/serving.py` makes the index and runs `retrieval serve` as a process)."""
 
 from __future__ import annotations
 
-import re
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import pytest
 import uvicorn
 
-from retrieval.cli.main import main
-from retrieval.index import SearchIndex
-from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.serve import ServeLimits, create_app
-
-
-@dataclass
-class Gallery:
-    index_dir: Path
-    checkpoint: Path
-    paths: list[Path]  # indexed images, in id order
-    ids: np.ndarray  # (N,) their ids
-    embeddings: np.ndarray  # (N, D) embedded independently of the index, for brute-force references
-
-    def exact(self, query: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Brute-force inner-product top-k: (scores, ids)."""
-        similarities = self.embeddings @ query
-        order = np.argsort(-similarities, kind="stable")[:k]
-        return similarities[order], self.ids[order]
+from tests.serve.serving import Gallery, make_gallery
+from tests.serve.serving import serve_process as _serve_process
 
 
 @pytest.fixture(scope="session")
 def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory) -> Gallery:
-    root = tmp_path_factory.mktemp("gallery")
-    csv_path = csv_dataset_factory(root / "data", train_classes=3, test_classes=3, per_class=4)
-    index_dir = root / "index"
-    args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path), "--out", str(index_dir)]
-    assert main([*args, "--type", "flat", "--num-workers", "0"]) == 0
-    index = SearchIndex.load(index_dir)
-    ids = index.ids
-    paths = [Path(row["path"]) for row in index.metadata_for(ids)]
-    embeddings = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu").embed_files(paths, progress=False)
-    return Gallery(index_dir, tiny_checkpoint, paths, ids, embeddings.embeddings)
+    return make_gallery(tmp_path_factory.mktemp("gallery"), tiny_checkpoint, csv_dataset_factory)
 
 
 @contextmanager
@@ -90,45 +59,6 @@ def app(gallery, serve_limits):
 def base_url(app) -> Iterator[str]:
     with _serving(app) as url:
         yield url
-
-
-@dataclass
-class ServeProcess:
-    url: str
-    process: subprocess.Popen
-
-    def peak_rss_bytes(self) -> int:
-        """The server process's peak resident memory so far (`VmHWM` in /proc: no psutil needed)."""
-        return _proc_status_bytes(self.process.pid, "VmHWM")
-
-
-def _proc_status_bytes(pid: int, field: str) -> int:
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith(f"{field}:"):
-            return int(line.split()[1]) * 1024
-    raise KeyError(field)
-
-
-@contextmanager
-def _serve_process(*args: str) -> Iterator[ServeProcess]:
-    """`retrieval serve ARGS --port 0` in its own process; yields its URL once uvicorn says it is listening."""
-    command = [sys.executable, "-m", "retrieval.cli.main", "serve", *args, "--port", "0"]
-    server = subprocess.Popen(command, stderr=subprocess.PIPE, text=True)
-    try:
-        port, lines = None, []
-        deadline = time.monotonic() + 120
-        while port is None and time.monotonic() < deadline:
-            line = server.stderr.readline()
-            lines.append(line)
-            assert line or server.poll() is None, f"server exited: {''.join(lines[-5:])}"
-            match = re.search(r"Uvicorn running on http://127\.0\.0\.1:(\d+)", line)
-            port = int(match.group(1)) if match else None
-        assert port is not None, "server did not start in 120 s"
-        threading.Thread(target=server.stderr.read, daemon=True).start()  # keep draining: a full pipe blocks it
-        yield ServeProcess(f"http://127.0.0.1:{port}", server)
-    finally:
-        server.terminate()
-        server.wait(30)
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,6 @@
-"""`serve --backend`: the same page and API over a Qdrant collection answer as `serve --index` does."""
+"""`serve --backend`: the same page and API over a Qdrant collection answer as `serve --index` does.
+
+That the command takes an index or a backend, not both, is `tests/cli/test_serve_cli.py`'s."""
 
 from __future__ import annotations
 
@@ -6,7 +8,6 @@ import httpx
 import numpy as np
 import pytest
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.serve import create_app
 from retrieval.vectordb import parse_database_uri
@@ -89,14 +90,6 @@ def test_a_partly_exported_collection_or_another_checkpoint_is_refused(gallery, 
         create_app(None, backend=uri, device="cpu")
     with pytest.raises(UserError, match="either an index directory or a database backend"):
         create_app(gallery.index_dir, backend=uri, device="cpu")
-
-
-def test_serve_takes_an_index_or_a_backend(gallery, capsys):
-    with pytest.raises(SystemExit) as exit_status:
-        main(["serve", "--index", str(gallery.index_dir), "--backend", "qdrant://db/gallery"])
-    assert exit_status.value.code == 2 and "not allowed with argument" in capsys.readouterr().err
-    assert main(["serve", "--backend", "qdrant+local:///nowhere?collection=g"]) == 2
-    assert capsys.readouterr().err.strip() == "error: no local Qdrant database at /nowhere; export an index there first"
 
 
 @pytest.mark.parametrize("failure", [ConnectionRefusedError(111, "Connection refused"), ValueError("lost its files")])

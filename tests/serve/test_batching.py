@@ -1,4 +1,6 @@
-"""Concurrent image queries share forward passes: fewer passes, the same answers, and a bad image fails alone."""
+"""Concurrent image queries share forward passes: fewer passes, the same answers, and a bad image fails alone.
+
+That `serve` passes its batch flags, and refuses a zero batch, is `tests/cli/test_serve_cli.py`'s."""
 
 from __future__ import annotations
 
@@ -14,7 +16,6 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
 from retrieval.serve import create_app
 from retrieval.serve.batching import BatchPolicy, EmbedBatcher
@@ -243,18 +244,3 @@ def test_a_bad_upload_among_good_ones_fails_alone(gallery, serve_limits, serving
     for answer, i in zip((answers[0], answers[2], answers[4]), range(3), strict=True):
         assert answer.json()["results"][0]["id"] == gallery.ids[i]
     assert sizes == [4, 1, 1, 1, 1]  # the good images and the refused one met in one pass, which failed and fell back
-
-
-def test_serve_passes_the_batch_flags_and_refuses_a_zero_batch(gallery, monkeypatch, capsys):
-    import uvicorn
-
-    import retrieval.serve
-
-    policies = []
-    monkeypatch.setattr(retrieval.serve, "create_app", lambda *args, **options: policies.append(options["batching"]))
-    monkeypatch.setattr(uvicorn, "run", lambda *args, **options: None)
-    assert main(["serve", "--index", str(gallery.index_dir), "--max-batch", "1", "--batch-wait-ms", "5"]) == 0
-    assert policies == [BatchPolicy(max_batch=1, wait=0.005)]
-    assert main(["serve", "--index", str(gallery.index_dir), "--max-batch", "0"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--max-batch must be >= 1" in err[0]

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 from PIL import Image, PngImagePlugin
 
-from retrieval.cli.main import main
 from retrieval.embedding_files.file_formats import write_embeddings
 from retrieval.errors import UserError
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.index import SearchIndex
 from retrieval.serve import create_app
 from retrieval.serve.uploads import ImageTooLarge, open_image, preprocess_bytes
@@ -147,8 +148,8 @@ def center_crop_index(tmp_path_factory, checkpoint_factory) -> tuple[Path, Path]
     checkpoint = checkpoint_factory(root / "best.pt", eval_mode="center_crop")
     vectors = np.random.default_rng(0).standard_normal((8, 16)).astype(np.float32)
     write_embeddings(root / "e.npy", vectors, [f"/img/{i}.png" for i in range(8)], ["0"] * 8)
-    build = ["index", "build", "--embeddings", str(root / "e.npy"), "--checkpoint", str(checkpoint)]
-    assert main([*build, "--out", str(root / "index"), "--type", "flat"]) == 0
+    encoder = EncoderChoice(checkpoint=checkpoint)  # `index build --embeddings E.npy --checkpoint CKPT --type flat`
+    build_index(IndexBuildRequest(root / "index", encoder, embeddings=(root / "e.npy",), kind="flat"))
     return root / "index", checkpoint
 
 

@@ -8,13 +8,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
+from retrieval.export.index_query import QueryRequest, query_index
+from retrieval.export.onnx_export import export_checkpoint
 from retrieval.serve import create_app
 
 pytestmark = pytest.mark.slow
-
-NO_WORKERS = ["--num-workers", "0", "--device", "cpu"]
 
 
 @pytest.fixture(scope="module")
@@ -24,13 +25,12 @@ def indexed(tiny_reranker, tiny_reranker_indexes) -> tuple[Path, Path, Path]:
     return index, forced, tiny_reranker[1]
 
 
-def test_an_upload_and_an_id_search_answer_as_index_query_does(indexed, serving, serve_limits, capsys):
+def test_an_upload_and_an_id_search_answer_as_index_query_does(indexed, serving, serve_limits):
     index, reranker, dataset = indexed
     image = dataset.parent / "images" / "train_1_2.png"
-    capsys.readouterr()
-    query = ["index", "query", "--index", str(index), "--image", str(image), "-k", "5", "--json", *NO_WORKERS]
-    assert main([*query, "--reranker", str(reranker)]) == 0
-    expected = json.loads(capsys.readouterr().out)[0]["results"]
+    # What `index query --image IMAGE -k 5 --reranker DIR --json` prints: the report's JSON.
+    request = QueryRequest(index, images=(image,), k=5, reranker=reranker, device="cpu")
+    expected = json.loads(query_index(request).json_text())[0]["results"]
     app = create_app(index, device="cpu", limits=serve_limits, reranker_dir=reranker)
     with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
         upload = {"image": ("q.png", image.read_bytes(), "image/png")}
@@ -51,17 +51,11 @@ def test_another_checkpoints_index_and_two_rerankings_are_refused(indexed, other
     index, reranker, dataset = indexed
     with pytest.raises(UserError, match="two re-rankings"):
         create_app(index, device="cpu", limits=serve_limits, rerank="qe", reranker_dir=reranker)
-    args = [
-        "index",
-        "build",
-        "--checkpoint",
-        str(other_checkpoint),
-        "--csv",
-        str(dataset),
-        "--out",
-        str(tmp_path / "o"),
-    ]
-    assert main([*args, "--type", "flat", *NO_WORKERS]) == 0
+    build_index(
+        IndexBuildRequest(
+            tmp_path / "o", EncoderChoice(checkpoint=other_checkpoint, device="cpu"), csv=dataset, kind="flat"
+        )
+    )
     with pytest.raises(UserError, match="this re-ranker belongs to checkpoint"):
         create_app(tmp_path / "o", device="cpu", limits=serve_limits, reranker_dir=reranker)
 
@@ -73,9 +67,9 @@ def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny
     checkpoint, dataset, _, _ = tiny_reranker
     _, reranker, _ = indexed
     bundle, index_dir = tmp_path / "onnx", tmp_path / "index"
-    assert main(["export", "--checkpoint", str(checkpoint), "--format", "onnx", "--out", str(bundle)]) == 0
-    build = ["index", "build", "--model", str(bundle), "--csv", str(dataset), "--out", str(index_dir)]
-    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
+    # What `export --format onnx` and `index build --model BUNDLE --type flat` run; then `serve` itself, below.
+    export_checkpoint(checkpoint, bundle)
+    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=bundle), csv=dataset, kind="flat"))
     image = dataset.parent / "images" / "test_100_0.png"
     servings = [["--index", str(index_dir), "--model", str(bundle), "--reranker", str(reranker)]]
     result = serve_without_torch(image, servings)

@@ -11,8 +11,9 @@ import pytest
 from PIL import Image
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.core.match_threshold import MatchThreshold
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.index import SearchIndex
 from retrieval.serve import create_app
 
@@ -30,8 +31,8 @@ def thresholded(tmp_path_factory, tiny_checkpoint, gallery):
     images.mkdir(parents=True)
     for position, path in enumerate(gallery.paths):
         (images / f"{position:03d}.png").write_bytes(path.read_bytes())
-    args = ["index", "build", "--checkpoint", str(checkpoint), "--images", str(root / "images"), "--out"]
-    assert main([*args, str(root / "index"), "--type", "flat", "--num-workers", "0"]) == 0
+    encoder = EncoderChoice(checkpoint=checkpoint)  # `index build --checkpoint CKPT --images DIR --type flat`
+    build_index(IndexBuildRequest(root / "index", encoder, images=root / "images", kind="flat"))
     return root / "index"
 
 

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from retrieval.cli.main import main
+from retrieval.export.index_add import IndexAddRequest, add_to_index
 from retrieval.index import SearchIndex
+from retrieval.index.storage import writing
 from retrieval.serve import create_app
 from retrieval.serve.live import LiveIndex
 
@@ -49,7 +50,7 @@ def test_remove_and_add_by_other_processes_show_without_a_restart(gallery, tmp_p
         assert client.get("/healthz").json()["vectors"] == count - 1
         assert 3 not in [r["id"] for r in client.post("/search", json={"id": 4, "k": 100}).json()["results"]]
 
-        assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
+        add_to_index(IndexAddRequest(index_dir, images=new))  # what `index add --images NEW` runs
         _eventually(lambda: client.get("/healthz").json()["vectors"] == count + 1)
         added = client.get(f"/items/{count}").json()
         assert added["path"] == "new/added_0.png"
@@ -114,8 +115,10 @@ def test_eight_clients_search_through_adds_and_removes_without_a_server_error(ga
         count = client.get("/healthz").json()["vectors"]
         with ThreadPoolExecutor(8) as pool:
             searching = [pool.submit(search, seed) for seed in range(8)]
-            assert main(["index", "remove", "--index", str(index_dir), "--ids", "1", "2"]) == 0
-            assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
+            # What `index remove --ids 1 2` and `index add --images NEW` run.
+            with writing(index_dir), SearchIndex.edit(index_dir) as index:
+                index.remove(np.asarray([1, 2], dtype=np.int64))
+            add_to_index(IndexAddRequest(index_dir, images=new))
             _eventually(lambda: client.get("/healthz").json()["vectors"] == count + 1)
             time.sleep(4 * _INTERVAL)  # searches keep running across the reload
             stop.set()

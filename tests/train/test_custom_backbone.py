@@ -15,9 +15,11 @@ from PIL import Image
 from torch import nn
 
 from retrieval.checkpoint import Checkpoint
-from retrieval.cli.main import main
 from retrieval.config import ModelConfig
 from retrieval.errors import UserError
+from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_build import IndexBuildRequest, build_index
+from retrieval.export.onnx_export import export_checkpoint
 from retrieval.models import Embedder
 from retrieval.models import backbones as registry
 from retrieval.serve import create_app
@@ -121,9 +123,9 @@ def test_the_examples_own_model_is_exported_indexed_and_served(tmp_path):
         pixels = (image[0].numpy() * 255).round().astype(np.uint8)
         Image.fromarray(pixels, "L").save(gallery / f"{int(label)}_{row:03d}.png")
     exported, index_dir = tmp_path / "export", tmp_path / "index"
-    assert main(["export", "--checkpoint", str(best), "--out", str(exported)]) == 0
-    build = ["index", "build", "--model", str(exported), "--images", str(gallery), "--out", str(index_dir)]
-    assert main([*build, "--type", "flat", "--num-workers", "0"]) == 0
+    # What `export` and `index build --model EXPORT --images GALLERY --type flat` run.
+    export_checkpoint(best, exported)
+    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=exported), images=gallery, kind="flat"))
     query = sorted(gallery.glob("*.png"))[7]
     with TestClient(create_app(index_dir, model_dir=exported, device="cpu", reload_interval=0)) as client:
         answer = client.post("/search", files={"image": ("q.png", io.BytesIO(query.read_bytes()), "image/png")})

@@ -1,4 +1,6 @@
-"""`retrieval export` refusals, `index build|query --model` and `serve` over an index built from an export."""
+"""Exports made, checked and read back; `index build|query|add --model` and `serve` over an index built from an export.
+
+The commands' one-line refusals, and what `index add` prints, are `tests/cli/test_export_cli.py`'s."""
 
 from __future__ import annotations
 
@@ -8,17 +10,15 @@ import re
 import shutil
 from pathlib import Path
 
-import onnx
 import pytest
 import torch
 from fastapi.testclient import TestClient
 from torch import nn
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
-from retrieval.export import onnx_export
 from retrieval.export.bundle import read_export
 from retrieval.export.encoder_choice import EncoderChoice
+from retrieval.export.index_add import IndexAddRequest, add_to_index
 from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.export.index_query import QueryRequest, query_index
 from retrieval.export.onnx_export import export_onnx
@@ -51,17 +51,8 @@ def _query(index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
     return [[result.path for result in answer.results] for answer in answers]
 
 
-def _error(capsys, args: list[str]) -> str:
-    """The one line `retrieval` prints on stderr for a user error (exit code 2)."""
-    capsys.readouterr()
-    assert main(args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ")
-    return lines[0]
-
-
 def test_index_build_and_query_with_an_export_find_what_the_checkpoint_finds(
-    capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path
+    onnx_index, exported, digits_checkpoint, gallery, tmp_path
 ):
     queries = sorted(gallery.rglob("*.png"))[::7]
     by_export = _query(onnx_index, queries, "--model", str(exported))
@@ -73,29 +64,6 @@ def test_index_build_and_query_with_an_export_find_what_the_checkpoint_finds(
     assert _query(checkpoint_index, queries) == by_export
     manifest = json.loads((onnx_index / "manifest.json").read_text())
     assert manifest["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
-
-
-def test_another_model_is_refused_in_one_line(capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path):
-    other = tmp_path / "other"
-    shutil.copytree(exported, other)
-    model = onnx.load(other / "model.onnx")
-    model.doc_string = "the same graph, another file: another model as far as an index can tell"
-    onnx.save(model, other / "model.onnx")
-    manifest = json.loads((other / "manifest.json").read_text())
-    manifest["files"]["model.onnx"] = file_sha256(other / "model.onnx")
-    (other / "manifest.json").write_text(json.dumps(manifest))
-    query = ["index", "query", "--index", str(onnx_index), "--image", str(next(gallery.rglob("*.png")))]
-    assert "is not the one this index was built with" in _error(capsys, [*query, "--model", str(other)])
-    assert "pass --model DIR" in _error(capsys, [*query, "--checkpoint", str(digits_checkpoint)])
-    add = ["index", "add", "--index", str(onnx_index), "--images", str(gallery), "--model", str(other)]
-    assert "is not the one this index was built with" in _error(capsys, add)
-
-
-def test_a_checkpoint_index_refuses_an_export(capsys, tiny_checkpoint, exported, gallery, tmp_path):
-    index_dir = tmp_path / "index"
-    build_index(IndexBuildRequest(index_dir, EncoderChoice(checkpoint=tiny_checkpoint), images=gallery, kind="flat"))
-    query = ["index", "query", "--index", str(index_dir), "--image", str(next(gallery.rglob("*.png")))]
-    assert "was not built with an export" in _error(capsys, [*query, "--model", str(exported)])
 
 
 def test_a_changed_or_incomplete_export_is_refused(exported, tmp_path):
@@ -151,25 +119,6 @@ def test_an_op_without_onnx_translation_is_refused_naming_it(tmp_path):
     assert "\n" not in str(raised.value) and not (tmp_path / "model.onnx").exists()
 
 
-def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkpoint, tmp_path):
-    def fail(*args, **kwargs):
-        raise torch.onnx.OnnxExporterError("No ONNX function found for <OpOverload(op='aten.fancy', overload='x')>")
-
-    monkeypatch.setattr(torch.onnx, "export", fail)
-    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")])
-    assert "op aten.fancy has no ONNX translation" in line
-    assert "checkpoint not found" in _error(capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"])
-
-
-@pytest.mark.slow
-def test_an_export_refused_on_parity_writes_nothing(capsys, monkeypatch, tiny_checkpoint, tmp_path):
-    monkeypatch.setattr(onnx_export, "PARITY_TOLERANCE", -1.0)
-    out = tmp_path / "out"
-    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)])
-    assert "differ from PyTorch's" in line and "nothing was written" in line
-    assert not out.exists()
-
-
 def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gallery):
     image = sorted(gallery.rglob("*.png"))[3]
     with TestClient(create_app(onnx_index, model_dir=exported, device="cpu", reload_interval=0)) as client:
@@ -180,14 +129,14 @@ def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gall
     assert answer.json()["results"][0]["path"].endswith(image.name)
 
 
-def test_index_add_embeds_with_the_export_the_index_records(capsys, onnx_index, exported, digits_images, tmp_path):
+def test_index_add_embeds_with_the_export_the_index_records(onnx_index, exported, digits_images, tmp_path):
     index_dir = tmp_path / "index"
     shutil.copytree(onnx_index, index_dir)
     new = tmp_path / "new"
     new.mkdir()
     for path in digits_images[1::150]:
         shutil.copy(path, new / path.name)
-    assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
-    assert "added 6 vectors" in capsys.readouterr().out
+    report = add_to_index(IndexAddRequest(index_dir, images=new))  # what `index add --images NEW` runs
+    assert len(report.ids) == 6  # the command prints it: tests/cli/test_export_cli.py
     found = _query(index_dir, sorted(new.iterdir()), "--model", str(exported))
     assert [paths[0] for paths in found] == [str(path.resolve()) for path in sorted(new.iterdir())]

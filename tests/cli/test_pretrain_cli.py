@@ -1,6 +1,6 @@
 """`retrieval pretrain` on the command line: misuse refused in one line, and under torchrun one run printed once.
 
-What a run writes, and how it resumes, is tested without the command line in `test_pretrain_run.py`."""
+What a run writes, and how it resumes, is tested without the command line in `tests/pretrain/test_pretrain_run.py`."""
 
 from __future__ import annotations
 

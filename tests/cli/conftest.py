@@ -1,0 +1,32 @@
+"""The export tests' digits images, checkpoint and ONNX export (`tests/export/conftest.py`), for the command's tests
+of exports here: made by the same helpers (`tests/export/digits.py`) and `export_checkpoint`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.export.digits import digit_files, spread_digits_checkpoint
+
+
+@pytest.fixture(scope="session")
+def digits_images(tmp_path_factory) -> list[Path]:
+    """The 899 digits test images."""
+    return digit_files(tmp_path_factory.mktemp("digits"), "test")
+
+
+@pytest.fixture(scope="session")
+def digits_checkpoint(tmp_path_factory, checkpoint_factory) -> Path:
+    """`spread_digits_checkpoint`: the tiny untrained resnet10t, its statistics set on digits training images."""
+    return spread_digits_checkpoint(tmp_path_factory.mktemp("digits_checkpoint"), checkpoint_factory)
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, digits_checkpoint) -> Path:
+    """The ONNX export of `digits_checkpoint`, as `retrieval export --format onnx` makes it."""
+    from retrieval.export.onnx_export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("export") / "digits"
+    export_checkpoint(digits_checkpoint, out)
+    return out

@@ -261,3 +261,40 @@ def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> 
     manifest.update(depth=4, weight=0.5)
     (forced / "manifest.json").write_text(json.dumps(manifest))
     return root / "index", forced, root / "other"
+
+
+# The export tests' digits images, checkpoint and ONNX export, shared with the command's tests of exports in
+# tests/cli (session-scoped here so that one worker makes them once).
+@pytest.fixture(scope="session")
+def digits_images(tmp_path_factory) -> list[Path]:
+    """The 899 digits test images (`tests/export/digits.py`)."""
+    from tests.export.digits import digit_files
+
+    return digit_files(tmp_path_factory.mktemp("digits"), "test")
+
+
+@pytest.fixture(scope="session")
+def digits_checkpoint(tmp_path_factory, checkpoint_factory) -> Path:
+    """`spread_digits_checkpoint`: the tiny untrained resnet10t, its statistics set on digits training images."""
+    from tests.export.digits import spread_digits_checkpoint
+
+    return spread_digits_checkpoint(tmp_path_factory.mktemp("digits_checkpoint"), checkpoint_factory)
+
+
+@pytest.fixture(scope="session")
+def exported(tmp_path_factory, digits_checkpoint) -> Path:
+    """The ONNX export of `digits_checkpoint` (resnet10t, 16-d, 32 px RGB), made by `export_checkpoint` as
+    `retrieval export --format onnx` makes it. (tests/vectordb has an `exported` of its own.)"""
+    from retrieval.export.onnx_export import export_checkpoint
+
+    out = tmp_path_factory.mktemp("export") / "digits"
+    export_checkpoint(digits_checkpoint, out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory):
+    """The served gallery (an index of `tiny_checkpoint`) of tests/serve and of `serve`'s command tests."""
+    from tests.serve.serving import make_gallery
+
+    return make_gallery(tmp_path_factory.mktemp("gallery"), tiny_checkpoint, csv_dataset_factory)

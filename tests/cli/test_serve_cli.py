@@ -11,13 +11,7 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.index import SearchIndex
 from retrieval.serve.batching import BatchPolicy
-from tests.serve.serving import Gallery, make_gallery, serve_process
-
-
-@pytest.fixture(scope="module")
-def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory) -> Gallery:
-    """The served gallery of `tests/serve` (an index of a tiny checkpoint)."""
-    return make_gallery(tmp_path_factory.mktemp("gallery"), tiny_checkpoint, csv_dataset_factory)
+from tests.serve.serving import serve_process
 
 
 @pytest.mark.slow

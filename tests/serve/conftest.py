@@ -1,5 +1,5 @@
-"""A tiny index of a tiny checkpoint, served by a real uvicorn server on an ephemeral loopback port
-(`tests/serve/serving.py` makes the index and runs `retrieval serve` as a process)."""
+"""The gallery (`gallery` in tests/conftest.py, an index of a tiny checkpoint), served by a real uvicorn server on
+an ephemeral loopback port; `tests/serve/serving.py` runs `retrieval serve` as a process."""
 
 from __future__ import annotations
 
@@ -11,13 +11,7 @@ import pytest
 import uvicorn
 
 from retrieval.serve import ServeLimits, create_app
-from tests.serve.serving import Gallery, make_gallery
 from tests.serve.serving import serve_process as _serve_process
-
-
-@pytest.fixture(scope="session")
-def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory) -> Gallery:
-    return make_gallery(tmp_path_factory.mktemp("gallery"), tiny_checkpoint, csv_dataset_factory)
 
 
 @contextmanager

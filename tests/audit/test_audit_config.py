@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from retrieval.audit.leaks import MAX_RATIO
-from retrieval.cli.main import main
 from retrieval.config import AUDIT_CHECKS, AuditConfig, config_from_dict, config_to_dict, load_audit_config
 from retrieval.errors import UserError
 
@@ -44,22 +43,3 @@ def test_bad_audit_keys_and_values_are_one_line_errors_naming_what_is_valid(over
     with pytest.raises(UserError) as error:
         load_audit_config(None, overrides)
     assert message in str(error.value) and "\n" not in str(error.value)
-
-
-@pytest.mark.parametrize(
-    ("flags", "message"),
-    [
-        (["--threshold", "2"], "audit.threshold must be a cosine in [-1, 1], got 2.0"),
-        (["-k", "0"], "audit.k must be"),
-        (["--set", "audit.checks=[exact_duplicates]", "--no-hash"], "--no-hash leaves audit.checks with no check"),
-        (["--set", "audit.kk=3"], "unknown config key audit.kk"),
-    ],
-)
-def test_the_flags_set_the_same_keys_and_fail_before_any_image_is_read(tmp_path, capsys, flags, message):
-    listing = tmp_path / "images.csv"
-    listing.write_text("path\nmissing.png\n")  # never read: the settings fail first
-    code = main(
-        ["audit", "--model", str(tmp_path / "no-export"), "--csv", str(listing), "--out", str(tmp_path / "r"), *flags]
-    )
-    assert code == 2
-    assert message in capsys.readouterr().err

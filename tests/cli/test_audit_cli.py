@@ -123,3 +123,22 @@ def test_every_count_and_warning_of_the_summary_is_one_printed_line(tmp_path, ca
         "test queries whose nearest neighbour is a leak: 0.2500",
         *summary.warnings,
     ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--threshold", "2"], "audit.threshold must be a cosine in [-1, 1], got 2.0"),
+        (["-k", "0"], "audit.k must be"),
+        (["--set", "audit.checks=[exact_duplicates]", "--no-hash"], "--no-hash leaves audit.checks with no check"),
+        (["--set", "audit.kk=3"], "unknown config key audit.kk"),
+    ],
+)
+def test_the_flags_set_the_same_keys_and_fail_before_any_image_is_read(tmp_path, capsys, flags, message):
+    listing = tmp_path / "images.csv"
+    listing.write_text("path\nmissing.png\n")  # never read: the settings fail first
+    code = main(
+        ["audit", "--model", str(tmp_path / "no-export"), "--csv", str(listing), "--out", str(tmp_path / "r"), *flags]
+    )
+    assert code == 2
+    assert message in capsys.readouterr().err

@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 import logging
-import re
 
 import numpy as np
 import pytest
-import yaml
 
-from retrieval.cli.main import main
 from retrieval.config import DataConfig, load_config
 from retrieval.data import PKSampler
 from retrieval.runtime.distributed import DistributedContext
@@ -50,16 +47,3 @@ def test_a_p_the_user_set_is_kept_even_the_default_value(caplog):
     for given in (DataConfig(p=32), load_config(None, ["data.p=32"]).data, DataConfig(p=20)):
         assert fitting_p(given, TEN_CLASSES, DistributedContext()) is given
     assert load_config(None, []).data.p == 32 and fitting_p(DataConfig(p=8), TEN_CLASSES, DistributedContext()).p == 8
-
-
-@pytest.mark.slow
-def test_the_demo_trains_a_pair_loss_without_setting_p(tmp_path, capsys):
-    # The demo's data and sampler; a 16 px resnet10t on one thread: the fitted P is what is checked, not recall.
-    tiny = ["model.backbone=resnet10t", "data.image_size=16", "train.threads=1", "train.plots=false"]
-    sets = [item for override in ["loss.name=supcon", "train.epochs=1", *tiny] for item in ("--set", override)]
-    args = ["train", *sets, "--output-dir", str(tmp_path / "run")]
-    assert main(args) == 0
-    out = capsys.readouterr().out
-    assert "retrieval train: data.p=10 classes per batch: the default 32 does not fit" in out
-    assert re.search(r"^MAP@R: \d\.\d{4}$", out, re.M)
-    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["data"]["p"] == 10  # what resume reads

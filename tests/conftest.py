@@ -292,6 +292,37 @@ def exported(tmp_path_factory, digits_checkpoint) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def digits_gallery(tmp_path_factory, digits_images) -> Path:
+    """60 digits test images, 6 per label, in one folder per label."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("digits_gallery")
+    for path in digits_images[::15]:
+        (folder / path.parent.name).mkdir(exist_ok=True)
+        shutil.copy(path, folder / path.parent.name / path.name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def onnx_index(tmp_path_factory, exported, digits_gallery) -> Path:
+    """A flat index of `digits_gallery` by `exported` (module scope: a module's tests may add to it)."""
+    from tests.export.digits import flat_onnx_index
+
+    return flat_onnx_index(tmp_path_factory.mktemp("onnx_index") / "index", exported, digits_gallery)
+
+
+@pytest.fixture(scope="module")
+def ten_digits(tmp_path_factory, digits_images) -> Path:
+    """Ten digits test images in one folder."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("ten_digits")
+    for path in digits_images[::90]:
+        shutil.copy(path, folder / path.name)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def gallery(tmp_path_factory, tiny_checkpoint, csv_dataset_factory):
     """The served gallery (an index of `tiny_checkpoint`) of tests/serve and of `serve`'s command tests."""

@@ -17,12 +17,11 @@ from typing import Any
 import pytest
 import uvicorn
 
-from retrieval.cli.main import main
 from retrieval.errors import UserError
-from retrieval.export.encoder_choice import EncoderChoice
-from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.runtime.files import file_sha256
+from tests.cli.errors import one_line_error
+from tests.export.digits import flat_onnx_index
 
 _CASES: dict[str, tuple[dict[str, Any], str]] = {
     "truncated model": ({"truncate": True}, "onnxruntime cannot load"),
@@ -92,47 +91,28 @@ def _damaged(exported: Path, folder: Path, change: dict[str, Any]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory, digits_images) -> Path:
-    """Ten digits test images."""
-    folder = tmp_path_factory.mktemp("images")
-    for path in digits_images[::90]:
-        shutil.copy(path, folder / path.name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def index_of_export(tmp_path_factory, exported, images) -> Path:
+def index_of_export(tmp_path_factory, exported, ten_digits) -> Path:
     """A flat index built with the undamaged export (`index build --model EXPORT --images DIR --type flat`)."""
-    out = tmp_path_factory.mktemp("index") / "index"
-    build_index(IndexBuildRequest(out, EncoderChoice(model=exported), images=images, kind="flat"))
-    return out
-
-
-def _one_line_error(capsys, args: list[str]) -> str:
-    capsys.readouterr()
-    assert main(args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
+    return flat_onnx_index(tmp_path_factory.mktemp("index") / "index", exported, ten_digits)
 
 
 @pytest.mark.parametrize("case", list(_CASES))
 def test_a_wrong_export_is_refused_in_one_line_by_index_build_and_serve(
-    case, exported, images, index_of_export, tmp_path, capsys, monkeypatch
+    case, exported, ten_digits, index_of_export, tmp_path, capsys, monkeypatch
 ) -> None:
     monkeypatch.setattr(uvicorn, "run", lambda *args, **kwargs: pytest.fail("serve started with a wrong export"))
     change, message = _CASES[case]
     damaged = _damaged(exported, tmp_path, change)
-    build = ["index", "build", "--model", str(damaged), "--images", str(images), "--out", str(tmp_path / "index")]
-    assert message in _one_line_error(capsys, build)
+    build = ["index", "build", "--model", str(damaged), "--images", str(ten_digits), "--out", str(tmp_path / "index")]
+    assert message in one_line_error(capsys, build)
     assert not (tmp_path / "index").exists()
     serve = ["serve", "--index", str(index_of_export), "--model", str(damaged), "--port", "0"]
-    assert message in _one_line_error(capsys, serve)
+    assert message in one_line_error(capsys, serve)
     with pytest.raises(UserError, match="export the model again"):
         OnnxEncoder.from_export(damaged, device="cpu")
 
 
-def test_the_error_names_the_model_file(exported, images, tmp_path, capsys) -> None:
+def test_the_error_names_the_model_file(exported, ten_digits, tmp_path, capsys) -> None:
     damaged = _damaged(exported, tmp_path, _CASES["truncated model"][0])
-    build = ["index", "build", "--model", str(damaged), "--images", str(images), "--out", str(tmp_path / "index")]
-    assert f"{damaged.resolve() / 'model.onnx'}" in _one_line_error(capsys, build)
+    build = ["index", "build", "--model", str(damaged), "--images", str(ten_digits), "--out", str(tmp_path / "index")]
+    assert f"{damaged.resolve() / 'model.onnx'}" in one_line_error(capsys, build)

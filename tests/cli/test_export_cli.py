@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import onnx
 import pytest
@@ -18,36 +17,13 @@ from retrieval.export import onnx_export
 from retrieval.export.encoder_choice import EncoderChoice
 from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.runtime.files import file_sha256
+from tests.cli.errors import one_line_error
+from tests.export.digits import index_copy_and_new_digits
 
 
-@pytest.fixture(scope="module")
-def gallery(tmp_path_factory, digits_images) -> Path:
-    """60 digits test images, 6 per label, in one folder per label."""
-    folder = tmp_path_factory.mktemp("gallery")
-    for path in digits_images[::15]:
-        (folder / path.parent.name).mkdir(exist_ok=True)
-        shutil.copy(path, folder / path.parent.name / path.name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def onnx_index(tmp_path_factory, exported, gallery) -> Path:
-    """What `index build --model EXPORT --images GALLERY --type flat` builds."""
-    index_dir = tmp_path_factory.mktemp("onnx_index") / "index"
-    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=exported), images=gallery, kind="flat"))
-    return index_dir
-
-
-def _error(capsys, args: list[str]) -> str:
-    """The one line `retrieval` prints on stderr for a user error (exit code 2)."""
-    capsys.readouterr()
-    assert main(args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ")
-    return lines[0]
-
-
-def test_another_model_is_refused_in_one_line(capsys, onnx_index, exported, digits_checkpoint, gallery, tmp_path):
+def test_another_model_is_refused_in_one_line(
+    capsys, onnx_index, exported, digits_checkpoint, digits_gallery, tmp_path
+):
     other = tmp_path / "other"
     shutil.copytree(exported, other)
     model = onnx.load(other / "model.onnx")
@@ -56,18 +32,20 @@ def test_another_model_is_refused_in_one_line(capsys, onnx_index, exported, digi
     manifest = json.loads((other / "manifest.json").read_text())
     manifest["files"]["model.onnx"] = file_sha256(other / "model.onnx")
     (other / "manifest.json").write_text(json.dumps(manifest))
-    query = ["index", "query", "--index", str(onnx_index), "--image", str(next(gallery.rglob("*.png")))]
-    assert "is not the one this index was built with" in _error(capsys, [*query, "--model", str(other)])
-    assert "pass --model DIR" in _error(capsys, [*query, "--checkpoint", str(digits_checkpoint)])
-    add = ["index", "add", "--index", str(onnx_index), "--images", str(gallery), "--model", str(other)]
-    assert "is not the one this index was built with" in _error(capsys, add)
+    query = ["index", "query", "--index", str(onnx_index), "--image", str(next(digits_gallery.rglob("*.png")))]
+    assert "is not the one this index was built with" in one_line_error(capsys, [*query, "--model", str(other)])
+    assert "pass --model DIR" in one_line_error(capsys, [*query, "--checkpoint", str(digits_checkpoint)])
+    add = ["index", "add", "--index", str(onnx_index), "--images", str(digits_gallery), "--model", str(other)]
+    assert "is not the one this index was built with" in one_line_error(capsys, add)
 
 
-def test_a_checkpoint_index_refuses_an_export(capsys, tiny_checkpoint, exported, gallery, tmp_path):
+def test_a_checkpoint_index_refuses_an_export(capsys, tiny_checkpoint, exported, digits_gallery, tmp_path):
     index_dir = tmp_path / "index"
-    build_index(IndexBuildRequest(index_dir, EncoderChoice(checkpoint=tiny_checkpoint), images=gallery, kind="flat"))
-    query = ["index", "query", "--index", str(index_dir), "--image", str(next(gallery.rglob("*.png")))]
-    assert "was not built with an export" in _error(capsys, [*query, "--model", str(exported)])
+    build_index(
+        IndexBuildRequest(index_dir, EncoderChoice(checkpoint=tiny_checkpoint), images=digits_gallery, kind="flat")
+    )
+    query = ["index", "query", "--index", str(index_dir), "--image", str(next(digits_gallery.rglob("*.png")))]
+    assert "was not built with an export" in one_line_error(capsys, [*query, "--model", str(exported)])
 
 
 def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkpoint, tmp_path):
@@ -75,16 +53,18 @@ def test_the_export_command_refuses_in_one_line(capsys, monkeypatch, tiny_checkp
         raise torch.onnx.OnnxExporterError("No ONNX function found for <OpOverload(op='aten.fancy', overload='x')>")
 
     monkeypatch.setattr(torch.onnx, "export", fail)
-    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")])
+    line = one_line_error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(tmp_path / "out")])
     assert "op aten.fancy has no ONNX translation" in line
-    assert "checkpoint not found" in _error(capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"])
+    assert "checkpoint not found" in one_line_error(
+        capsys, ["export", "--checkpoint", str(tmp_path / "no.pt"), "--out", "x"]
+    )
 
 
 @pytest.mark.slow
 def test_an_export_refused_on_parity_writes_nothing(capsys, monkeypatch, tiny_checkpoint, tmp_path):
     monkeypatch.setattr(onnx_export, "PARITY_TOLERANCE", -1.0)
     out = tmp_path / "out"
-    line = _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)])
+    line = one_line_error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out)])
     assert "differ from PyTorch's" in line and "nothing was written" in line
     assert not out.exists()
 
@@ -92,11 +72,6 @@ def test_an_export_refused_on_parity_writes_nothing(capsys, monkeypatch, tiny_ch
 def test_index_add_prints_the_vectors_it_embedded_with_the_export(capsys, onnx_index, digits_images, tmp_path):
     """The printed line of `test_index_add_embeds_with_the_export_the_index_records`
     (`tests/export/test_export_index.py`), which adds the same 6 images through `add_to_index`."""
-    index_dir = tmp_path / "index"
-    shutil.copytree(onnx_index, index_dir)
-    new = tmp_path / "new"
-    new.mkdir()
-    for path in digits_images[1::150]:
-        shutil.copy(path, new / path.name)
+    index_dir, new = index_copy_and_new_digits(onnx_index, digits_images, tmp_path)
     assert main(["index", "add", "--index", str(index_dir), "--images", str(new), "--num-workers", "0"]) == 0
     assert "added 6 vectors" in capsys.readouterr().out

@@ -10,17 +10,8 @@ import shutil
 import numpy as np
 import pytest
 
-from retrieval.cli.main import main
+from tests.cli.errors import one_line_error
 from tests.export.digits import on_digits
-
-
-def _error(capsys, args: list[str]) -> str:
-    """The one line `retrieval` prints on stderr for a user error (exit code 2)."""
-    capsys.readouterr()
-    assert main(args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: ")
-    return lines[0]
 
 
 @pytest.mark.slow
@@ -29,7 +20,7 @@ def test_a_drop_past_the_tolerance_is_refused_and_writes_nothing(capsys, digits_
     checkpoint = on_digits(digits_checkpoint, tmp_path / "best.pt")
     out = tmp_path / "refused"
     args = ["export", "--checkpoint", str(checkpoint), "--out", str(out), "--quantize", "int8"]
-    line = _error(capsys, [*args, "--calibration-images", "8", "--tolerance", "-1"])
+    line = one_line_error(capsys, [*args, "--calibration-images", "8", "--tolerance", "-1"])
     assert "loses too much on the test split" in line and "tolerance -1" in line
     assert not out.exists()
 
@@ -57,7 +48,7 @@ def test_an_int8_model_that_gives_non_finite_embeddings_is_refused(
     checkpoint = on_digits(digits_checkpoint, tmp_path / "best.pt", val_fraction=0.1)  # ~90 validation images
     out = tmp_path / "int8"
     args = ["export", "--checkpoint", str(checkpoint), "--out", str(out), "--quantize", "int8"]
-    line = _error(capsys, [*args, "--calibration-images", "8", "--tolerance", "1"])
+    line = one_line_error(capsys, [*args, "--calibration-images", "8", "--tolerance", "1"])
     assert f"the int8 model gives non-finite (NaN or inf) embeddings for 40 of {calls[0]} val images" in line
     assert not out.exists()
 
@@ -73,5 +64,7 @@ def test_an_int8_model_that_gives_non_finite_embeddings_is_refused(
 )
 def test_quantization_options_are_checked_before_exporting(capsys, tiny_checkpoint, tmp_path, extra, message):
     out = tmp_path / "out"
-    assert message in _error(capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out), *extra])
+    assert message in one_line_error(
+        capsys, ["export", "--checkpoint", str(tiny_checkpoint), "--out", str(out), *extra]
+    )
     assert not out.exists()

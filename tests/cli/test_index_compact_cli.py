@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import pytest
-
 from retrieval.cli.main import main
-from tests.index.index_oracle import N, clustered_data
+from tests.index.index_oracle import N
 from tests.index.test_compact import REMOVED, removed_and_saved
-
-
-@pytest.fixture(scope="module")
-def data() -> tuple[np.ndarray, np.ndarray]:
-    """The index tests' `(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries (tests/index/conftest.py)."""
-    return clustered_data()
 
 
 def test_the_command_says_what_it_dropped(data, tmp_path: Path, capsys) -> None:

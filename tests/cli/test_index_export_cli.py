@@ -18,22 +18,10 @@ from tests.index.test_metadata_types import VECTORS, N
 from tests.vectordb.conftest import local_collection_uri, save_gallery_index
 
 
-@pytest.fixture(scope="session")
-def build_index():
-    """`build_index(directory, n=N, kind="flat", seed=0)` saves an index there: `(SearchIndex, vectors)`."""
-    return save_gallery_index
-
-
-@pytest.fixture(scope="session")
-def local_uri():
-    """`local_uri(folder, collection="gallery")`: the local-mode URI of a collection in `folder`."""
-    return local_collection_uri
-
-
-def test_another_index_is_refused_unless_recreate(tmp_path, build_index, local_uri, capsys):
-    build_index(tmp_path / "one", n=20, seed=1)
-    build_index(tmp_path / "two", n=30, seed=2)
-    uri = local_uri(tmp_path / "db")
+def test_another_index_is_refused_unless_recreate(tmp_path, capsys):
+    save_gallery_index(tmp_path / "one", n=20, seed=1)
+    save_gallery_index(tmp_path / "two", n=30, seed=2)
+    uri = local_collection_uri(tmp_path / "db")
     assert main(["index", "export", "--index", str(tmp_path / "one"), "--to", uri]) == 0
     assert "20 vectors (20 written, 0 already there, 0 removed)" in capsys.readouterr().out
     two = SearchIndex.load(tmp_path / "two")
@@ -46,9 +34,9 @@ def test_another_index_is_refused_unless_recreate(tmp_path, build_index, local_u
 
 
 @pytest.mark.parametrize("damage", ["storage", "meta"])
-def test_a_damaged_local_folder_is_one_line_naming_the_file(tmp_path, build_index, local_uri, capsys, damage):
-    build_index(tmp_path / "index", n=10)
-    uri = local_uri(tmp_path / "db")
+def test_a_damaged_local_folder_is_one_line_naming_the_file(tmp_path, capsys, damage):
+    save_gallery_index(tmp_path / "index", n=10)
+    uri = local_collection_uri(tmp_path / "db")
     export_index(tmp_path / "index", parse_database_uri(uri), progress=False)  # what `index export` runs
     damaged = tmp_path / "db" / "collection" / "gallery" / "storage.sqlite"
     if damage == "storage":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -21,22 +20,9 @@ from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.shards import train_index
 from retrieval.runtime.files import file_sha256
 from tests.index.embedding_parts import write_parts as _write_parts
-from tests.index.index_oracle import brute_force, clustered_data, overlap
+from tests.index.index_oracle import brute_force, overlap
 
-
-@pytest.fixture(scope="module")
-def data() -> tuple[np.ndarray, np.ndarray]:
-    """The index tests' `(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries (tests/index/conftest.py)."""
-    return clustered_data()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_faiss_thread():
-    """One FAISS thread, as in tests/index: small k-means runs on a shared core are far faster so."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 def test_the_cli_builds_from_a_parquet_file_without_a_model(data, tmp_path, capsys) -> None:

@@ -12,7 +12,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import faiss
 import numpy as np
 import pytest
 
@@ -21,23 +20,10 @@ from retrieval.export.index_build import IndexBuildRequest, build_index
 from retrieval.index import SearchIndex
 from retrieval.index.from_embeddings import open_embedding_files
 from retrieval.index.shards import merge_into, train_index
-from tests.index.index_oracle import clustered_data
+from tests.cli.errors import one_line_error
 from tests.index.shard_split import make_split
 
-
-@pytest.fixture(scope="module")
-def data() -> tuple[np.ndarray, np.ndarray]:
-    """The index tests' `(N, DIM)` stored vectors and `(QUERIES, DIM)` held-out queries (tests/index/conftest.py)."""
-    return clustered_data()
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_faiss_thread():
-    """One FAISS thread, as in tests/index: small k-means runs on a shared core are far faster so."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_faiss_thread")
 
 
 @pytest.fixture(scope="module")
@@ -95,18 +81,9 @@ def test_a_hand_edited_trained_manifest_is_refused_naming_the_field(split, tmp_p
     manifest = json.loads((trained / "manifest.json").read_text())
     (trained / "manifest.json").write_text(json.dumps({**manifest, **edit}))
     shard = ["--trained", str(trained), "--shard", "0/3", "--out", str(tmp_path / "shard")]
-    line = _one_line_error(capsys, ["index", "build", "--embeddings", str(split["root"] / "tail.npy"), *shard])
+    line = one_line_error(capsys, ["index", "build", "--embeddings", str(split["root"] / "tail.npy"), *shard])
     assert message in line
     assert not (tmp_path / "shard").exists()
-
-
-def _one_line_error(capsys, args: list[str]) -> str:
-    """The single `error:` line `retrieval` prints for a user mistake (exit code 2)."""
-    capsys.readouterr()
-    assert main(args) == 2
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), lines
-    return lines[0]
 
 
 def test_shards_of_inputs_in_another_order_or_of_other_content_are_refused(data, tmp_path, capsys) -> None:
@@ -127,12 +104,12 @@ def test_shards_of_inputs_in_another_order_or_of_other_content_are_refused(data,
 
     first, swapped, other = shard([a, b], "0/2", "s0"), shard([b, a], "1/2", "s1"), shard([a, c], "1/2", "s1c")
     merged = str(tmp_path / "merged")
-    error = _one_line_error(capsys, ["index", "merge", first, swapped, "--out", merged])
+    error = one_line_error(capsys, ["index", "merge", first, swapped, "--out", merged])
     assert f"its input 1 is {b} (1,500 rows), {first}'s is {a} (1,500 rows)" in error  # a's rows twice, b's never
     assert "same --embeddings list, in the same order" in error
-    error = _one_line_error(capsys, ["index", "merge", first, other, "--out", merged])
+    error = one_line_error(capsys, ["index", "merge", first, other, "--out", merged])
     assert f"its input 2 is {c} (1,500 rows)" in error  # same rows and size, other content
-    error = _one_line_error(capsys, ["index", "merge", first, shard([a, b, c], "2/3", "s2of3"), "--out", merged])
+    error = one_line_error(capsys, ["index", "merge", first, shard([a, b, c], "2/3", "s2of3"), "--out", merged])
     assert "built from 3 inputs" in error
     assert not (tmp_path / "merged").exists()
     merge_into([Path(first), Path(shard([a, b], "1/2", "s1ab"))], Path(merged))  # what `index merge` runs
@@ -141,13 +118,13 @@ def test_shards_of_inputs_in_another_order_or_of_other_content_are_refused(data,
 
 def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(split, tmp_path, capsys) -> None:
     out = str(tmp_path / "merged")
-    error = _one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(split["shard2"]), "--out", out])
+    error = one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(split["shard2"]), "--out", out])
     assert "shard 1/3 of the split is missing; merge all 3 shards" in error
     inputs = (split["root"] / "parts", split["root"] / "tail.npy")
     build_index(IndexBuildRequest(tmp_path / "half", embeddings=inputs, trained=split["trained"], shard=(1, 2)))
-    error = _one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(tmp_path / "half"), "--out", out])
+    error = one_line_error(capsys, ["index", "merge", str(split["shard0"]), str(tmp_path / "half"), "--out", out])
     assert "is shard 1/2" in error and "is shard 0/3" in error
-    error = _one_line_error(capsys, ["index", "merge", str(split["root"] / "merged"), "--out", out])
+    error = one_line_error(capsys, ["index", "merge", str(split["root"] / "merged"), "--out", out])
     assert "is a merged index, not a shard" in error
     assert not (tmp_path / "merged").exists()
 
@@ -156,7 +133,7 @@ def test_a_merge_of_a_split_with_shards_missing_or_of_another_count_is_refused(s
 def test_a_malformed_shard_is_one_line_naming_the_form(split, spec, tmp_path, capsys) -> None:
     tail = str(split["root"] / "tail.npy")
     args = ["index", "build", "--embeddings", tail, "--trained", str(split["trained"]), *spec]
-    error = _one_line_error(capsys, [*args, "--out", str(tmp_path / "x")])
+    error = one_line_error(capsys, [*args, "--out", str(tmp_path / "x")])
     assert "--shard takes K/M with 0 <= K < M" in error
     assert not (tmp_path / "x").exists()
 

@@ -62,3 +62,25 @@ def on_digits(source: Path, path: Path, **data: object) -> Path:
     config["data"].update(name="digits", **data)
     dataclasses.replace(base, run_config=config).save(path)
     return path
+
+
+def flat_onnx_index(out: Path, exported: Path, images: Path) -> Path:
+    """What `index build --model EXPORTED --images IMAGES --type flat --out OUT` builds, through `build_index`."""
+    from retrieval.export.encoder_choice import EncoderChoice
+    from retrieval.export.index_build import IndexBuildRequest, build_index
+
+    build_index(IndexBuildRequest(out, EncoderChoice(model=exported), images=images, kind="flat"))
+    return out
+
+
+def index_copy_and_new_digits(index: Path, digits_images: list[Path], folder: Path) -> tuple[Path, Path]:
+    """A copy of `index` in `folder/index`, and a folder `folder/new` of 6 digits images it does not hold."""
+    import shutil
+
+    copy = folder / "index"
+    shutil.copytree(index, copy)
+    new = folder / "new"
+    new.mkdir()
+    for path in digits_images[1::150]:
+        shutil.copy(path, new / path.name)
+    return copy, new

@@ -24,24 +24,7 @@ from retrieval.export.index_query import QueryRequest, query_index
 from retrieval.export.onnx_export import export_onnx
 from retrieval.runtime.files import file_sha256
 from retrieval.serve import create_app
-
-
-@pytest.fixture(scope="module")
-def gallery(tmp_path_factory, digits_images) -> Path:
-    """60 digits test images, 6 per label, in one folder per label."""
-    folder = tmp_path_factory.mktemp("gallery")
-    for path in digits_images[::15]:
-        (folder / path.parent.name).mkdir(exist_ok=True)
-        shutil.copy(path, folder / path.parent.name / path.name)
-    return folder
-
-
-@pytest.fixture(scope="module")
-def onnx_index(tmp_path_factory, exported, gallery) -> Path:
-    """What `index build --model EXPORT --images GALLERY --type flat` builds."""
-    index_dir = tmp_path_factory.mktemp("onnx_index") / "index"
-    build_index(IndexBuildRequest(index_dir, EncoderChoice(model=exported), images=gallery, kind="flat"))
-    return index_dir
+from tests.export.digits import index_copy_and_new_digits
 
 
 def _query(index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
@@ -52,15 +35,15 @@ def _query(index_dir: Path, images: list[Path], *model: str) -> list[list[str]]:
 
 
 def test_index_build_and_query_with_an_export_find_what_the_checkpoint_finds(
-    onnx_index, exported, digits_checkpoint, gallery, tmp_path
+    onnx_index, exported, digits_checkpoint, digits_gallery, tmp_path
 ):
-    queries = sorted(gallery.rglob("*.png"))[::7]
+    queries = sorted(digits_gallery.rglob("*.png"))[::7]
     by_export = _query(onnx_index, queries, "--model", str(exported))
     assert _query(onnx_index, queries) == by_export  # the export the index records
     assert [paths[0] for paths in by_export] == [str(query.resolve()) for query in queries]
     checkpoint_index = tmp_path / "checkpoint_index"
     encoder = EncoderChoice(checkpoint=digits_checkpoint)
-    build_index(IndexBuildRequest(checkpoint_index, encoder, images=gallery, kind="flat"))
+    build_index(IndexBuildRequest(checkpoint_index, encoder, images=digits_gallery, kind="flat"))
     assert _query(checkpoint_index, queries) == by_export
     manifest = json.loads((onnx_index / "manifest.json").read_text())
     assert manifest["model"]["onnx_sha256"] == file_sha256(exported / "model.onnx")
@@ -119,8 +102,8 @@ def test_an_op_without_onnx_translation_is_refused_naming_it(tmp_path):
     assert "\n" not in str(raised.value) and not (tmp_path / "model.onnx").exists()
 
 
-def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gallery):
-    image = sorted(gallery.rglob("*.png"))[3]
+def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, digits_gallery):
+    image = sorted(digits_gallery.rglob("*.png"))[3]
     with TestClient(create_app(onnx_index, model_dir=exported, device="cpu", reload_interval=0)) as client:
         info = client.get("/info").json()
         answer = client.post("/search", files={"image": ("q.png", io.BytesIO(image.read_bytes()), "image/png")})
@@ -130,12 +113,7 @@ def test_serve_searches_an_index_built_from_an_export(onnx_index, exported, gall
 
 
 def test_index_add_embeds_with_the_export_the_index_records(onnx_index, exported, digits_images, tmp_path):
-    index_dir = tmp_path / "index"
-    shutil.copytree(onnx_index, index_dir)
-    new = tmp_path / "new"
-    new.mkdir()
-    for path in digits_images[1::150]:
-        shutil.copy(path, new / path.name)
+    index_dir, new = index_copy_and_new_digits(onnx_index, digits_images, tmp_path)
     report = add_to_index(IndexAddRequest(index_dir, images=new))  # what `index add --images NEW` runs
     assert len(report.ids) == 6  # the command prints it: tests/cli/test_export_cli.py
     found = _query(index_dir, sorted(new.iterdir()), "--model", str(exported))

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import faiss
 import numpy as np
 import pytest
 
-from tests.index.index_oracle import N, clustered_data
+from tests.index.index_oracle import N, clustered_data, one_faiss_thread_only
 
 
 @pytest.fixture(scope="session")
@@ -22,9 +21,6 @@ def metadata() -> dict[str, list]:
 
 @pytest.fixture(autouse=True, scope="session")
 def one_faiss_thread():
-    """One FAISS thread: on a shared CI core, OpenMP threads spinning against each other make
-    small k-means runs tens of times slower; the results do not depend on the thread count."""
-    threads = faiss.omp_get_max_threads()
-    faiss.omp_set_num_threads(1)
-    yield
-    faiss.omp_set_num_threads(threads)
+    """The index tests on one FAISS thread (`one_faiss_thread_only`)."""
+    with one_faiss_thread_only():
+        yield

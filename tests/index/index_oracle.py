@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 N, DIM, QUERIES = 4000, 32, 200
@@ -26,3 +29,17 @@ def overlap(found: np.ndarray, truth: np.ndarray) -> float:
     """k-recall@k by a plain Python loop over rows (independent of `recall_at_k`)."""
     k = truth.shape[1]
     return sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(found, truth, strict=True)) / (k * len(truth))
+
+
+@contextmanager
+def one_faiss_thread_only() -> Iterator[None]:
+    """FAISS on one thread inside: on a shared CI core, OpenMP threads spinning against each other make small
+    k-means runs tens of times slower; the results do not depend on the thread count."""
+    import faiss
+
+    threads = faiss.omp_get_max_threads()
+    faiss.omp_set_num_threads(1)
+    try:
+        yield
+    finally:
+        faiss.omp_set_num_threads(threads)

@@ -1,8 +1,9 @@
 """`--help`, `--version` and mistakes in the arguments answer at once: none of the heavy libraries is imported first.
 
 Each command imports its library (torch, timm, FAISS, the web stack) when it runs, not when the parser
-is built. Every check runs `python -X importtime -m retrieval ...` in a fresh interpreter, so modules
-other tests imported cannot hide an import.
+is built. Every check runs `python -m retrieval ...` as a new interpreter would (a fork of one that has
+imported only what `python -m retrieval` imports before it parses: `command_runner.py`), so modules other
+tests imported cannot hide an import.
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.cli.command_runner import CommandRunner
 
 pytestmark = pytest.mark.slow
 
@@ -36,23 +40,13 @@ INDEX_ACTIONS = ("build", "query", "add", "remove", "compact", "eval", "export",
 CPU_SECONDS = 2.0
 
 
-def _imported(args: list[str], cwd: Path | None = None) -> tuple[set[str], subprocess.CompletedProcess[str]]:
-    """The top-level packages `python -X importtime -m retrieval ARGS` imported, and the finished process."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    done = subprocess.run(
-        [sys.executable, "-X", "importtime", "-m", "retrieval", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    names = {
-        line.split("|")[-1].strip().split(".")[0]
-        for line in done.stderr.splitlines()
-        if line.startswith("import time:") and "|" in line
-    }
-    return names, done
+@pytest.fixture(scope="module")
+def run_command() -> Iterator[CommandRunner]:
+    """`run_command(ARGS, cwd)`: what `python -m retrieval ARGS` does in a new interpreter (`command_runner.py`)."""
+    runner = CommandRunner()
+    assert sorted(runner.server_modules & set(HEAVY)) == []  # each case starts without them
+    yield runner
+    runner.close()
 
 
 @pytest.mark.parametrize(
@@ -62,8 +56,9 @@ def _imported(args: list[str], cwd: Path | None = None) -> tuple[set[str], subpr
     + [["index", action, "--help"] for action in INDEX_ACTIONS],
     ids=" ".join,
 )
-def test_help_and_version_import_no_heavy_library(args: list[str]) -> None:
-    names, done = _imported(args)
+def test_help_and_version_import_no_heavy_library(args: list[str], run_command: CommandRunner) -> None:
+    done = run_command(args)
+    names = done.modules
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip()  # it did answer
     assert sorted(names & set(HEAVY)) == []
@@ -82,8 +77,9 @@ def test_help_takes_little_cpu() -> None:
     assert float(done.stdout) < CPU_SECONDS
 
 
-def test_a_bad_argument_is_refused_before_any_heavy_import() -> None:
-    names, done = _imported(["index", "build", "--type", "nonsense", "--out", "x"])
+def test_a_bad_argument_is_refused_before_any_heavy_import(run_command: CommandRunner) -> None:
+    done = run_command(["index", "build", "--type", "nonsense", "--out", "x"])
+    names = done.modules
     assert done.returncode == 2
     assert "invalid choice: 'nonsense'" in done.stderr
     assert sorted(names & set(HEAVY)) == []
@@ -137,10 +133,11 @@ def mistake_folder(folder: Path) -> Path:
     ("args", "message"), MISTAKES, ids=lambda value: " ".join(value) if isinstance(value, list) else ""
 )
 def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_loads(
-    args: list[str], message: str, tmp_path: Path
+    args: list[str], message: str, tmp_path: Path, run_command: CommandRunner
 ) -> None:
     """The one-line error comes in an instant: no "loading PyTorch" line, no torch or timm imported first."""
-    names, done = _imported(args, cwd=mistake_folder(tmp_path))
+    done = run_command(args, cwd=mistake_folder(tmp_path))
+    names = done.modules
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert (done.returncode, done.stdout) == (2, "")
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
@@ -170,12 +167,13 @@ def test_a_mistake_in_the_arguments_or_the_config_is_refused_before_pytorch_load
     ids=lambda value: " ".join(value) if isinstance(value, list) else "",
 )
 def test_an_output_folder_that_a_file_occupies_is_refused_before_pytorch_loads(
-    args: list[str], message: str, tmp_path: Path
+    args: list[str], message: str, tmp_path: Path, run_command: CommandRunner
 ) -> None:
     """Used to be a traceback after the whole run (audit, train, sweep), an error after it (embed, export) or the
     file replaced by an index (index build): now one line at once, and the file is left as it was."""
     (tmp_path / "taken").write_text("mine")
-    names, done = _imported(args, cwd=tmp_path)
+    done = run_command(args, cwd=tmp_path)
+    names = done.modules
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert (done.returncode, done.stdout) == (2, "")
     assert len(errors) == 1 and errors[0].startswith("error: ") and message in errors[0], errors
@@ -184,7 +182,7 @@ def test_an_output_folder_that_a_file_occupies_is_refused_before_pytorch_loads(
 
 
 def test_a_missing_query_image_of_a_checkpoint_index_is_refused_before_pytorch_loads(
-    tmp_path: Path, tiny_checkpoint: Path, csv_dataset_factory
+    tmp_path: Path, tiny_checkpoint: Path, csv_dataset_factory, run_command: CommandRunner
 ) -> None:
     """`index query --image missing.png` of an index built with a checkpoint used to load its model first."""
     from retrieval.cli.main import main
@@ -192,7 +190,8 @@ def test_a_missing_query_image_of_a_checkpoint_index_is_refused_before_pytorch_l
     csv_path = csv_dataset_factory(tmp_path / "data", train_classes=1, test_classes=1, per_class=2)
     build = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(csv_path)]
     assert main([*build, "--out", str(tmp_path / "index"), "--type", "flat", "--num-workers", "0"]) == 0
-    names, done = _imported(["index", "query", "--index", "index", "--image", "missing.png"], cwd=tmp_path)
+    done = run_command(["index", "query", "--index", "index", "--image", "missing.png"], cwd=tmp_path)
+    names = done.modules
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert (done.returncode, done.stdout) == (2, "")
     assert errors == [

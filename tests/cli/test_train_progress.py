@@ -5,22 +5,19 @@ line, in `tests/train/test_resume.py`."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+
+from retrieval.cli.main import main
+from tests.conftest import TINY_DIGITS
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def finished_run(one_epoch_digits_run) -> tuple[Path, str]:
-    """A finished one-epoch run of the tiny demo and what it printed (conftest's, shared)."""
-    return one_epoch_digits_run
-
-
-def test_the_first_lines_say_which_stage_the_run_is_in(finished_run) -> None:
-    _, out = finished_run
-    lines = out.splitlines()
+def test_the_first_lines_say_which_stage_the_run_is_in(tmp_path, capsys) -> None:
+    """What the command prints, progress lines included, for the one-epoch run of `one_epoch_digits_run`."""
+    overrides = [*TINY_DIGITS, "data.batch_size=128", "train.epochs=1"]
+    assert main(["train", *(f"--set={o}" for o in overrides), "--output-dir", str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == [
         "retrieval train: loading PyTorch and timm ...",
         "retrieval train: building the model (resnet10t) ...",

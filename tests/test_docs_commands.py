@@ -419,16 +419,24 @@ COMMANDS: dict[str, Run | Skip] = {
     ): Skip("scores the run above; tests/audit runs the same pipeline on planted synthetic faults"),
     (
         "retrieval train --config configs/csv_glyph.yaml --set data.path=glyphs64/dataset.csv --set data.num_workers=1"
-        " --set train.threads=1 --output-dir g64/seed-0"
+        " --set train.threads=1 --set train.seed=SEED --output-dir g64/seed-SEED"
     ): Skip(_GLYPH_RUN),
     (
-        "retrieval reranker --checkpoint g64/seed-0/checkpoints/best.pt --set train.threads=1"
-        " --set reranker.mine_depth=2 --output-dir g64/seed-0/rr-trained"
+        "retrieval evaluate --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1 --per-query plain.npz"
     ): Skip(_GLYPH_RUN),
     (
-        "retrieval evaluate --checkpoint g64/seed-0/checkpoints/best.pt --reranker g64/seed-0/rr-trained"
-        " --per-query rr.npz"
+        "retrieval evaluate --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1 --rerank dba"
+        " --per-query dba.npz"
     ): Skip(_GLYPH_RUN),
+    (
+        "retrieval reranker --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1"
+        " --set reranker.pairs_from=validation --set reranker.epochs=3 --output-dir g64/seed-SEED/rr"
+    ): Skip(_GLYPH_RUN),
+    (
+        "retrieval evaluate --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1"
+        " --reranker g64/seed-SEED/rr --per-query rr.npz"
+    ): Skip(_GLYPH_RUN),
+    "retrieval compare rr.npz plain.npz": Skip(_GLYPH_RUN),
     "python tools/bench_audit.py plant --csv emoji64/dataset.csv --out planted --recoloured 0.02": Skip(
         "reads the emoji set rendered from Debian artwork CI does not install; tests/tools/test_bench_audit.py "
         "plants recoloured non-copies in a generated colour CSV"

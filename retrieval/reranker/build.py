@@ -5,9 +5,9 @@
 split, or half of the validation classes: `sources.py`) and pairs are mined there (`mining.py`); the pair
 model, started from the checkpoint's backbone, trains on them (`training.py`); the blend is chosen on the
 validation split, or its other half (`retrieval.evaluate.learned_rerank.choose_blend`); the directory is
-written. The test split is never
-read. The directory is made in a scratch folder beside `output_dir` (weights, ONNX graphs checked against
-PyTorch, preprocessing, the manifest last) and renamed into place, so a failed run leaves no half of one.
+written. The test split is never read. The directory is made in a scratch folder beside `output_dir`
+(weights, ONNX graphs checked against PyTorch, preprocessing, the manifest last) and renamed into place, so
+a failed run leaves no half of one.
 """
 
 from __future__ import annotations

@@ -14,18 +14,12 @@ import pytest
 import yaml
 
 from retrieval.cli.main import main
+from tests.cli.errors import error_line
 from tests.conftest import TINY_DEMO, write_csv_config
 from tests.train.training import FINAL_LINES
 
 # A tiny, fast version of the demo (conftest's `TINY_DEMO`, trained once a session as `tiny_demo`).
 TINY = [item for override in TINY_DEMO for item in ("--set", override)]
-
-
-def _error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("error: ")
-    return err[0]
 
 
 @pytest.mark.slow
@@ -104,14 +98,14 @@ def test_csv_dataset_trains_with_a_pair_loss_on_pk_batches(tmp_path, csv_dataset
 )
 def test_user_errors_are_one_line_with_exit_code_2(args, message, tmp_path, capsys):
     assert main(["train", *args, "--output-dir", str(tmp_path / "run")]) == 2
-    assert message in _error_line(capsys)
+    assert message in error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
 def test_pair_loss_with_a_random_sampler_says_why(tmp_path, csv_dataset, capsys):
     config = write_csv_config(tmp_path, csv_dataset, {"name": "triplet"})
     assert main(["train", "--config", str(config), "--set", "data.sampler=random"]) == 2
-    assert "needs P classes x K images per batch; set data.sampler=pk" in _error_line(capsys)
+    assert "needs P classes x K images per batch; set data.sampler=pk" in error_line(capsys)
 
 
 def test_test_split_without_any_positive_is_refused_before_training(tmp_path, csv_dataset, capsys):
@@ -125,7 +119,7 @@ def test_test_split_without_any_positive_is_refused_before_training(tmp_path, cs
         writer.writerows(rows)
     config = write_csv_config(tmp_path, csv_dataset)
     assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
-    assert "no query has a same-class image" in _error_line(capsys)
+    assert "no query has a same-class image" in error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
@@ -133,7 +127,7 @@ def test_missing_image_is_one_line_before_training(tmp_path, csv_dataset, capsys
     (csv_dataset.parent / "images" / "test_100_2.png").unlink()
     config = write_csv_config(tmp_path, csv_dataset)
     assert main(["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]) == 2
-    assert "1 image(s) listed in" in _error_line(capsys)
+    assert "1 image(s) listed in" in error_line(capsys)
     assert not (tmp_path / "run").exists()
 
 
@@ -143,13 +137,13 @@ def test_corrupt_image_is_one_line_also_from_a_worker(tmp_path, csv_dataset, cap
     config = write_csv_config(tmp_path, csv_dataset)
     run = ["train", "--config", str(config), "--output-dir", str(tmp_path / "run")]
     assert main([*run, "--set", f"data.num_workers={workers}"]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert "cannot read image" in line and "train_0_0.png" in line
 
 
 def test_evaluate_rejects_a_missing_checkpoint(tmp_path, capsys):
     assert main(["evaluate", "--checkpoint", str(tmp_path / "none.pt")]) == 2
-    assert "checkpoint not found" in _error_line(capsys)
+    assert "checkpoint not found" in error_line(capsys)
 
 
 @pytest.mark.slow
@@ -193,4 +187,4 @@ def test_bad_loss_and_sampler_arguments_are_one_line(overrides, message, tmp_pat
     config = write_csv_config(tmp_path, csv_dataset)
     args = [arg for override in overrides for arg in ("--set", override)]
     assert main(["train", "--config", str(config), *args]) == 2
-    assert message in _error_line(capsys)
+    assert message in error_line(capsys)

@@ -9,15 +9,10 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.export.encoder_choice import EncoderChoice
 from retrieval.export.index_build import IndexBuildRequest, build_index
+from tests.cli.errors import error_line
 from tests.data.test_csv_encoding import recoded, with_cafe_row
 
 NO_WORKERS = ["--num-workers", "0"]
-
-
-def _error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("error: "), err
-    return err[0]
 
 
 @pytest.fixture(scope="module")
@@ -47,5 +42,5 @@ def test_every_command_that_reads_a_csv_refuses_latin_1_in_one_line(
         argv += ["--out", str(tmp_path / "index")]
     extra = [] if command in ("train", "evaluate") else NO_WORKERS
     assert main([*argv, *extra]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert line.startswith(f"error: {latin}:") and "not UTF-8 text" in line

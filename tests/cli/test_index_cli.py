@@ -23,16 +23,10 @@ from retrieval.index.gallery import IndexGallery
 from retrieval.index.locking import writer_lock
 from retrieval.index.manifest import Measured
 from retrieval.index.metadata import Metadata
+from tests.cli.errors import error_line
 from tests.index.index_faults import file_size_limit, lock_released_after
 
 NO_WORKERS = ["--num-workers", "0"]
-
-
-def _error_line(capsys) -> str:
-    err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1, err
-    assert err[0].startswith("error: ")
-    return err[0]
 
 
 def _query(capsys, index: Path, *args: str) -> list[dict]:
@@ -240,7 +234,7 @@ def test_an_unknown_flag_value_is_one_line_naming_the_file_line_and_value(
     out = tmp_path / "index"
     args = ["index", "build", "--checkpoint", str(tiny_checkpoint), "--csv", str(flagged), "--out", str(out)]
     assert main([*args, "--split", split, *NO_WORKERS]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert line == f"error: {flagged}:20: is_gallery must be 0/1, true/false or yes/no, got 'maybe'"
 
 
@@ -249,7 +243,7 @@ def test_a_checkpoint_other_than_the_index_one_is_refused(built, other_checkpoin
     image = csv_path.parent / "images" / "train_0_0.png"
     args = ["index", "query", "--index", str(index), "--image", str(image), "--checkpoint", str(other_checkpoint)]
     assert main(args) == 2
-    assert "is not the one this index was built with" in _error_line(capsys)
+    assert "is not the one this index was built with" in error_line(capsys)
     assert (
         main(
             [
@@ -265,7 +259,7 @@ def test_a_checkpoint_other_than_the_index_one_is_refused(built, other_checkpoin
         )
         == 2
     )
-    assert "is not the one this index was built with" in _error_line(capsys)
+    assert "is not the one this index was built with" in error_line(capsys)
 
 
 def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
@@ -273,10 +267,10 @@ def test_an_unreadable_query_image_is_one_line(built, capsys, tmp_path):
     broken = tmp_path / "query.jpg"
     broken.write_bytes(b"not a jpeg")
     assert main(["index", "query", "--index", str(index), "--image", str(broken), *NO_WORKERS]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert "cannot read query image" in line and "query.jpg" in line
     assert main(["index", "query", "--index", str(index), "--image", str(tmp_path / "missing.png"), *NO_WORKERS]) == 2
-    assert f"query image not found: {tmp_path / 'missing.png'}" in _error_line(capsys)
+    assert f"query image not found: {tmp_path / 'missing.png'}" in error_line(capsys)
 
 
 @pytest.mark.parametrize(
@@ -294,7 +288,7 @@ def test_user_errors_are_one_line_with_exit_code_2(args, message, built, tiny_ch
     csv_path, index, _ = built
     values = {"tmp": str(tmp_path), "index": str(index), "ckpt": str(tiny_checkpoint), "csv": str(csv_path)}
     assert main(["index", *[arg.format(**values) for arg in args]]) == 2
-    assert message in _error_line(capsys)
+    assert message in error_line(capsys)
 
 
 def _copied(built, tmp_path: Path) -> Path:
@@ -316,7 +310,7 @@ def _leftovers(folder: Path) -> list[str]:
 def test_an_id_outside_the_id_range_is_one_line(value, built, capsys, tmp_path):
     index = _copied(built, tmp_path)
     assert main(["index", "remove", "--index", str(index), "--ids", "3", value]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert value in line and ("out of range" in line or "unknown id" in line)
     assert len(_ids(index)) == 27
 
@@ -325,7 +319,7 @@ def test_a_writer_waits_for_another_then_gives_up_naming_its_pid(built, capsys, 
     index = _copied(built, tmp_path)
     with writer_lock(index):
         assert main(["index", "remove", "--index", str(index), "--ids", "3", "--lock-timeout", "0.2"]) == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert f"is being written by process {os.getpid()}: gave up after waiting 0.2 s" in line
     assert "--lock-timeout" in line and 3 in _ids(index)
 
@@ -374,7 +368,7 @@ def test_a_write_that_fails_is_one_line_and_loses_nothing(failure, reason, hint,
     with file_size_limit(1024) if failure == "file size limit" else contextlib.nullcontext():
         code = main(["index", "remove", "--index", str(index), "--ids", "3"])
     assert code == 2
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert line.startswith(f"error: cannot write index {index}: {reason}") and hint in line
     assert line.endswith("the index is unchanged")
     monkeypatch.undo()
@@ -390,7 +384,7 @@ def test_a_read_only_index_directory_is_one_line(built, capsys, tmp_path):
         assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 2
     finally:
         index.chmod(0o755)
-    line = _error_line(capsys)
+    line = error_line(capsys)
     assert "the index directory is read-only" in line and "writable by this user" in line
     assert 3 in _ids(index)
 
@@ -402,11 +396,11 @@ def test_a_hand_edited_manifest_field_is_one_line_naming_it(built, capsys, tmp_p
     manifest["files"]["index.faiss"]["size"] = str(manifest["files"]["index.faiss"]["size"])
     (index / "manifest.json").write_text(json.dumps(manifest))
     assert main(["index", "remove", "--index", str(index), "--ids", "3"]) == 2
-    assert "lacks next_id" in _error_line(capsys)
+    assert "lacks next_id" in error_line(capsys)
     manifest["next_id"] = 27
     (index / "manifest.json").write_text(json.dumps(manifest))
     assert main(["index", "eval", "--index", str(index)]) == 2
-    assert "manifest.json.files must be" in _error_line(capsys)
+    assert "manifest.json.files must be" in error_line(capsys)
 
 
 def _csv_of(csv_dataset: Path, paths: list[str]) -> Path:

@@ -359,6 +359,9 @@ def test_set_values_are_read_as_yaml_and_typed_by_the_field():
         ("train.schedule=linear", "train.schedule must be one of cosine, step, constant, got 'linear'"),
         ("train.select_on=[map@r]", "train.select_on must be recall@1 or map@r, got '[map@r]'"),
         ("model.output_stride=abc", "model.output_stride must be null, 8, 16 or 32, got 'abc'"),
+        ("train.plots=maybe", "train.plots must be bool, got 'maybe'"),
+        ("reranker.pairs_from=nope", "reranker.pairs_from must be one of train, validation, got 'nope'"),
+        ("reranker.require_clear_gain=2", "reranker.require_clear_gain must be bool, got '2'"),
     ],
 )
 def test_a_bad_set_value_is_one_line_naming_what_the_key_accepts(override, message):

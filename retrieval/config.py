@@ -470,8 +470,8 @@ def load_audit_config(path: str | Path | None = None, overrides: Sequence[str] =
 def check_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> DataConfig:
     """Check what of `load_config(path, overrides)` needs no PyTorch, so that a typo fails in an instant.
 
-    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, every
-    field of sections model, data, train and pretrain, `data.name` included (against the torch-free
+    That is the file (found, YAML, a mapping of known sections), the form of every `--set`, every field of
+    sections model, data, train, pretrain, reranker and audit, `data.name` included (against the torch-free
     `retrieval.choices.datasets`), and a `loss.name` that no loss can have (`retrieval.choices.losses`).
     What `load_config` checks beyond it needs PyTorch: the loss's parameters (the loss classes'
     constructors, `retrieval.losses.registry`, are their one source) and a pytorch-metric-learning
@@ -564,11 +564,9 @@ def resolve_augment(values: dict[str, Any], data_name: str, texts: Mapping[str, 
 
 def _build_config(raw: ConfigDocument, texts: Mapping[str, str]) -> Config:
     """The config of nested dicts `raw`; `texts` maps `section.key` to the `--set` text it came from."""
-    model, data, train, pretrain = _build_plain_sections(raw, texts)
+    model, data, train, pretrain, reranker, audit = _build_plain_sections(raw, texts)
     augment = resolve_augment(raw.get("augment") or {}, data.name, texts)
     loss = _build_loss_section(raw.get("loss") or {}, texts)
-    reranker = RerankerConfig.build(raw.get("reranker") or {}, texts)
-    audit = AuditConfig.build(raw.get("audit") or {}, texts)
     config = Config(
         model=model,
         data=data,
@@ -590,6 +588,8 @@ class _PlainSections(NamedTuple):
     data: DataConfig
     train: TrainConfig
     pretrain: PretrainConfig
+    reranker: RerankerConfig
+    audit: AuditConfig
 
 
 def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> _PlainSections:
@@ -600,8 +600,14 @@ def _build_plain_sections(raw: ConfigDocument, texts: Mapping[str, str]) -> _Pla
     model = ModelConfig.build(raw.get("model") or {}, texts)
     data = DataConfig.build(raw.get("data") or {}, texts)
     dataset_spec(data.name)  # an unknown name fails here, without the dataset readers
-    train = TrainConfig.build(raw.get("train") or {}, texts)
-    return _PlainSections(model, data, train, PretrainConfig.build(raw.get("pretrain") or {}, texts))
+    return _PlainSections(
+        model,
+        data,
+        TrainConfig.build(raw.get("train") or {}, texts),
+        PretrainConfig.build(raw.get("pretrain") or {}, texts),
+        RerankerConfig.build(raw.get("reranker") or {}, texts),
+        AuditConfig.build(raw.get("audit") or {}, texts),
+    )
 
 
 def _default(section: type[_Section], name: str) -> Any:

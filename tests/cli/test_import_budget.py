@@ -101,6 +101,10 @@ MISTAKES: list[tuple[list[str], str]] = [
     (["train", "--set", "data.name=csv", "--set", "data.path=missing.csv"], "dataset CSV not found: missing.csv"),
     (["train", "--set", "data.name=csv", "--set", "data.path=nosplit.csv"], "nosplit.csv lacks column(s) split"),
     (["train", "--set", "loss.name=anchr"], "unknown loss.name 'anchr'"),
+    # Sections train does not read itself are still its config's, checked as early.
+    (["train", "--set", "reranker.pairs_from=nope"], "reranker.pairs_from"),
+    (["train", "--set", "reranker.mine_depth=0"], "reranker.mine_depth"),
+    (["train", "--set", "audit.k=0"], "audit.k"),
     (["pretrain", "--images", "missing", "--output-dir", "o"], "image folder not found: missing"),
     (["pretrain", "--images", "empty", "--output-dir", "o"], "no images to index in empty"),
     (["pretrain", "--images", "notimages", "--output-dir", "o"], "no images to index in notimages"),

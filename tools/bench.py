@@ -51,6 +51,7 @@ BENCHMARKS: dict[str, tuple[str, list[str]]] = {
     "serve": ("bench_serve.py", []),
     "bf16": ("bench_bf16.py", []),
     "reranker": ("bench_reranker.py", []),
+    "optimizer": ("bench_optimizer.py", []),
 }
 
 CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile")

@@ -42,7 +42,7 @@ from retrieval.train.epoch_loop import epoch_batches, load_resume_part, seed_epo
 from retrieval.train.run_files import RunFiles
 from retrieval.train.sampling import build_train_loader
 from retrieval.train.schedule import LrSchedule
-from retrieval.train.step import LossTracker, OptimizerStep
+from retrieval.train.step import LossTracker, OptimizerStep, adamw
 from retrieval.train.trackers import open_tracker, tracked
 from retrieval.validation import Record, ValidationError, at_least, user_error
 
@@ -159,7 +159,7 @@ class Pretrainer:
             )
         self.loader = build_train_loader(dataset, np.arange(len(paths)), "random", loading, train.seed, context, device)
         groups = param_groups_weight_decay(model, pretrain.weight_decay)
-        self.optimizer = torch.optim.AdamW(groups, lr=pretrain.lr)
+        self.optimizer = adamw(groups, lr=pretrain.lr)
         self.base_lrs = [group["lr"] for group in self.optimizer.param_groups]
         self.schedule = LrSchedule("cosine", len(self.loader), pretrain.epochs, pretrain.warmup_epochs)
         self.step = OptimizerStep(

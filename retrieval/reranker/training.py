@@ -33,7 +33,7 @@ from retrieval.runtime.device import amp_dtype
 from retrieval.runtime.distributed import DistributedContext
 from retrieval.train.epoch_loop import epoch_batches, seed_epoch
 from retrieval.train.schedule import LrSchedule
-from retrieval.train.step import LossTracker, OptimizerStep
+from retrieval.train.step import LossTracker, OptimizerStep, adamw
 
 __all__ = ["PairDataset", "PairFeatures", "PairImages", "PairLoss", "train_pair_model"]
 
@@ -125,7 +125,7 @@ def train_pair_model(model: PairModel, data: PairDataset, config: Config, device
     positives = max(pairs.positives, 1)
     criterion = PairLoss(model.head, (len(pairs.targets) - positives) / positives).to(device)
     parameters = [parameter for parameter in model.parameters() if parameter.requires_grad]
-    optimizer = torch.optim.AdamW(parameters, lr=settings.lr, weight_decay=settings.weight_decay)
+    optimizer = adamw(parameters, lr=settings.lr, weight_decay=settings.weight_decay)
     step = OptimizerStep(
         trained,
         criterion,

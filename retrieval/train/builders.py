@@ -37,7 +37,7 @@ from retrieval.runtime.environment import torch_seeded
 from retrieval.train.accumulation import optimizer_steps
 from retrieval.train.sampling import build_train_loader, fitting_p, sampler_kind
 from retrieval.train.schedule import LrSchedule
-from retrieval.train.step import GatheredLoss, OptimizerStep
+from retrieval.train.step import GatheredLoss, OptimizerStep, adamw
 
 __all__ = [
     "TrainingRun",
@@ -240,7 +240,7 @@ def build_optimizer(model: nn.Module, loss: MetricLoss, train: TrainConfig) -> t
     for group in groups:
         group["lr"] = train.lr
     proxies = {"params": list(loss.parameters()), "lr": train.lr * train.proxy_lr_mult, "weight_decay": 0.0}
-    return torch.optim.AdamW([*groups, proxies])
+    return adamw([*groups, proxies])
 
 
 def _check_train_labels(data: RetrievalData, loss: MetricLoss) -> None:

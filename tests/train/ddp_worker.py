@@ -1,4 +1,4 @@
-"""Started by `test_distributed.py` under torchrun: the first step of two losses, then a short `retrieval train`.
+"""Started by `test_distributed.py` under torchrun: the first step of some losses, then a short `retrieval train`.
 
 Usage: torchrun --nproc_per_node N ddp_worker.py OUT_DIR CASES_JSON TRAIN_ARG...
 

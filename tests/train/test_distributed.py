@@ -1,4 +1,9 @@
-"""Two CPU processes (torchrun, gloo) train like one process given the same global batch, and print once."""
+"""Two CPU processes (torchrun, gloo) train like one process given the same global batch, and print once.
+
+One torchrun launch (two processes importing PyTorch take most of its time) checks four losses' first step, a
+proxy loss, a pair loss, a pytorch-metric-learning pair loss with a miner and one with class centres, then
+runs `retrieval train` on a `pml.` loss end to end.
+"""
 
 from __future__ import annotations
 
@@ -33,13 +38,19 @@ TINY = [
 CASES = {
     "anchor": [*TINY, "loss.name=anchor", "data.batch_size=32"],  # proxies: DDP averages their gradients
     "circle": [*TINY, "loss.name=circle", "data.p=4", "data.k=4"],  # pairs: the embeddings of both ranks gathered
+    # a PML pair loss and a miner: every rank mines and scores the gathered global batch
+    "multi_similarity": [*TINY, "loss.name=multi_similarity", "data.p=4", "data.k=4"],
+    # PML class centres: DDP averages the ranks' gradients of a per-sample mean
+    "soft_triple": [*TINY, "loss.name=soft_triple", "data.batch_size=32"],
 }
+# The end-to-end run: a pytorch-metric-learning loss and miner named by class, through the adapter.
+ADAPTER = ["loss.name=pml.NTXentLoss", "loss.miner=pml.MultiSimilarityMiner", "data.p=4", "data.k=4"]
 
 
 @pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
 def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(tmp_path):
     run = tmp_path / "run"
-    train = ["train", *(f"--set={o}" for o in [*TINY, "train.epochs=1"]), "--output-dir", str(run)]
+    train = ["train", *(f"--set={o}" for o in [*TINY, *ADAPTER, "train.epochs=1"]), "--output-dir", str(run)]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run(
@@ -56,15 +67,17 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
         shares = [rank[name] for rank in ranks]
         assert not torch.equal(shares[0]["labels"], shares[1]["labels"]) or not torch.equal(
             shares[0]["images"], shares[1]["images"]
-        ), "both ranks trained on the same images"
+        ), f"{name}: both ranks trained on the same images"
         images = torch.cat([share["images"] for share in shares])
         labels = torch.cat([share["labels"] for share in shares])
-        single = first_step(Trainer.from_config(load_config(None, overrides), tmp_path / "single"), (images, labels))
+        trainer = Trainer.from_config(load_config(None, overrides), tmp_path / "single")
+        single = first_step(trainer, (images, labels))
         # Pair losses see the global batch on every rank; proxy losses average the ranks' losses.
         losses = torch.stack([share["loss"] for share in shares])
-        expected = losses if name == "circle" else losses.mean()
-        torch.testing.assert_close(expected, single["loss"].expand_as(expected), rtol=1e-5, atol=1e-6)
+        expected = losses if trainer.parts.loss.needs_pk_batches else losses.mean()
+        torch.testing.assert_close(expected, single["loss"].expand_as(expected), rtol=1e-5, atol=1e-6, msg=name)
         assert shares[0]["grads"].keys() == single["grads"].keys() and single["grads"]
+        assert name != "soft_triple" or "loss.loss.fc" in single["grads"]  # the centres train, averaged by DDP
         # float32 sums in another order (two processes + all-reduce vs one): measured up to 2.2e-5 of a
         # tensor's largest gradient on this project's CPUs; a missing world-size factor is off by 0.5.
         for key, reference in single["grads"].items():

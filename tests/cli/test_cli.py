@@ -164,9 +164,10 @@ def test_the_digits_demos_beat_the_pixel_baseline(config, tmp_path, capsys):
     """`retrieval train` with no arguments (the README's main job) and the pair-loss demos.
 
     On one thread: the demos' own `train.threads` (2) would take the core of the other xdist worker too, for
-    ~1.2x on this one; the bar is the pixel baseline, not the README's figures, which its 2 threads reproduce."""
+    ~1.2x on this one; the bar is the pixel baseline, not the README's figures, which its 2 threads reproduce.
+    Without the figures (`train.plots`), which change no number and are tested in tests/train and tests/report."""
     args = ["--config", str(Path(__file__).resolve().parents[2] / config)] if config else []
-    args += ["--set", "train.threads=1"]
+    args += ["--set", "train.threads=1", "--set", "train.plots=false"]
     assert main(["train", *args, "--output-dir", str(tmp_path / "demo")]) == 0
     out = capsys.readouterr().out
     recall = float(re.search(r"^Recall@1: (\d\.\d{4})$", out, re.M).group(1))

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.resources
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
@@ -91,6 +92,14 @@ _POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number 
 _NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
 _PROBABILITY = accepts(lambda value: 0.0 <= value <= 1.0, "a probability in [0, 1]")
 _PAIR = BeforeValidator(split_text)
+_DBA_SPEC = re.compile(r"dba(:(k=\d+|alpha=[0-9.eE+-]+)(,(k=\d+|alpha=[0-9.eE+-]+))?)?")
+
+
+def _dba_or_none(value: str | None) -> bool:
+    """Whether `value` is null or names dba, with or without its parameters (checked without FAISS)."""
+    return value is None or _DBA_SPEC.fullmatch(value.replace(" ", "")) is not None
+
+
 _COSINE = accepts(lambda value: value is None or -1.0 <= value <= 1.0, "a cosine in [-1, 1]")
 
 # The checks of `retrieval audit`, each one section of its report (retrieval.audit.tables.SECTIONS)
@@ -379,6 +388,10 @@ class RerankerConfig(_Section):
     )
     # apply the best blend only where its validation MAP@R gain's paired class-bootstrap 95% interval is above 0
     require_clear_gain: bool = True
+    # the re-ranking the blend re-scores: null, the embedding's own search; dba, its database-side augmentation
+    # (k and alpha chosen on the blend's validation split) or dba:k=K,alpha=A (given). An index the re-ranker
+    # serves must be built with the same (`index build --rerank`): its results are the ones the blend was chosen on
+    base: Annotated[str | None, accepts(_dba_or_none, "null, dba or dba:k=K,alpha=A")] = None
     epochs: Annotated[int, at_least(1)] = 1  # passes over the mined pairs
     batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up

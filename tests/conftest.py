@@ -263,6 +263,28 @@ def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> 
     return root / "index", forced, root / "other"
 
 
+@pytest.fixture(scope="session")
+def tiny_reranker_over_dba(tmp_path_factory, tiny_reranker, tiny_reranker_indexes) -> tuple[Path, Path]:
+    """`(index, re-ranker)`: a flat index of `tiny_reranker`'s dataset storing `dba:k=2,alpha=0` vectors, and the
+    forced copy of the re-ranker (N=4, w=0.5) recorded as chosen over that same augmentation (`reranker.base`)."""
+    import json
+    import shutil
+
+    from retrieval.export.encoder_choice import EncoderChoice
+    from retrieval.export.index_build import IndexBuildRequest, build_index
+
+    checkpoint, dataset, _, _ = tiny_reranker
+    root = tmp_path_factory.mktemp("reranker_over_dba")
+    encoder = EncoderChoice(checkpoint=checkpoint, device="cpu")
+    build_index(IndexBuildRequest(root / "index", encoder, csv=dataset, kind="flat", rerank="dba:k=2,alpha=0"))
+    forced = root / "reranker"
+    shutil.copytree(tiny_reranker_indexes[1], forced)
+    manifest = json.loads((forced / "manifest.json").read_text())
+    manifest.update(base="dba:k=2,alpha=0")
+    (forced / "manifest.json").write_text(json.dumps(manifest))
+    return root / "index", forced
+
+
 # The export tests' digits images, checkpoint and ONNX export, shared with the command's tests of exports in
 # tests/cli (session-scoped here so that one worker makes them once).
 @pytest.fixture(scope="session")

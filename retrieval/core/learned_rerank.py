@@ -12,6 +12,10 @@ the query (cosine >= `IDENTICAL_SCORE`, the query's own image) has p = 1 by defi
 as with every re-ranking method (`retrieval.core.rerank`). w = 0 is the embedding alone: the search's own
 order and scores, the pair model never run.
 
+The blend may re-score another re-ranking's results instead of the embedding's own search: `base`, database-side
+augmentation (`dba`), whose averaged gallery vectors lift MAP@R while the pair model restores the top of the
+list. Such a re-ranker is applied to an index built with that same augmentation, and refused by any other.
+
 The same `Blend` serves `evaluate --reranker` (PyTorch pair model), `index query --reranker` and `serve
 --reranker` (the ONNX pair model, `retrieval.export.reranker_onnx`); here are only numpy and the files of a
 re-ranker directory, so `serve` can use it without torch. The directory (`read_reranker`) holds
@@ -30,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from pydantic import ConfigDict, JsonValue
 
-from retrieval.core.rerank import IDENTICAL_SCORE, Gallery
+from retrieval.core.rerank import IDENTICAL_SCORE, DatabaseAugmentation, Gallery, augmentation_at_build
 from retrieval.errors import UserError
 from retrieval.runtime.files import file_sha256
 from retrieval.validation import Record, ValidationError, user_error
@@ -169,6 +173,9 @@ class RerankerManifest(Record):
     checkpoint_sha256: str  # its identity: a re-ranker of another checkpoint is refused
     depth: int  # N: results re-scored per query
     weight: float  # w: the pair model's weight in the blend; 0 when it did not beat the embedding on validation
+    # the database-side augmentation whose results the blend re-scores (a `dba:k=K,alpha=A` spec); None: the
+    # embedding's own search (and in manifests written before it was recorded)
+    base: str | None = None
     image_size: int
     descriptor_dim: int
     validation: Validation
@@ -190,14 +197,40 @@ class RerankerManifest(Record):
         """Whether it changes anything: False when validation chose the embedding alone (w = 0)."""
         return self.weight > 0
 
+    def base_augmentation(self) -> DatabaseAugmentation | None:
+        """The augmentation of the gallery the blend re-scores, None for the embedding's own vectors."""
+        return None if self.base is None else augmentation_at_build(self.base)
+
+    def check_index(self, augmentation: str | None) -> None:
+        """Refuse an index whose stored vectors (`augmentation`: its build's dba spec, or None) are not the ones
+        the blend was chosen on; a re-ranker that is not applied changes nothing, so it fits any index.
+
+        Raises:
+            UserError: the index is augmented otherwise than the re-ranker's base, or not at all.
+        """
+        if not self.applied:
+            return
+        base = self.base_augmentation()
+        index = None if augmentation is None else augmentation_at_build(augmentation)
+        if index == base:
+            return
+        chosen_on = "plain search results" if base is None else f"{base.spec()} results"
+        stored = "plain vectors" if index is None else f"vectors augmented by {index.spec()}"
+        build = "without --rerank" if base is None else f"with --rerank {base.spec()}"
+        raise UserError(
+            f"this re-ranker's blend was chosen on {chosen_on}, but this index stores {stored}: build the index "
+            f"{build}, or train a re-ranker with --set reranker.base={'null' if index is None else index.spec()}"
+        )
+
     def verdict(self) -> str:
         """One line: whether it beat the embedding alone on validation, and by what."""
         val = self.validation
         alone = f"MAP@R {val.map_at_r_without:.4f}, Recall@1 {val.recall_at_1_without:.4f}"
         if self.applied:
             gain = "" if val.gain is None else f", {_gain_text(val.gain)}"
+            over = "" if self.base is None else f" over {self.base}"
             return (
-                f"re-ranker: N={self.depth}, w={self.weight:g} chosen on validation: MAP@R {val.map_at_r:.4f}, "
+                f"re-ranker: N={self.depth}, w={self.weight:g}{over} chosen on validation: MAP@R {val.map_at_r:.4f}, "
                 f"Recall@1 {val.recall_at_1:.4f} vs {alone} with the embedding alone ({val.queries} queries{gain})"
             )
         tried = [row for row in self.grid if row["weight"] > 0]

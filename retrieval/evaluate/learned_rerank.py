@@ -6,6 +6,8 @@ probability is computed once however many blends are tried. `choose_blend` tries
 of the `reranker` config section on the validation split and keeps the best MAP@R (ties: Recall@1, then the
 smaller w and N); w = 0, the embedding alone, is always a candidate, so a re-ranker that does not help is
 chosen away, and so is one whose gain's paired interval does not clear 0 (`reranker.require_clear_gain`).
+With a `base` augmentation the split's gallery is stored augmented and the blend re-scores its results; the
+embedding alone stays the candidate to beat.
 `retrieval reranker` chooses with it and `evaluate --reranker` scores test with the choice.
 """
 
@@ -17,7 +19,7 @@ import numpy as np
 import torch
 
 from retrieval.core.learned_rerank import WEIGHTS_FILE, Blend, RerankerFiles
-from retrieval.core.rerank import Gallery
+from retrieval.core.rerank import DatabaseAugmentation, Gallery
 from retrieval.evaluate.evaluator import embed_dataset, readable_rows, score_split
 from retrieval.inference.forward import Precision
 from retrieval.metrics.bootstrap import Interval, paired_difference
@@ -92,6 +94,7 @@ class SplitReranker:
         descriptors: `(N, P)` descriptors of the split's rows that `score_split` scores (`readable_rows`).
         gallery_rows: the positions, among those rows, of the gallery's items in gallery order.
         memo: (query row, gallery id) -> probability, shared by the blends tried on one split.
+        base: the augmentation of the gallery whose results the blend re-scores; None: the vectors as they are.
     """
 
     def __init__(
@@ -101,13 +104,15 @@ class SplitReranker:
         descriptors: np.ndarray,
         gallery_rows: np.ndarray,
         memo: dict[tuple[int, int], float] | None = None,
+        base: DatabaseAugmentation | None = None,
     ) -> None:
         self.blend, self.head, self.descriptors, self.gallery_rows = blend, head, descriptors, gallery_rows
         self.memo = {} if memo is None else memo
+        self.base = base
 
     def database(self, vectors: np.ndarray) -> np.ndarray:
-        """The vectors as they are: a pair model changes no vector."""
-        return vectors
+        """The gallery's vectors as the base stores them (a pair model itself changes no vector)."""
+        return vectors if self.base is None else self.base.database(vectors)
 
     def search_rows(
         self, gallery: Gallery, queries: np.ndarray, rows: np.ndarray, k: int
@@ -141,11 +146,12 @@ def split_reranker(
     descriptors: np.ndarray,
     split: EvalSplit,
     memo: dict[tuple[int, int], float] | None = None,
+    base: DatabaseAugmentation | None = None,
 ) -> SplitReranker:
     """The `SplitReranker` of `split`, whose `(N, D)` embeddings and `(N, P)` descriptors are row-aligned with it."""
     kept = readable_rows(embeddings)
     in_gallery = np.ones(len(embeddings), bool) if split.gallery_mask is None else split.gallery_mask
-    return SplitReranker(blend, head, descriptors[kept], np.flatnonzero(in_gallery[kept]), memo)
+    return SplitReranker(blend, head, descriptors[kept], np.flatnonzero(in_gallery[kept]), memo, base)
 
 
 class BlendChoice(NamedTuple):
@@ -165,12 +171,14 @@ def choose_blend(
     descriptors: np.ndarray,
     split: EvalSplit,
     settings: RerankerConfig,
+    base: DatabaseAugmentation | None = None,
 ) -> BlendChoice:
     """The depth and weight of `settings.depths` x `settings.weights` with the best validation MAP@R.
 
     The embedding alone (w = 0) is scored once, without the pair model, and wins every tie. With
     `settings.require_clear_gain` the best blend is kept only where its paired class-bootstrap 95% interval of
-    the MAP@R gain lies above 0: a gain of a query or two on a small validation split is noise.
+    the MAP@R gain lies above 0: a gain of a query or two on a small validation split is noise. With `base`
+    every blend re-scores the augmented gallery's results; the embedding alone is still the one to beat.
     """
     plain, scored = score_split(embeddings, split)
     best, best_metrics, best_scores = Blend(min(settings.depths), 0.0), plain, scored
@@ -179,7 +187,7 @@ def choose_blend(
     for depth in sorted(set(settings.depths)):
         for weight in sorted(set(settings.weights) - {0.0}):
             blend = Blend(depth, weight)
-            reranker = split_reranker(blend, head, embeddings, descriptors, split, memo)
+            reranker = split_reranker(blend, head, embeddings, descriptors, split, memo, base)
             metrics, scores = score_split(embeddings, split, rerank=reranker)
             grid.append({"depth": depth, "weight": weight, "map@r": metrics["map@r"], "recall@1": metrics["recall@1"]})
             if _key(metrics) > _key(best_metrics):

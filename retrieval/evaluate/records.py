@@ -59,6 +59,7 @@ class LearnedRerankNote(Record):
     directory: str
     depth: int
     weight: float  # 0: validation chose the embedding alone, and the re-ranked row is that row
+    base: str | None = None  # the dba spec the blend re-scores (`reranker.base`); None: the embedding's own search
     applied: bool
     reranked: dict[str, float | int]  # test Recall@K, MAP@R, ... with the re-ranker
     embedding_alone: dict[str, float | int]  # ... without it

@@ -279,7 +279,8 @@ def _split_reranker(
     place_model(model, device, precision.channels_last)
     data = config.data
     descriptors = describe_split(model, split.dataset, data.eval_batch_size, device, precision, data.num_workers)
-    return split_reranker(files.manifest.blend, model.head, embeddings, descriptors, split)
+    manifest = files.manifest
+    return split_reranker(manifest.blend, model.head, embeddings, descriptors, split, base=manifest.base_augmentation())
 
 
 def _learned_outputs(
@@ -298,6 +299,7 @@ def _learned_note(files: RerankerFiles, reranked: dict[str, float], alone: dict[
         directory=str(files.directory),
         depth=manifest.depth,
         weight=manifest.weight,
+        base=manifest.base,
         applied=manifest.applied,
         reranked=reranked,
         embedding_alone=alone,
@@ -307,7 +309,12 @@ def _learned_note(files: RerankerFiles, reranked: dict[str, float], alone: dict[
 def _learned_lines(files: RerankerFiles, reranked: dict[str, float], alone: dict[str, float]) -> list[str]:
     """The verdict on validation, then test's two rows: the embedding alone and re-ranked."""
     manifest = files.manifest
-    label = f"re-ranked (N={manifest.depth}, w={manifest.weight:g})" if manifest.applied else "re-ranked (not applied)"
+    over = "" if manifest.base is None else f" over {manifest.base}"
+    label = (
+        f"re-ranked (N={manifest.depth}, w={manifest.weight:g}{over})"
+        if manifest.applied
+        else "re-ranked (not applied)"
+    )
     width = max(len(label), len("embedding alone"))
     lines = [manifest.verdict(), f"{'test':<{width}}  Recall@1     MAP@R"]
     for name, values in (("embedding alone", alone), (label, reranked)):

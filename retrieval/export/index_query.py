@@ -143,7 +143,8 @@ def _learned_reranker(request: QueryRequest, index: SearchIndex) -> IndexReranke
         return None
     from retrieval.export.reranker_onnx import reranker_for_index
 
-    return reranker_for_index(request.reranker, index.manifest.model, device=request.device)
+    manifest = index.manifest
+    return reranker_for_index(request.reranker, manifest.model, manifest.database_augmentation, device=request.device)
 
 
 def _embedded(request: QueryRequest, index: SearchIndex, paths: list[Path]) -> np.ndarray:

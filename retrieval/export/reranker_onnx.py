@@ -90,10 +90,16 @@ class IndexReranker:
     """A learned re-ranker of an index's searches: the blend, with descriptors of queries and of result images."""
 
     def __init__(
-        self, scorer: OnnxPairScorer, blend: Blend, checkpoint_sha256: str, cache_size: int = _CACHED_DESCRIPTORS
+        self,
+        scorer: OnnxPairScorer,
+        blend: Blend,
+        checkpoint_sha256: str,
+        augmentation: str | None = None,
+        cache_size: int = _CACHED_DESCRIPTORS,
     ) -> None:
         self.scorer, self.blend, self.cache_size = scorer, blend, cache_size
         self.checkpoint_sha256 = checkpoint_sha256  # of the checkpoint it belongs to
+        self.augmentation = augmentation  # the index's dba spec it was checked against (None: plain vectors)
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
 
     def describe_item(self, item: int, path: Any) -> np.ndarray:
@@ -150,18 +156,25 @@ def _image_path(item: int, path: Any) -> str:
 
 
 def reranker_for_index(
-    directory: str | Path, model_info: ModelInfo, device: str = "auto", threads: int | None = None
+    directory: str | Path,
+    model_info: ModelInfo,
+    augmentation: str | None,
+    device: str = "auto",
+    threads: int | None = None,
 ) -> IndexReranker:
-    """The re-ranker in `directory` for an index whose manifest's model section is `model_info`.
+    """The re-ranker in `directory` for an index whose manifest's model section is `model_info` and whose stored
+    vectors are augmented by `augmentation` (its build's dba spec; None: plain).
 
     Raises:
-        UserError: the directory is not a checked re-ranker, or it belongs to another checkpoint than the one the
-            index was embedded with (directly, or through an export of it).
+        UserError: the directory is not a checked re-ranker, it belongs to another checkpoint than the one the
+            index was embedded with (directly, or through an export of it), or its blend was chosen on other
+            results than the index gives (`RerankerManifest.check_index`).
     """
     files = read_reranker(directory)
     sha256 = model_info.checkpoint_sha256 or model_info.source_checkpoint_sha256
     if not sha256:
         raise UserError("this index records no checkpoint, so no re-ranker can be checked against it")
     files.manifest.belongs_to(sha256, "the checkpoint this index was built with")
+    files.manifest.check_index(augmentation)
     scorer = OnnxPairScorer(files.directory, Preprocess.read(files.path(PREPROCESS_FILE)), device, threads)
-    return IndexReranker(scorer, files.manifest.blend, sha256)
+    return IndexReranker(scorer, files.manifest.blend, sha256, augmentation)

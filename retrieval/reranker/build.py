@@ -3,8 +3,9 @@
 `retrieval reranker` parses its flags into a request and prints the `RerankerReport`; a Python user calls
 `train_reranker` the same way. In order: the checkpoint's embedder embeds the images to mine (the training
 split, or half of the validation classes: `sources.py`) and pairs are mined there (`mining.py`); the pair
-model, started from the checkpoint's backbone, trains on them (`training.py`); the blend is chosen on the
-validation split, or its other half (`retrieval.evaluate.learned_rerank.choose_blend`); the directory is
+model, started from the checkpoint's backbone, trains on them (`training.py`); the blend, over the `reranker.base`
+augmentation if one is set, is chosen on the validation split, or its other half
+(`retrieval.evaluate.learned_rerank.choose_blend`); the directory is
 written. The test split is never read. The directory is made in a scratch folder beside `output_dir`
 (weights, ONNX graphs checked against PyTorch, preprocessing, the manifest last) and renamed into place, so
 a failed run leaves no half of one.
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 
     from retrieval.config import Config
     from retrieval.core.preprocess import Preprocess
+    from retrieval.core.rerank import DatabaseAugmentation
+    from retrieval.data.datasets import EvalSplit
     from retrieval.evaluate.learned_rerank import BlendChoice
     from retrieval.models.pair_model import PairModel
 
@@ -136,11 +139,23 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     descriptors = describe_split(
         model, blend.dataset, config.data.eval_batch_size, device, precision, config.data.num_workers
     )
-    choice = choose_blend(model.head, val_embeddings, descriptors, blend, settings)
+    base = _base(settings.base, val_embeddings, blend)
+    choice = choose_blend(model.head, val_embeddings, descriptors, blend, settings, base)
     preprocess = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
     fields = _manifest_fields(request, sha256, config, choice, len(pairs.targets), pairs.positives, train_seconds)
+    fields["base"] = None if base is None else base.spec()
     manifest = _write(request.output_dir, model, preprocess, fields)
     return RerankerReport(manifest, request.output_dir)
+
+
+def _base(spec: str | None, embeddings: np.ndarray, split: EvalSplit) -> DatabaseAugmentation | None:
+    """The augmentation `reranker.base` names, its k and alpha chosen on `split` (the blend's) where not given."""
+    from retrieval.core.rerank import augmentation_at_build
+    from retrieval.evaluate.rerank_choice import choose_rerank
+
+    if spec is None:
+        return None
+    return augmentation_at_build(choose_rerank(spec, (embeddings, split)).reranker.spec())
 
 
 def _manifest_fields(

@@ -130,7 +130,7 @@ def _learned(directory: str | Path, view: IndexView, device: str) -> IndexRerank
     """The learned re-ranker for the index's model; refused when the index records none or another checkpoint."""
     if view.encoder is None:
         raise UserError("this index records no model, so no re-ranker can be checked against it")
-    return reranker_for_index(directory, view.encoder.info(), device)
+    return reranker_for_index(directory, view.encoder.info(), view.augmentation, device)
 
 
 def _views(

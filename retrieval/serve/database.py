@@ -35,4 +35,4 @@ def database_views(
     model = collection.record.model
     encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model.identity else None
     info = public_info(collection.manifest, collection.metadata_schema).model_copy(update={"backend": "qdrant"})
-    return FixedView(IndexView(collection, encoder, info))
+    return FixedView(IndexView(collection, encoder, info, collection.manifest.database_augmentation))

@@ -56,6 +56,7 @@ class IndexView:
     index: SearchBackend
     encoder: Encoder | None
     info: IndexInfo  # the manifest's public fields (`public_info`)
+    augmentation: str | None = None  # the dba spec its stored vectors were built with; None: plain vectors
 
     @property
     def threshold(self) -> MatchThreshold | None:
@@ -82,7 +83,8 @@ def load_view(
         encoder: Encoder | None = previous.encoder
     else:
         encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
-    return IndexView(index, encoder, public_info(index.manifest, index.metadata_schema))
+    manifest = index.manifest
+    return IndexView(index, encoder, public_info(manifest, index.metadata_schema), manifest.database_augmentation)
 
 
 class Searcher:
@@ -229,12 +231,15 @@ class Searcher:
             )
 
     def _check_learned(self, view: IndexView) -> None:
-        """Refuse a search of an index version embedded by another checkpoint than the learned re-ranker's."""
+        """Refuse a search of an index version embedded by another checkpoint than the learned re-ranker's, or
+        stored otherwise augmented than when the re-ranker was checked against it."""
         assert self.learned is not None
         info = None if view.encoder is None else view.encoder.info()
         sha256 = None if info is None else info.checkpoint_sha256 or info.source_checkpoint_sha256
         if sha256 != self.learned.checkpoint_sha256:
             raise RequestError(409, "the index now records another model than the re-ranker's: restart serve")
+        if view.augmentation != self.learned.augmentation:
+            raise RequestError(409, "the index now stores other vectors than the re-ranker's: restart serve")
 
     def item(self, item_id: int) -> Item:
         """The public fields of one item."""

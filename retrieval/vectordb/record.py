@@ -52,6 +52,7 @@ class ExportedManifest(Record):
     next_id: Annotated[int, Field(ge=0)]  # filters on `id` are bounded by it
     created: str | None = None  # the build's time: with the model, what a rebuild changes
     model: ModelInfo = Field(default_factory=ModelInfo)
+    database_augmentation: str | None = None  # the dba spec of the exported vectors; None: plain
 
 
 class CollectionRecord(Record):

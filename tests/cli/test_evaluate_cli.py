@@ -65,7 +65,9 @@ def test_rerank_parameters_are_chosen_on_validation_and_recorded(proxy_checkpoin
     assert "unknown re-ranking method 'mqe'" in capsys.readouterr().err
 
 
-def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(tiny_reranker, tmp_path, capsys):
+def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(
+    tiny_reranker, tiny_reranker_over_dba, tmp_path, capsys
+):
     checkpoint, dataset, directory, _ = tiny_reranker
     base = ["evaluate", "--checkpoint", str(checkpoint), "--set", f"data.path={dataset}"]
     base += ["--set", "data.val_fraction=0.34", "--set", "data.num_workers=0", "--json", str(tmp_path / "m.json")]
@@ -74,7 +76,8 @@ def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(tiny_reranker
     manifest = json.loads((forced / MANIFEST_FILE).read_text())
     manifest.update(depth=4, weight=0.5)  # applied whatever validation chose: the pair model's path runs
     (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
-    for chosen, applied in ((directory, None), (forced, True)):
+    over_dba = tiny_reranker_over_dba[1]  # the forced one, chosen over dba:k=2,alpha=0
+    for chosen, applied in ((directory, None), (forced, True), (over_dba, True)):
         assert main([*base, "--reranker", str(chosen)]) == 0
         out = capsys.readouterr().out
         record = json.loads((tmp_path / "m.json").read_text())["reranker"]
@@ -85,7 +88,8 @@ def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(tiny_reranker
         if not applied:
             assert "it will not be applied" in out and record["reranked"] == record["embedding_alone"]
         else:
-            assert "re-ranked (N=4, w=0.5)" in out
+            over = "" if chosen != over_dba else " over dba:k=2,alpha=0"
+            assert f"re-ranked (N=4, w=0.5{over})" in out and record["base"] == (over.strip()[5:] or None)
             assert json.loads((tmp_path / "m.json").read_text())["recall@1"] == record["reranked"]["recall@1"]
 
 

@@ -41,8 +41,15 @@ def test_each_image_comes_back_first_with_k_results_in_descending_order(indexed,
     assert all(result["split"] == "test" for answer in filtered for result in answer["results"])
 
 
-def test_onnx_in_index_query_agrees_with_the_pytorch_pair_model(indexed, capsys):
-    """The same blend with PyTorch's descriptors and head over the same index: the same ids, scores within 1e-4."""
+@pytest.fixture(params=["plain", "over dba"])
+def index_and_reranker(request, indexed) -> tuple[Path, Path]:
+    """The plain index with the re-ranker, or the dba index with the re-ranker chosen over that dba."""
+    return indexed[:2] if request.param == "plain" else request.getfixturevalue("tiny_reranker_over_dba")
+
+
+def test_onnx_in_index_query_agrees_with_the_pytorch_pair_model(index_and_reranker, indexed, capsys):
+    """The same blend with PyTorch's descriptors and head over the same index (its stored vectors plain or
+    augmented): the same ids, scores within 1e-4."""
     import torch
 
     from retrieval.checkpoint import Checkpoint
@@ -53,7 +60,8 @@ def test_onnx_in_index_query_agrees_with_the_pytorch_pair_model(indexed, capsys)
     from retrieval.index.gallery import IndexGallery
     from retrieval.inference.image_encoder import ImageEncoder
 
-    index_dir, directory, checkpoint, queries = indexed
+    index_dir, directory = index_and_reranker
+    checkpoint, queries = indexed[2:]
     answers = _query(capsys, index_dir, directory, queries, "-k", "6")
     files = read_reranker(directory)
     encoder = ImageEncoder.from_checkpoint(checkpoint, device="cpu")
@@ -97,3 +105,23 @@ def test_min_score_with_a_reranker_is_refused_as_its_scores_are_no_cosines(index
     command = ["index", "query", "--index", str(index), "--image", str(queries[0]), "--reranker", str(reranker)]
     assert main([*command, *NO_WORKERS, "--min-score", "0.5"]) == 2
     assert "--min-score compares cosines" in capsys.readouterr().err
+
+
+def test_a_reranker_over_dba_answers_k_results_in_order_and_needs_an_index_of_that_dba(
+    indexed, tiny_reranker_over_dba, capsys
+):
+    index, reranker, _, queries = indexed
+    dba_index, over_dba = tiny_reranker_over_dba
+    for answer in _query(capsys, dba_index, over_dba, queries, "-k", "7", "--where", "split = 'test'"):
+        scores = [result["score"] for result in answer["results"]]
+        assert len(scores) == 7 and scores == sorted(scores, reverse=True) and np.isfinite(scores).all()
+        assert all(result["split"] == "test" for result in answer["results"])
+    command = ["index", "query", "--image", str(queries[0]), *NO_WORKERS]
+    assert main([*command, "--index", str(index), "--reranker", str(over_dba)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "chosen on dba:k=2,alpha=0 results, but this index stores plain vectors" in err
+    assert "build the index with --rerank dba:k=2,alpha=0" in err
+    assert main([*command, "--index", str(dba_index), "--reranker", str(reranker)]) == 2
+    assert (
+        "chosen on plain search results, but this index stores vectors augmented by dba:k=2" in capsys.readouterr().err
+    )

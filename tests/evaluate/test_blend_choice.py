@@ -11,8 +11,10 @@ import torch
 
 from retrieval.config import RerankerConfig
 from retrieval.core.learned_rerank import MANIFEST_FILE, RerankerManifest
+from retrieval.core.rerank import DatabaseAugmentation
 from retrieval.data import EvalSplit
-from retrieval.evaluate.learned_rerank import choose_blend
+from retrieval.evaluate.evaluator import score_split
+from retrieval.evaluate.learned_rerank import choose_blend, split_reranker
 from retrieval.models.pair_model import PairHead
 
 CLASSES, PER_CLASS = 20, 4
@@ -67,6 +69,20 @@ def test_a_gain_on_one_class_of_twenty_is_not_clear_of_zero_and_the_embedding_al
     trusting = RerankerConfig(require_clear_gain=False)
     taken = choose_blend(_oracle_head(), embeddings, descriptors, split, trusting)
     assert taken.blend.weight > 0 and taken.metrics["map@r"] == best_tried and taken.gain == choice.gain
+
+
+def test_over_a_base_every_blend_re_scores_the_augmented_gallery_and_the_embedding_alone_is_still_the_bar():
+    embeddings, split, labels = _noisy_split()
+    descriptors = _descriptors(labels, np.arange(CLASSES)[::2])  # half the classes known: the order matters
+    base = DatabaseAugmentation(k=3, alpha=0.0)
+    over = choose_blend(_oracle_head(), embeddings, descriptors, split, RerankerConfig(require_clear_gain=False), base)
+    plain = choose_blend(_oracle_head(), embeddings, descriptors, split, RerankerConfig(require_clear_gain=False))
+    assert over.without == plain.without == score_split(embeddings, split)[0]  # the bar: the embedding alone
+    reranker = split_reranker(over.blend, _oracle_head(), embeddings, descriptors, split, base=base)
+    np.testing.assert_array_equal(reranker.database(embeddings), base.database(embeddings))
+    assert score_split(embeddings, split, rerank=reranker)[0] == over.metrics  # the choice is what it scores
+    blended = {(row["depth"], row["weight"]): row["map@r"] for row in over.grid if row["weight"] > 0}
+    assert blended != {(row["depth"], row["weight"]): row["map@r"] for row in plain.grid if row["weight"] > 0}
 
 
 def test_where_no_blend_scores_higher_there_is_no_gain_to_record():

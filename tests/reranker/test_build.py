@@ -79,3 +79,43 @@ def test_training_never_reads_the_test_split(tiny_reranker):
 
     for path in (dataset.parent / "images").glob("test_*"):
         Image.open(path).verify()  # restored intact for the tests that evaluate
+
+
+@pytest.mark.parametrize(("base", "recorded"), [("dba", None), ("dba:k=2,alpha=0", "dba:k=2,alpha=0")])
+def test_a_reranker_over_dba_records_the_dba_it_was_chosen_over(base, recorded, tiny_reranker, tmp_path):
+    """`reranker.base=dba` chooses k and alpha on the blend's split (from dba's grid); a given spec is kept."""
+    from retrieval.core.rerank import DatabaseAugmentation, augmentation_at_build
+    from retrieval.reranker.build import RerankerRequest, train_reranker
+    from tests.conftest import TINY_RERANKER_SETTINGS
+
+    checkpoint, dataset, _, _ = tiny_reranker
+    overrides = (f"data.path={dataset}", *TINY_RERANKER_SETTINGS, "reranker.backbone=frozen", f"reranker.base={base}")
+    manifest = train_reranker(RerankerRequest(checkpoint, tmp_path / "r", overrides=overrides)).manifest
+    assert manifest.settings["base"] == base and manifest.base is not None
+    chosen = augmentation_at_build(manifest.base)
+    assert manifest.base == chosen.spec() and manifest.base_augmentation() == chosen
+    if recorded is None:
+        grid = DatabaseAugmentation.grid_values
+        assert chosen.k in grid["k"] and chosen.alpha in grid["alpha"]
+    else:
+        assert chosen == augmentation_at_build(recorded)
+    assert read_reranker(tmp_path / "r").manifest.base == manifest.base
+
+
+def test_an_index_must_store_the_vectors_the_blend_was_chosen_on_unless_nothing_is_applied(tiny_reranker):
+    from retrieval.core.learned_rerank import RerankerManifest
+
+    record = json.loads((tiny_reranker[2] / MANIFEST_FILE).read_text())
+    over_dba = RerankerManifest.model_validate({**record, "depth": 4, "weight": 0.5, "base": "dba:k=5,alpha=0"})
+    over_dba.check_index("dba:alpha=0.0,k=5")  # the same augmentation, written otherwise
+    for other in (None, "dba:k=3,alpha=0"):
+        with pytest.raises(UserError, match="build the index with --rerank dba:k=5,alpha=0"):
+            over_dba.check_index(other)
+    plain = RerankerManifest.model_validate({**record, "depth": 4, "weight": 0.5, "base": None})
+    plain.check_index(None)
+    with pytest.raises(UserError, match="build the index without --rerank"):
+        plain.check_index("dba:k=2,alpha=3")
+    not_applied = RerankerManifest.model_validate({**record, "weight": 0.0, "base": "dba:k=5,alpha=0"})
+    for index in (None, "dba:k=2,alpha=3"):
+        not_applied.check_index(index)  # the embedding alone: any index's own search
+    assert "over dba:k=5,alpha=0 chosen on validation" in over_dba.verdict()

@@ -78,3 +78,21 @@ def test_serve_with_an_export_and_a_reranker_answers_without_torch(indexed, tiny
     scores = [item["score"] for item in found["results"]]
     assert len(scores) == 3 and scores == sorted(scores, reverse=True)
     assert result["loaded"] == []
+
+
+def test_a_reranker_chosen_over_dba_serves_only_an_index_of_that_dba(
+    indexed, tiny_reranker_over_dba, serving, serve_limits
+):
+    index, _, dataset = indexed
+    dba_index, over_dba = tiny_reranker_over_dba
+    with pytest.raises(UserError, match="chosen on dba:k=2,alpha=0 results, but this index stores plain vectors"):
+        create_app(index, device="cpu", limits=serve_limits, reranker_dir=over_dba)
+    image = dataset.parent / "images" / "train_1_2.png"
+    expected = json.loads(
+        query_index(QueryRequest(dba_index, images=(image,), k=5, reranker=over_dba, device="cpu")).json_text()
+    )
+    app = create_app(dba_index, device="cpu", limits=serve_limits, reranker_dir=over_dba)
+    with serving(app) as url, httpx.Client(base_url=url, timeout=30) as client:
+        upload = {"image": ("q.png", image.read_bytes(), "image/png")}
+        answer = client.post("/search", files=upload, data={"k": "5"}).json()
+        assert [result["id"] for result in answer["results"]] == [r["id"] for r in expected[0]["results"]]

@@ -357,8 +357,9 @@ def _weights_with_zero(values: tuple[float, ...]) -> bool:
 class RerankerConfig(_Section):
     """`retrieval reranker`: a learned pairwise re-ranker of a checkpoint's results (`retrieval.reranker`).
 
-    Each training image pairs with its `mine_depth` nearest matches and `mine_depth` nearest non-matches;
-    the depth N and the weight w of the blend with the embedding's cosine are chosen on validation
+    Each mined image (of half the validation classes, by default) pairs with its `mine_depth` nearest matches
+    and `mine_depth` nearest non-matches; the depth N and the weight w of the blend, over dba's results by
+    default, are chosen on validation
     (`retrieval.core.learned_rerank`). Device, autocast, loading and seed come from `train` and `data`.
     """
 
@@ -367,9 +368,10 @@ class RerankerConfig(_Section):
     # trained: the backbone fine-tunes with the head, on augmented images (each pair: two images through it);
     # frozen: only the projection and the head train, on the backbone's features of each image computed once
     backbone: Literal["trained", "frozen"] = "trained"
-    # train: pairs mined on the training split, the blend chosen on validation; validation: pairs mined on a
-    # random half of the validation classes (unseen by the embedder), the blend chosen on the other half
-    pairs_from: Literal["train", "validation"] = "train"
+    # validation: pairs mined on a random half of the validation classes (unseen by the embedder), the blend
+    # chosen on the other half; train: pairs mined on the training split (which the embedder fits: easy pairs),
+    # the blend chosen on validation. Validation won on the glyphs (docs/reranker.md)
+    pairs_from: Literal["train", "validation"] = "validation"
     mine_depth: Annotated[int, at_least(1)] = 5  # each training image's nearest matches, and as many non-matches
     # the depths N tried on validation (results re-scored per query)
     depths: Annotated[tuple[int, ...], accepts(lambda v: len(v) > 0 and min(v) >= 1, "whole numbers >= 1")] = (
@@ -391,8 +393,8 @@ class RerankerConfig(_Section):
     # the re-ranking the blend re-scores: null, the embedding's own search; dba, its database-side augmentation
     # (k and alpha chosen on the blend's validation split) or dba:k=K,alpha=A (given). An index the re-ranker
     # serves must be built with the same (`index build --rerank`): its results are the ones the blend was chosen on
-    base: Annotated[str | None, accepts(_dba_or_none, "null, dba or dba:k=K,alpha=A")] = None
-    epochs: Annotated[int, at_least(1)] = 1  # passes over the mined pairs
+    base: Annotated[str | None, accepts(_dba_or_none, "null, dba or dba:k=K,alpha=A")] = "dba"
+    epochs: Annotated[int, at_least(1)] = 3  # passes over the mined pairs (few from validation: 3 measured)
     batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up
     weight_decay: Annotated[float, _NON_NEGATIVE] = 1e-4  # AdamW weight decay

@@ -216,8 +216,9 @@ TINY_RERANKER_SETTINGS = (
 
 @pytest.fixture(scope="session")
 def tiny_reranker(tmp_path_factory) -> tuple[Path, Path, Path, str]:
-    """A re-ranker (`retrieval reranker`) of `write_tiny_checkpoint` on a CSV dataset (6 training classes of 6 images,
-    a third held out for validation): `(checkpoint, dataset csv, re-ranker dir, the lines the command prints)`.
+    """A re-ranker (`retrieval reranker`, its default pairs and base) of `write_tiny_checkpoint` on a CSV dataset (6
+    training classes of 6 images, a third held out for validation): `(checkpoint, dataset csv, re-ranker dir, the
+    lines the command prints)`.
 
     Trained once a session, through the library (`train_reranker`), with the test images' bytes replaced by garbage
     meanwhile: a re-ranker that read one would fail ("cannot read image").
@@ -258,7 +259,7 @@ def tiny_reranker_indexes(tmp_path_factory, tiny_reranker, other_checkpoint) -> 
     forced = root / "applied"
     shutil.copytree(directory, forced)
     manifest = json.loads((forced / "manifest.json").read_text())
-    manifest.update(depth=4, weight=0.5)
+    manifest.update(depth=4, weight=0.5, base=None)  # over the plain index's own search
     (forced / "manifest.json").write_text(json.dumps(manifest))
     return root / "index", forced, root / "other"
 

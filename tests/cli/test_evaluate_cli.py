@@ -74,7 +74,7 @@ def test_evaluate_prints_the_embedding_alone_and_the_reranked_rows(
     forced = tmp_path / "applied"
     shutil.copytree(directory, forced)
     manifest = json.loads((forced / MANIFEST_FILE).read_text())
-    manifest.update(depth=4, weight=0.5)  # applied whatever validation chose: the pair model's path runs
+    manifest.update(depth=4, weight=0.5, base=None)  # applied whatever validation chose: the pair model's path runs
     (forced / MANIFEST_FILE).write_text(json.dumps(manifest))
     over_dba = tiny_reranker_over_dba[1]  # the forced one, chosen over dba:k=2,alpha=0
     for chosen, applied in ((directory, None), (forced, True), (over_dba, True)):

@@ -80,17 +80,18 @@ def test_validation_with_too_few_classes_or_multi_label_data_is_refused():
 
 
 @pytest.mark.slow
-def test_a_reranker_of_validation_pairs_records_its_source_and_the_blend_half(tiny_reranker, tmp_path):
-    checkpoint, dataset, trained_on_train, _ = tiny_reranker
+def test_a_reranker_of_training_pairs_records_its_source_and_blends_on_all_of_validation(tiny_reranker, tmp_path):
+    """`tiny_reranker` mines half the validation classes (the default); here the training split is mined instead."""
+    checkpoint, dataset, on_validation, _ = tiny_reranker
     overrides = (
         f"data.path={dataset}",
         *TINY_RERANKER_SETTINGS,
-        "reranker.pairs_from=validation",
+        "reranker.pairs_from=train",
         "reranker.backbone=frozen",
     )
     report = train_reranker(RerankerRequest(checkpoint, tmp_path / "reranker", overrides=overrides))
-    written = json.loads((tmp_path / "reranker" / MANIFEST_FILE).read_text())
-    on_train = json.loads((trained_on_train / MANIFEST_FILE).read_text())
+    on_train = json.loads((tmp_path / "reranker" / MANIFEST_FILE).read_text())
+    written = json.loads((on_validation / MANIFEST_FILE).read_text())
     assert written["settings"]["pairs_from"] == "validation" and on_train["settings"]["pairs_from"] == "train"
     # 6 validation classes of 2 images: pairs from 3 of them, the blend chosen on the other 3's 6 queries.
     assert written["validation"]["queries"] == 6 < on_train["validation"]["queries"]

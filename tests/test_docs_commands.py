@@ -287,10 +287,12 @@ COMMANDS: dict[str, Run | Skip] = {
     # docs/reranker.md
     "retrieval reranker --checkpoint runs/shop/checkpoints/best.pt --output-dir runs/shop/reranker": Skip(_RERANKER),
     "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --reranker runs/shop/reranker": Skip(_RERANKER),
-    "retrieval index query --index runs/shop/index --image shoe.png -k 5 --reranker runs/shop/reranker": Skip(
+    "retrieval index build --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv --rerank dba:k=5,alpha=0"
+    " --out runs/shop/index-dba": Skip(_RERANKER),
+    "retrieval index query --index runs/shop/index-dba --image shoe.png -k 5 --reranker runs/shop/reranker": Skip(
         _RERANKER
     ),
-    "retrieval serve --index runs/shop/index --reranker runs/shop/reranker": Skip(_RERANKER),
+    "retrieval serve --index runs/shop/index-dba --reranker runs/shop/reranker": Skip(_RERANKER),
     # docs/search.md (also shows the README's index build, query, add, eval and serve lines)
     "retrieval index remove --index runs/shop/index --ids 17 42": Run(r"^removed 2 vectors; the index holds 43"),
     "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),

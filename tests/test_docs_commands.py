@@ -432,7 +432,7 @@ COMMANDS: dict[str, Run | Skip] = {
     ): Skip(_GLYPH_RUN),
     (
         "retrieval reranker --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1"
-        " --set reranker.pairs_from=validation --set reranker.epochs=3 --output-dir g64/seed-SEED/rr"
+        " --output-dir g64/seed-SEED/rr"
     ): Skip(_GLYPH_RUN),
     (
         "retrieval evaluate --checkpoint g64/seed-SEED/checkpoints/best.pt --set train.threads=1"

@@ -34,7 +34,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 from pydantic import ConfigDict, JsonValue
 
-from retrieval.core.rerank import IDENTICAL_SCORE, DatabaseAugmentation, Gallery, augmentation_at_build
+from retrieval.core.rerank import IDENTICAL_SCORE, DatabaseAugmentation, Gallery, stored_augmentation
 from retrieval.errors import UserError
 from retrieval.runtime.files import file_sha256
 from retrieval.validation import Record, ValidationError, user_error
@@ -199,11 +199,11 @@ class RerankerManifest(Record):
 
     def base_augmentation(self) -> DatabaseAugmentation | None:
         """The augmentation of the gallery the blend re-scores, None for the embedding's own vectors."""
-        return None if self.base is None else augmentation_at_build(self.base)
+        return stored_augmentation(self.base)
 
-    def check_index(self, augmentation: str | None) -> None:
-        """Refuse an index whose stored vectors (`augmentation`: its build's dba spec, or None) are not the ones
-        the blend was chosen on; a re-ranker that is not applied changes nothing, so it fits any index.
+    def check_index(self, index: DatabaseAugmentation | None) -> None:
+        """Refuse an index whose stored vectors (`index`: its build's augmentation, or None) are not the ones the
+        blend was chosen on; a re-ranker that is not applied changes nothing, so it fits any index.
 
         Raises:
             UserError: the index is augmented otherwise than the re-ranker's base, or not at all.
@@ -211,7 +211,6 @@ class RerankerManifest(Record):
         if not self.applied:
             return
         base = self.base_augmentation()
-        index = None if augmentation is None else augmentation_at_build(augmentation)
         if index == base:
             return
         chosen_on = "plain search results" if base is None else f"{base.spec()} results"

@@ -58,6 +58,7 @@ __all__ = [
     "Reranker",
     "augment_vectors",
     "augmentation_at_build",
+    "stored_augmentation",
     "parse_rerank",
     "rerank_at_query",
 ]
@@ -243,6 +244,14 @@ def augmentation_at_build(spec: str) -> DatabaseAugmentation:
     if not isinstance(reranker, DatabaseAugmentation):
         raise UserError(f"{reranker.name} re-ranks queries, not the stored vectors: pass it to index query or serve")
     return reranker
+
+
+def stored_augmentation(spec: str | None) -> DatabaseAugmentation | None:
+    """The augmentation of vectors an index (or a re-ranker's `base`) records by its spec; None: plain vectors.
+
+    Compared as values, not as text: `dba:k=5,alpha=0` and `dba:alpha=0.0,k=5` are one augmentation.
+    """
+    return None if spec is None else augmentation_at_build(spec)
 
 
 def rerank_at_query(spec: str) -> Reranker:

@@ -141,10 +141,12 @@ def _learned_reranker(request: QueryRequest, index: SearchIndex) -> IndexReranke
     """The learned re-ranker of `request.reranker`, checked against the index's model (before the model loads)."""
     if request.reranker is None:
         return None
+    from retrieval.core.rerank import stored_augmentation
     from retrieval.export.reranker_onnx import reranker_for_index
 
     manifest = index.manifest
-    return reranker_for_index(request.reranker, manifest.model, manifest.database_augmentation, device=request.device)
+    augmentation = stored_augmentation(manifest.database_augmentation)
+    return reranker_for_index(request.reranker, manifest.model, augmentation, device=request.device)
 
 
 def _embedded(request: QueryRequest, index: SearchIndex, paths: list[Path]) -> np.ndarray:

@@ -20,7 +20,7 @@ from PIL import Image
 
 from retrieval.core.learned_rerank import DESCRIBE_FILE, HEAD_FILE, PREPROCESS_FILE, Blend, read_reranker
 from retrieval.core.preprocess import Preprocess
-from retrieval.core.rerank import Gallery
+from retrieval.core.rerank import DatabaseAugmentation, Gallery
 from retrieval.errors import UserError
 from retrieval.export.onnx_encoder import OnnxEncoder, load_onnx_session
 from retrieval.inference.interface import ModelInfo
@@ -94,12 +94,12 @@ class IndexReranker:
         scorer: OnnxPairScorer,
         blend: Blend,
         checkpoint_sha256: str,
-        augmentation: str | None = None,
+        augmentation: DatabaseAugmentation | None = None,
         cache_size: int = _CACHED_DESCRIPTORS,
     ) -> None:
         self.scorer, self.blend, self.cache_size = scorer, blend, cache_size
         self.checkpoint_sha256 = checkpoint_sha256  # of the checkpoint it belongs to
-        self.augmentation = augmentation  # the index's dba spec it was checked against (None: plain vectors)
+        self.augmentation = augmentation  # the index's augmentation it was checked against (None: plain vectors)
         self._cache: OrderedDict[tuple[int, str], np.ndarray] = OrderedDict()
 
     def describe_item(self, item: int, path: Any) -> np.ndarray:
@@ -158,12 +158,12 @@ def _image_path(item: int, path: Any) -> str:
 def reranker_for_index(
     directory: str | Path,
     model_info: ModelInfo,
-    augmentation: str | None,
+    augmentation: DatabaseAugmentation | None,
     device: str = "auto",
     threads: int | None = None,
 ) -> IndexReranker:
     """The re-ranker in `directory` for an index whose manifest's model section is `model_info` and whose stored
-    vectors are augmented by `augmentation` (its build's dba spec; None: plain).
+    vectors are augmented by `augmentation` (`stored_augmentation` of its build's spec; None: plain).
 
     Raises:
         UserError: the directory is not a checked re-ranker, it belongs to another checkpoint than the one the

@@ -142,8 +142,7 @@ def train_reranker(request: RerankerRequest) -> RerankerReport:
     base = _base(settings.base, val_embeddings, blend)
     choice = choose_blend(model.head, val_embeddings, descriptors, blend, settings, base)
     preprocess = describe_eval_transform(config.augment, config.data.image_size, stats, in_chans)
-    fields = _manifest_fields(request, sha256, config, choice, len(pairs.targets), pairs.positives, train_seconds)
-    fields["base"] = None if base is None else base.spec()
+    fields = _manifest_fields(request, sha256, config, choice, base, len(pairs.targets), pairs.positives, train_seconds)
     manifest = _write(request.output_dir, model, preprocess, fields)
     return RerankerReport(manifest, request.output_dir)
 
@@ -163,11 +162,13 @@ def _manifest_fields(
     sha256: str,
     config: Config,
     choice: BlendChoice,
+    base: DatabaseAugmentation | None,
     pairs_total: int,
     positives: int,
     train_seconds: float,
 ) -> dict[str, Any]:
-    """The manifest's fields: where the re-ranker comes from, its blend, its validation scores and its cost."""
+    """The manifest's fields: where the re-ranker comes from, its blend (over `base`), its validation scores and
+    its cost."""
     return {
         "format": RERANKER_FORMAT,
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -175,6 +176,7 @@ def _manifest_fields(
         "checkpoint_sha256": sha256,
         "depth": choice.blend.depth,
         "weight": choice.blend.weight,
+        "base": None if base is None else base.spec(),
         "image_size": config.data.image_size,
         "descriptor_dim": config.reranker.width,
         "validation": {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from retrieval.core.rerank import stored_augmentation
 from retrieval.export.index_encoder import encoder_for_index
 from retrieval.inference.interface import Encoder
 from retrieval.serve.backend import FixedView
@@ -35,4 +36,5 @@ def database_views(
     model = collection.record.model
     encoder: Encoder | None = encoder_for_index(model, checkpoint, device, model_dir) if model.identity else None
     info = public_info(collection.manifest, collection.metadata_schema).model_copy(update={"backend": "qdrant"})
-    return FixedView(IndexView(collection, encoder, info, collection.manifest.database_augmentation))
+    augmentation = stored_augmentation(collection.manifest.database_augmentation)
+    return FixedView(IndexView(collection, encoder, info, augmentation))

@@ -21,7 +21,7 @@ import faiss
 import numpy as np
 
 from retrieval.core.match_threshold import MatchThreshold
-from retrieval.core.rerank import Reranker
+from retrieval.core.rerank import DatabaseAugmentation, Reranker, stored_augmentation
 from retrieval.errors import BackendFailed, UserError
 from retrieval.export.index_encoder import encoder_for_index
 from retrieval.export.reranker_onnx import IndexReranker
@@ -56,7 +56,8 @@ class IndexView:
     index: SearchBackend
     encoder: Encoder | None
     info: IndexInfo  # the manifest's public fields (`public_info`)
-    augmentation: str | None = None  # the dba spec its stored vectors were built with; None: plain vectors
+    # the augmentation its stored vectors were built with (`stored_augmentation`, read once a load); None: plain
+    augmentation: DatabaseAugmentation | None = None
 
     @property
     def threshold(self) -> MatchThreshold | None:
@@ -84,7 +85,8 @@ def load_view(
     else:
         encoder = encoder_for_index(model_info, checkpoint, device, model_dir) if recorded else None
     manifest = index.manifest
-    return IndexView(index, encoder, public_info(manifest, index.metadata_schema), manifest.database_augmentation)
+    augmentation = stored_augmentation(manifest.database_augmentation)
+    return IndexView(index, encoder, public_info(manifest, index.metadata_schema), augmentation)
 
 
 class Searcher:

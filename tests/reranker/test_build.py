@@ -104,18 +104,19 @@ def test_a_reranker_over_dba_records_the_dba_it_was_chosen_over(base, recorded, 
 
 def test_an_index_must_store_the_vectors_the_blend_was_chosen_on_unless_nothing_is_applied(tiny_reranker):
     from retrieval.core.learned_rerank import RerankerManifest
+    from retrieval.core.rerank import stored_augmentation
 
     record = json.loads((tiny_reranker[2] / MANIFEST_FILE).read_text())
     over_dba = RerankerManifest.model_validate({**record, "depth": 4, "weight": 0.5, "base": "dba:k=5,alpha=0"})
-    over_dba.check_index("dba:alpha=0.0,k=5")  # the same augmentation, written otherwise
+    over_dba.check_index(stored_augmentation("dba:alpha=0.0,k=5"))  # the same augmentation, written otherwise
     for other in (None, "dba:k=3,alpha=0"):
         with pytest.raises(UserError, match="build the index with --rerank dba:k=5,alpha=0"):
-            over_dba.check_index(other)
+            over_dba.check_index(stored_augmentation(other))
     plain = RerankerManifest.model_validate({**record, "depth": 4, "weight": 0.5, "base": None})
-    plain.check_index(None)
+    plain.check_index(stored_augmentation(None))
     with pytest.raises(UserError, match="build the index without --rerank"):
-        plain.check_index("dba:k=2,alpha=3")
+        plain.check_index(stored_augmentation("dba:k=2,alpha=3"))
     not_applied = RerankerManifest.model_validate({**record, "weight": 0.0, "base": "dba:k=5,alpha=0"})
     for index in (None, "dba:k=2,alpha=3"):
-        not_applied.check_index(index)  # the embedding alone: any index's own search
+        not_applied.check_index(stored_augmentation(index))  # the embedding alone: any index's own search
     assert "over dba:k=5,alpha=0 chosen on validation" in over_dba.verdict()

@@ -99,9 +99,9 @@ class IndexBuildOptions:
 
     def augmentation(self) -> DatabaseAugmentation | None:
         """The database-side augmentation `database_augmentation` names, or None."""
-        from retrieval.core.rerank import augmentation_at_build
+        from retrieval.core.rerank import stored_augmentation
 
-        return None if self.database_augmentation is None else augmentation_at_build(self.database_augmentation)
+        return stored_augmentation(self.database_augmentation)
 
     def plan(self, n: int, dim: int) -> IndexPlan:
         """The plan `auto` chooses for N vectors within the budget, or the explicit kind's; `ivf` for lists on disk.

@@ -16,19 +16,28 @@ from __future__ import annotations
 
 import importlib.resources
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, ClassVar, Literal, NamedTuple
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    create_model,
+    field_validator,
+)
 
 from retrieval.choices.augment_presets import AUTO_PRESET, PRESETS, EvalMode, Fill, PresetName
 from retrieval.choices.datasets import dataset_spec
 from retrieval.choices.losses import check_loss_name
 from retrieval.choices.pretrain_methods import PRETRAIN_METHODS
 from retrieval.choices.trackers import TRACKERS
+from retrieval.core.rerank import stored_augmentation
 from retrieval.errors import UserError
 from retrieval.runtime.files import write_text
 from retrieval.validation import (
@@ -92,12 +101,16 @@ _POSITIVE = accepts(lambda value: math.isfinite(value) and value > 0, "a number 
 _NON_NEGATIVE = accepts(lambda value: value >= 0, "a number >= 0")
 _PROBABILITY = accepts(lambda value: 0.0 <= value <= 1.0, "a probability in [0, 1]")
 _PAIR = BeforeValidator(split_text)
-_DBA_SPEC = re.compile(r"dba(:(k=\d+|alpha=[0-9.eE+-]+)(,(k=\d+|alpha=[0-9.eE+-]+))?)?")
 
 
-def _dba_or_none(value: str | None) -> bool:
-    """Whether `value` is null or names dba, with or without its parameters (checked without FAISS)."""
-    return value is None or _DBA_SPEC.fullmatch(value.replace(" ", "")) is not None
+def _stored_augmentation(value: str | None) -> str | None:
+    """`reranker.base`: null or a dba spec, read as `index build --rerank` reads it (no FAISS is loaded)."""
+    try:
+        stored_augmentation(value)
+    except UserError as error:  # a dba spec's own fault is worth saying (`dba:k=0`); another method's is not
+        why = f" ({error})" if value and value.partition(":")[0].strip() == "dba" else ""
+        raise UserError(f"reranker.base must be null, dba or dba:k=K,alpha=A, got {value!r}{why}") from None
+    return value
 
 
 _COSINE = accepts(lambda value: value is None or -1.0 <= value <= 1.0, "a cosine in [-1, 1]")
@@ -393,7 +406,7 @@ class RerankerConfig(_Section):
     # the re-ranking the blend re-scores: null, the embedding's own search; dba, its database-side augmentation
     # (k and alpha chosen on the blend's validation split) or dba:k=K,alpha=A (given). An index the re-ranker
     # serves must be built with the same (`index build --rerank`): its results are the ones the blend was chosen on
-    base: Annotated[str | None, accepts(_dba_or_none, "null, dba or dba:k=K,alpha=A")] = "dba"
+    base: Annotated[str | None, AfterValidator(_stored_augmentation)] = "dba"
     epochs: Annotated[int, at_least(1)] = 3  # passes over the mined pairs (few from validation: 3 measured)
     batch_size: Annotated[int, at_least(1)] = 64  # pairs per optimizer step
     lr: Annotated[float, _POSITIVE] = 1e-4  # AdamW learning rate (backbone and head), cosine decay after a warm-up

@@ -362,7 +362,17 @@ def test_set_values_are_read_as_yaml_and_typed_by_the_field():
         ("train.plots=maybe", "train.plots must be bool, got 'maybe'"),
         ("reranker.pairs_from=nope", "reranker.pairs_from must be one of train, validation, got 'nope'"),
         ("reranker.require_clear_gain=2", "reranker.require_clear_gain must be bool, got '2'"),
-        ("reranker.base=qe", "reranker.base must be null, dba or dba:k=K,alpha=A, got 'qe'"),
+        ("reranker.base=qe", "reranker.base must be null, dba or dba:k=K,alpha=A, got 'qe'; fix it"),
+        (
+            "reranker.base=dba:k=0",
+            "reranker.base must be null, dba or dba:k=K,alpha=A, got 'dba:k=0' (re-ranking dba: k must be a whole "
+            "number >= 1, got 0); fix it",
+        ),
+        (
+            "reranker.base=dba:k=2,beta=1",
+            "reranker.base must be null, dba or dba:k=K,alpha=A, got 'dba:k=2,beta=1' (re-ranking dba: unknown "
+            "parameter 'beta=1'; its parameters are k, alpha)",
+        ),
     ],
 )
 def test_a_bad_set_value_is_one_line_naming_what_the_key_accepts(override, message):

@@ -7,6 +7,8 @@ import ipaddress
 import sys
 from pathlib import Path
 
+from retrieval.core.rerank import rerank_at_query
+
 __all__ = ["add_parser", "run"]
 
 # Seconds an idle keep-alive connection stays open (uvicorn's default, written out: it is a server timeout).
@@ -112,6 +114,8 @@ def _add_limits(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.rerank:
+        rerank_at_query(args.rerank)  # a bad spec is refused before the web stack and the index load
     import uvicorn  # the web stack loads only for this command
 
     from retrieval.index import parse_memory

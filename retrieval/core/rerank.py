@@ -27,7 +27,8 @@ stores each item as the average of its neighbours, so the image's own vector is 
 (with `alpha=0` and `k=2`, two mutual nearest neighbours store one and the same vector).
 
 A spec string names a method and, optionally, its parameters: `qe`, `qe:k=2,alpha=3`, `dba:k=5`,
-`kreciprocal:k1=20,k2=6,lam=0.3`. Everything here is numpy + FAISS (no torch), so `serve` can use it.
+`kreciprocal:k1=20,k2=6,lam=0.3`. Everything here is numpy + FAISS (no torch), so `serve` can use it; FAISS loads
+only when dba searches, so a spec is read (`retrieval.config`) before any heavy import.
 The methods are the registry `RERANK_METHODS`: a new one is a frozen dataclass with `name`,
 `grid_values`, `database`, `search` and `spec` (a `Reranker`, e.g. derived from `RerankMethod`) in one
 module with `@RERANK_METHODS.register("name")`, or a `retrieval.rerankers` entry point (`docs/extending.md`).
@@ -41,7 +42,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar, Protocol
 
-import faiss
 import numpy as np
 
 from retrieval.errors import UserError
@@ -302,13 +302,16 @@ def parse_rerank(spec: str) -> Reranker:
         try:
             values[key] = int(text) if fields[key] == "int" else float(text)
         except ValueError:
-            raise UserError(f"re-ranking {name}: {key}={text!r} is not a {fields[key]}") from None
+            wanted = "a whole number" if fields[key] == "int" else "a number"
+            raise UserError(f"re-ranking {name}: {key}={text!r} is not {wanted}") from None
     reranker = method(**values)
     return reranker  # type: ignore[return-value]
 
 
 def augment_vectors(vectors: np.ndarray, k: int, alpha: float) -> np.ndarray:
     """alpha-DBA of `(N, D)` unit vectors over themselves: exact search, each item's k nearest, itself included."""
+    import faiss  # here, not at the top: `retrieval.config` reads specs (`reranker.base`) before any heavy import
+
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
     if k <= 1 or len(vectors) == 0:
         return vectors.copy()
@@ -377,7 +380,7 @@ def _expand(reciprocal: np.ndarray, half: np.ndarray) -> np.ndarray:
     return reciprocal | (np.einsum("bij,bjk->bik", joined.astype(np.float32), half.astype(np.float32)) > 0)
 
 
-def _check_positive(method: object, name: str) -> None:
+def _check_positive(method: RerankMethod, name: str) -> None:
     value = getattr(method, name)
     if int(value) != value or value < 1:
-        raise UserError(f"re-ranking {type(method).__name__}: {name} must be a whole number >= 1, got {value:g}")
+        raise UserError(f"re-ranking {method.name}: {name} must be a whole number >= 1, got {value:g}")

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from retrieval.core.rerank import parse_rerank
 from retrieval.errors import UserError
 from retrieval.report.grid_modes import GRID_MODES
 from retrieval.runtime.files import write_text
@@ -101,6 +102,8 @@ class EvaluationRequest:
             raise ValueError(f"grid_rows must be >= 1, got {self.grid_rows}")
         if self.grid_queries not in GRID_MODES:
             raise ValueError(f"grid_queries must be one of {', '.join(GRID_MODES)}, got {self.grid_queries!r}")
+        if self.rerank:
+            parse_rerank(self.rerank)  # a bad spec is the user's: refused here, before PyTorch loads
 
 
 @dataclass(frozen=True)
@@ -406,12 +409,9 @@ def _classifier_for(checkpoint: Checkpoint, config: Config, data: RetrievalData)
 
 
 def _check_requests(request: EvaluationRequest, classifier: ProxyClassifier | None, data: RetrievalData) -> None:
-    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to, and a bad --rerank."""
-    from retrieval.core.rerank import parse_rerank
+    """Refuse --classification / --calibrate on data or checkpoints they cannot apply to."""
     from retrieval.evaluate.proxy_classifier import closed_set_rows
 
-    if request.rerank:
-        parse_rerank(request.rerank)
     for flag, asked in (("--classification", request.classification), ("--calibrate", request.calibrate)):
         if not asked:
             continue

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from retrieval.core.rerank import augmentation_at_build
 from retrieval.errors import UserError
 from retrieval.export.encoder_choice import EncoderChoice, open_encoder
 from retrieval.index.choice import DEFAULT_TARGET_RECALL
@@ -117,6 +118,8 @@ class IndexBuildRequest:
             )
         if self.csv is None and self.images is None:
             raise UserError("index build needs the images to index: --csv FILE or --images DIR")
+        if self.rerank:
+            augmentation_at_build(self.rerank)  # a query-time method or a bad value, before PyTorch loads
 
     def options(self) -> IndexBuildOptions:
         """The kind, memory budget, tuning targets and stored vectors of the build (`IndexBuildOptions`)."""

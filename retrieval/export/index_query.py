@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from retrieval.core.rerank import rerank_at_query
 from retrieval.errors import UserError
 from retrieval.index.min_score import keep_matches, min_score_for
 from retrieval.index.query import LearnedRanking, QueryAnswer, search_matches
@@ -76,6 +77,8 @@ class QueryRequest:
             raise UserError(f"-k must be between 1 and {MAX_K}, got {self.k}")
         if self.rerank and self.reranker:
             raise UserError("--rerank and --reranker are two re-rankings; pass one")
+        if self.rerank:
+            rerank_at_query(self.rerank)  # dba or a bad value, before the index or the model loads
         if self.min_score is not None and self.reranker is not None:
             raise UserError(
                 "--min-score compares cosines, and --reranker's scores blend the cosine with a pair model's "
@@ -107,7 +110,6 @@ def query_index(request: QueryRequest) -> QueryReport:
         UserError: the index, the filter, a column, the minimum score, a query image, the re-ranker or
             the model cannot be used (before the model loads, except an image that cannot be decoded).
     """
-    from retrieval.core.rerank import rerank_at_query
     from retrieval.index import SearchIndex
     from retrieval.inference.sources import query_images
 

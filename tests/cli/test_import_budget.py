@@ -105,6 +105,7 @@ MISTAKES: list[tuple[list[str], str]] = [
     (["train", "--set", "reranker.pairs_from=nope"], "reranker.pairs_from"),
     (["train", "--set", "reranker.mine_depth=0"], "reranker.mine_depth"),
     (["train", "--set", "audit.k=0"], "audit.k"),
+    (["train", "--set", "reranker.base=dba:k=0"], "reranker.base"),
     (["pretrain", "--images", "missing", "--output-dir", "o"], "image folder not found: missing"),
     (["pretrain", "--images", "empty", "--output-dir", "o"], "no images to index in empty"),
     (["pretrain", "--images", "notimages", "--output-dir", "o"], "no images to index in notimages"),
@@ -120,6 +121,12 @@ MISTAKES: list[tuple[list[str], str]] = [
     (["embed", "--checkpoint", "missing.pt", "--csv", "train.csv", "--out", "e.npz"], "checkpoint not found"),
     (["embed", "--checkpoint", "missing.pt", "--images", "empty", "--out", "e.npz"], "no images to index in empty"),
     (["export", "--checkpoint", "missing.pt", "--format", "onnx", "--out", "x"], "checkpoint not found"),
+    # A re-ranking spec each command reads as its library does: the method, its place (build or query), its values.
+    (["evaluate", "--backbone", "resnet18", "--rerank", "rocchio"], "unknown re-ranking method 'rocchio'"),
+    (["evaluate", "--backbone", "resnet18", "--rerank", "dba:k=0"], "re-ranking dba: k must be a whole number"),
+    (["index", "build", "--checkpoint", "m.pt", "--csv", "train.csv", "--out", "i", "--rerank", "qe"], "qe re-ranks"),
+    (["index", "query", "--index", ".", "--image", "x.png", "--rerank", "dba"], "dba re-ranks the stored vectors"),
+    (["serve", "--index", ".", "--rerank", "qe:k=two"], "re-ranking qe: k='two' is not a whole number"),
 ]
 
 

@@ -123,9 +123,10 @@ def test_specs_round_trip_and_refuse_unknown_names():
     for bad, message in (
         ("rocchio", "unknown re-ranking method 'rocchio'; choose one of qe, dba, kreciprocal"),
         ("qe:beta=2", "re-ranking qe: unknown parameter 'beta=2'; its parameters are k, alpha"),
-        ("qe:k=two", "re-ranking qe: k='two' is not a int"),
+        ("qe:k=two", "re-ranking qe: k='two' is not a whole number"),
+        ("qe:alpha=", "re-ranking qe: alpha='' is not a number"),
         ("kreciprocal:lam=2", "kreciprocal lam must lie in [0, 1], got 2"),
-        ("dba:k=0", "re-ranking DatabaseAugmentation: k must be a whole number >= 1, got 0"),
+        ("dba:k=0", "re-ranking dba: k must be a whole number >= 1, got 0"),
     ):
         with pytest.raises(UserError) as error:
             parse_rerank(bad)

@@ -31,6 +31,8 @@ def test_a_request_out_of_range_is_a_value_error_naming_the_range(tiny_checkpoin
         EvaluationRequest(checkpoint=tiny_checkpoint, exclude_leaks=True, leak_ratio=1.0)
     with pytest.raises(ValueError, match="grid_queries must be one of"):
         EvaluationRequest(checkpoint=tiny_checkpoint, grid_queries="best")
+    with pytest.raises(UserError, match="unknown re-ranking method 'rocchio'"):  # the user's spec, in their words
+        EvaluationRequest(checkpoint=tiny_checkpoint, rerank="rocchio")
 
 
 def test_a_request_that_cannot_apply_is_a_user_error(tiny_checkpoint, csv_dataset):

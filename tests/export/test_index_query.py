@@ -23,6 +23,8 @@ from retrieval.index import SearchIndex
         ({"k": 1001}, "-k must be between 1 and 1000, got 1001"),
         ({"rerank": "qe", "reranker": Path("r")}, "--rerank and --reranker are two re-rankings; pass one"),
         ({"min_score": "0.5", "reranker": Path("r")}, "--min-score compares cosines"),
+        ({"rerank": "dba"}, "dba re-ranks the stored vectors, not a query: build the index with --rerank dba"),
+        ({"rerank": "qe:k=0"}, "re-ranking qe: k must be a whole number >= 1, got 0"),
     ],
 )
 def test_a_request_that_contradicts_itself_is_one_line_when_made(fields: dict, message: str) -> None:
@@ -51,7 +53,6 @@ def modelless(tmp_path_factory) -> Path:
         ),
         ({"min_score": "stored"}, "this index stores no match threshold"),
         ({"min_score": "60"}, "min score must be a cosine in [-1, 1]"),
-        ({"rerank": "dba"}, "dba"),
         ({"images": (Path("missing.png"),)}, "query image not found: missing.png"),
     ],
 )

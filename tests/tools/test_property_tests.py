@@ -11,11 +11,13 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
+PROPERTIES = "tests/index/test_rerank_properties.py"
 
 
 def test_the_script_runs_the_properties_at_the_given_profile() -> None:
     done = subprocess.run(
-        [sys.executable, "tools/property_tests.py", "--profile", "dev", "--", "tests/index/test_rerank_properties.py"],
+        # One file's properties in one process: `-n 0`, as xdist's workers would each import the whole stack first.
+        [sys.executable, "tools/property_tests.py", "--profile", "dev", "--", "-n", "0", PROPERTIES],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,8 +1,9 @@
 """Two CPU processes (torchrun, gloo) train like one process given the same global batch, and print once.
 
 One torchrun launch (two processes importing PyTorch take most of its time) checks four losses' first step, a
-proxy loss, a pair loss, a pytorch-metric-learning pair loss with a miner and one with class centres, then
-runs `retrieval train` on a `pml.` loss end to end.
+proxy loss, a pair loss, a pytorch-metric-learning pair loss with a miner and one with class centres, and a
+cross-batch memory's steps (each rank's memory holds every rank's embeddings), then runs `retrieval train` on
+a `pml.` loss end to end.
 """
 
 from __future__ import annotations
@@ -13,13 +14,14 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 import torch
 
 from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
-from tests.train.ddp_worker import first_step
+from tests.train.ddp_worker import MEMORY_CASE, first_step, memory, memory_batches
 
 pytestmark = pytest.mark.slow
 
@@ -47,22 +49,36 @@ CASES = {
 ADAPTER = ["loss.name=pml.NTXentLoss", "loss.miner=pml.MultiSimilarityMiner", "data.p=4", "data.k=4"]
 
 
-@pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
-def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(tmp_path):
-    run = tmp_path / "run"
+class Launch(NamedTuple):
+    """What the torchrun launch left: its output folder, each rank's saved steps, and what it printed."""
+
+    folder: Path
+    ranks: list[dict]
+    stdout: str
+
+
+@pytest.fixture(scope="module")
+def launch(tmp_path_factory) -> Launch:
+    folder = tmp_path_factory.mktemp("torchrun")
+    run = folder / "run"
     train = ["train", *(f"--set={o}" for o in [*TINY, *ADAPTER, "train.epochs=1"]), "--output-dir", str(run)]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run(
-        [*command, str(WORKER), str(tmp_path), json.dumps(CASES), *train],
+        [*command, str(WORKER), str(folder), json.dumps(CASES), *train],
         env=env,
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    ranks = [torch.load(folder / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+    return Launch(folder, ranks, done.stdout)
 
-    ranks = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
+
+@pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
+def test_two_processes_match_one_process_on_the_global_batch_and_print_one_result(launch: Launch, tmp_path):
+    ranks, run = launch.ranks, launch.folder / "run"
     for name, overrides in CASES.items():
         shares = [rank[name] for rank in ranks]
         assert not torch.equal(shares[0]["labels"], shares[1]["labels"]) or not torch.equal(
@@ -85,10 +101,21 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
             for share in shares:
                 torch.testing.assert_close(share["grads"][key], reference, rtol=1e-4, atol=1e-4 * scale, msg=key)
 
-    lines = done.stdout.splitlines()
+    lines = launch.stdout.splitlines()
     assert sum(line.startswith("Recall@1: ") for line in lines) == 1
     assert [line.split(":")[0] for line in lines[-5:]] == ["Recall@1", "Recall@2", "Recall@4", "Recall@8", "MAP@R"]
     assert sum(re.match(r"epoch 1/1 ", line) is not None for line in lines) == 1
     assert json.loads((run / "result.json").read_text())["test"]["recall@1"] > 0
     environment = json.loads((run / "environment.json").read_text())
     assert environment["world_size"] == 2
+
+
+def test_every_rank_enqueues_the_global_batch_in_its_cross_batch_memory(launch: Launch) -> None:
+    """Was tests/losses/test_memory_distributed.py (its own two spawned processes): the same check, in the launch."""
+    single = memory()
+    expected = torch.stack([single(embeddings, labels).detach() for embeddings, labels in memory_batches()])
+    for rank in launch.ranks:
+        saved = rank[MEMORY_CASE]
+        torch.testing.assert_close(saved["losses"], expected, rtol=1e-6, atol=1e-6)
+        for name, tensor in single.state_dict().items():
+            torch.testing.assert_close(saved["state"][name], tensor, rtol=0, atol=0, msg=name)

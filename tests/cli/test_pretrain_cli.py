@@ -1,17 +1,11 @@
-"""`retrieval pretrain` on the command line: misuse refused in one line, and under torchrun one run printed once.
+"""`retrieval pretrain` on the command line: misuse refused in one line.
 
-What a run writes, and how it resumes, is tested without the command line in `tests/pretrain/test_pretrain_run.py`."""
+What a run writes, and how it resumes, is tested without the command line in `tests/pretrain/test_pretrain_run.py`;
+under torchrun, one run printed once, in `tests/train/test_distributed.py`'s launch."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
-
-import pytest
-from safetensors.torch import load_file
 
 from retrieval.cli.main import main
 from tests.pretrain.pretraining import TINY
@@ -41,16 +35,3 @@ def test_a_bad_pretrain_key_is_one_line(csv_dataset, tmp_path, capsys):
     assert _pretrain(csv_dataset, tmp_path / "bad", "pretrain.method=byol") == 2
     err = capsys.readouterr().err
     assert "pretrain.method" in err and len(err.strip().splitlines()) == 1
-
-
-@pytest.mark.slow
-def test_two_torchrun_processes_pretrain_one_run_and_print_once(csv_dataset, tmp_path):
-    run = tmp_path / "ddp"
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "retrieval"]
-    arguments = ["pretrain", "--csv", str(csv_dataset), *_sets([*TINY, "pretrain.epochs=1"]), "--output-dir", str(run)]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
-    done = subprocess.run([*command, *arguments], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.count("backbone weights: ") == 1 and done.stdout.count("epoch 1/1 ") == 1
-    assert json.loads((run / "environment.json").read_text())["world_size"] == 2
-    assert load_file(run / "backbone.safetensors")

@@ -1,12 +1,13 @@
 """Started by `test_distributed.py` under torchrun: the first step of some losses, a cross-batch memory's steps, then
 a short `retrieval train`.
 
-Usage: torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR CASES_JSON TRAIN_ARG...
+Usage: torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR CASES_JSON COMMANDS_JSON
 
 Each rank saves `OUT_DIR/rank<R>.pt`: per case (name -> config overrides) the first batch it
 trained on, its loss and the gradients after the backward pass (averaged over ranks by DDP), and under
-`MEMORY_CASE` its memory's losses and state after `memory_batches()`. Then every rank runs
-`retrieval train TRAIN_ARG...` in the same process group.
+`MEMORY_CASE` its memory's losses and state after `memory_batches()`. Then every rank runs each command
+of COMMANDS_JSON (a list of `retrieval` argument lists) in the same process group; rank 0 prints
+`COMMAND_END` after each, so that what each command printed can be told apart.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from retrieval.train.step import GatheredLoss
 from retrieval.train.trainer import Trainer
 
 MEMORY_CASE = "cross_batch_memory"
+COMMAND_END = "--- end of command ---"
 MEMORY_DIM, MEMORY_SIZE, MEMORY_STEPS = 8, 24, 3  # a global batch of 8 x 3 steps wraps the memory of 24 once
 
 
@@ -65,7 +67,7 @@ def memory_steps(rank: int) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    out, cases, train_args = Path(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3:]
+    out, cases, commands = Path(sys.argv[1]), json.loads(sys.argv[2]), json.loads(sys.argv[3])
     with process_group("cpu") as context:
         steps = {
             name: first_step(Trainer.from_config(load_config(None, overrides), out / name))
@@ -73,5 +75,9 @@ if __name__ == "__main__":
         }
         steps[MEMORY_CASE] = memory_steps(context.rank)
         torch.save(steps, out / f"rank{context.rank}.pt")
-        code = main(train_args)
-    sys.exit(code)
+        codes = []
+        for arguments in commands:
+            codes.append(main(arguments))
+            if context.is_main:
+                print(COMMAND_END, flush=True)
+    sys.exit(max(codes))

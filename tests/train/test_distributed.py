@@ -3,7 +3,7 @@
 One torchrun launch (two processes importing PyTorch take most of its time) checks four losses' first step, a
 proxy loss, a pair loss, a pytorch-metric-learning pair loss with a miner and one with class centres, and a
 cross-batch memory's steps (each rank's memory holds every rank's embeddings), then runs `retrieval train` on
-a `pml.` loss end to end.
+a `pml.` loss and `retrieval pretrain` end to end.
 """
 
 from __future__ import annotations
@@ -18,10 +18,13 @@ from typing import NamedTuple
 
 import pytest
 import torch
+from safetensors.torch import load_file
 
 from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
-from tests.train.ddp_worker import MEMORY_CASE, first_step, memory, memory_batches
+from tests.conftest import write_csv_dataset
+from tests.pretrain.pretraining import TINY as TINY_PRETRAIN
+from tests.train.ddp_worker import COMMAND_END, MEMORY_CASE, first_step, memory, memory_batches
 
 pytestmark = pytest.mark.slow
 
@@ -50,22 +53,24 @@ ADAPTER = ["loss.name=pml.NTXentLoss", "loss.miner=pml.MultiSimilarityMiner", "d
 
 
 class Launch(NamedTuple):
-    """What the torchrun launch left: its output folder, each rank's saved steps, and what it printed."""
+    """What the torchrun launch left: its output folder, each rank's saved steps, and what each command printed."""
 
     folder: Path
     ranks: list[dict]
-    stdout: str
+    train_stdout: str
+    pretrain_stdout: str
 
 
 @pytest.fixture(scope="module")
 def launch(tmp_path_factory) -> Launch:
     folder = tmp_path_factory.mktemp("torchrun")
-    run = folder / "run"
-    train = ["train", *(f"--set={o}" for o in [*TINY, *ADAPTER, "train.epochs=1"]), "--output-dir", str(run)]
+    train = ["train", *(f"--set={o}" for o in [*TINY, *ADAPTER, "train.epochs=1"]), "--output-dir", str(folder / "run")]
+    pretrain = ["pretrain", "--csv", str(write_csv_dataset(folder / "data")), "--output-dir", str(folder / "ddp")]
+    pretrain += [f"--set={o}" for o in [*TINY_PRETRAIN, "pretrain.epochs=1"]]
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(Path(__file__).parents[2])}
     done = subprocess.run(
-        [*command, str(WORKER), str(folder), json.dumps(CASES), *train],
+        [*command, str(WORKER), str(folder), json.dumps(CASES), json.dumps([train, pretrain])],
         env=env,
         capture_output=True,
         text=True,
@@ -73,7 +78,9 @@ def launch(tmp_path_factory) -> Launch:
     )
     assert done.returncode == 0, done.stderr[-3000:]
     ranks = [torch.load(folder / f"rank{rank}.pt", weights_only=True) for rank in (0, 1)]
-    return Launch(folder, ranks, done.stdout)
+    train_stdout, pretrain_stdout, rest = done.stdout.split(COMMAND_END + "\n")
+    assert rest == ""
+    return Launch(folder, ranks, train_stdout, pretrain_stdout)
 
 
 @pytest.mark.filterwarnings("ignore:train.freeze_bn is set but the backbone starts from scratch")
@@ -101,7 +108,7 @@ def test_two_processes_match_one_process_on_the_global_batch_and_print_one_resul
             for share in shares:
                 torch.testing.assert_close(share["grads"][key], reference, rtol=1e-4, atol=1e-4 * scale, msg=key)
 
-    lines = launch.stdout.splitlines()
+    lines = launch.train_stdout.splitlines()
     assert sum(line.startswith("Recall@1: ") for line in lines) == 1
     assert [line.split(":")[0] for line in lines[-5:]] == ["Recall@1", "Recall@2", "Recall@4", "Recall@8", "MAP@R"]
     assert sum(re.match(r"epoch 1/1 ", line) is not None for line in lines) == 1
@@ -119,3 +126,11 @@ def test_every_rank_enqueues_the_global_batch_in_its_cross_batch_memory(launch: 
         torch.testing.assert_close(saved["losses"], expected, rtol=1e-6, atol=1e-6)
         for name, tensor in single.state_dict().items():
             torch.testing.assert_close(saved["state"][name], tensor, rtol=0, atol=0, msg=name)
+
+
+def test_two_torchrun_processes_pretrain_one_run_and_print_once(launch: Launch) -> None:
+    """Was tests/cli/test_pretrain_cli.py's test of the same name (its own torchrun launch)."""
+    run = launch.folder / "ddp"
+    assert launch.pretrain_stdout.count("backbone weights: ") == 1 and launch.pretrain_stdout.count("epoch 1/1 ") == 1
+    assert json.loads((run / "environment.json").read_text())["world_size"] == 2
+    assert load_file(run / "backbone.safetensors")

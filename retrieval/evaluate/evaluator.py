@@ -6,8 +6,6 @@ Embedding goes through `retrieval.inference.forward`, the path `retrieval embed`
 
 from __future__ import annotations
 
-import statistics
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,7 +30,6 @@ __all__ = [
     "closing_lines",
     "embed_dataset",
     "evaluate_model",
-    "format_mean_sd",
     "format_metrics",
     "readable_rows",
     "score_split",
@@ -239,9 +236,3 @@ def closing_lines(values: dict[str, str], label: str = "") -> str:
     suffix = f"  ({label})" if label else ""
     names = [*((f"recall@{k}", f"Recall@{k}") for k in KS), ("map@r", "MAP@R")]
     return "\n".join(f"{name}: {values[key]}{suffix}" for key, name in names)
-
-
-def format_mean_sd(scores: Sequence[float]) -> str:
-    """`0.8123 ± 0.0045`: mean and sample standard deviation (0 for a single score) of one metric over seeds."""
-    spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
-    return f"{statistics.mean(scores):.4f} ± {spread:.4f}"

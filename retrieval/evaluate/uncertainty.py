@@ -1,4 +1,4 @@
-"""Uncertainty of an evaluation: class-bootstrap intervals, per-query files, paired comparisons.
+"""Uncertainty of an evaluation: class-bootstrap intervals, per-query files, paired comparisons, spreads over seeds.
 
 Every evaluation keeps its per-query scores (`per_query.npz` in a run directory) so that two
 runs on the same test queries can be compared pair-wise later (`retrieval compare`) and every
@@ -8,6 +8,8 @@ reported Recall@1 / MAP@R carries a 95% interval from resampling classes
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,7 @@ __all__ = [
     "QueryValues",
     "Uncertainty",
     "compare_runs",
+    "format_mean_sd",
     "format_uncertainty",
     "load_query_values",
     "record_uncertainty",
@@ -159,3 +162,9 @@ def compare_runs(a: QueryValues, b: QueryValues, seed: int = 0) -> dict[str, Int
             "compare runs evaluated on the same test split"
         )
     return {key: paired_difference(a.values[key], b.values[key], a.labels, seed=seed) for key in INTERVAL_METRICS}
+
+
+def format_mean_sd(scores: Sequence[float]) -> str:
+    """`0.8123 ± 0.0045`: mean and sample standard deviation (0 for a single score) of one metric over seeds."""
+    spread = statistics.stdev(scores) if len(scores) > 1 else 0.0
+    return f"{statistics.mean(scores):.4f} ± {spread:.4f}"

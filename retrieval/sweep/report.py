@@ -21,8 +21,7 @@ from typing import Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from retrieval.evaluate.evaluator import format_mean_sd
-from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, load_query_values
+from retrieval.evaluate.uncertainty import INTERVAL_METRICS, QueryValues, format_mean_sd, load_query_values
 from retrieval.metrics.bootstrap import Interval, bootstrap_interval
 from retrieval.report.plots import read_records, save_figure
 from retrieval.runtime.files import write_text

@@ -110,7 +110,8 @@ class TrainingReport:
 
     def seed_summary(self) -> str:
         """Mean ± sample standard deviation over the runs of each closing metric, headed by the seeds."""
-        from retrieval.evaluate.evaluator import KS, closing_lines, format_mean_sd
+        from retrieval.evaluate.evaluator import KS, closing_lines
+        from retrieval.evaluate.uncertainty import format_mean_sd
 
         keys = [*(f"recall@{k}" for k in KS), "map@r"]
         values = {key: format_mean_sd([run.result.test[key] for run in self.runs]) for key in keys}

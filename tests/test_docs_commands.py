@@ -12,12 +12,14 @@ name: `data/shop.csv`, `runs/shop/checkpoints/best.pt` (trained one epoch at 32 
 `shoe.png`, `embeddings/`, ... So a command runs exactly as written, save absolute placeholder paths
 (`/data/shop/dataset.csv`) and `...`-style elisions that its entry replaces, and the budget overrides
 appended to the commands that train (a resnet10t from scratch, one epoch, 32 px). The world is built once
-per module; each test copies it because `index add`, `--save-threshold` and the like change what they touch.
+per module; each test copies it because `index add`, `--save-threshold` and the like change what they touch
+(its checkpoints, exports and weights hard-linked, `LINKED`: they are only ever replaced whole).
 `retrieval serve` runs with uvicorn replaced by a test client that asks `/healthz`, which builds the same app.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -713,7 +715,8 @@ def _build_world(root: Path) -> None:
         patch.chdir(root)
         for step in steps:
             assert main(shlex.split(step)) == 0, step
-    (root / "runs/shop/checkpoints/last.pt").unlink()  # nothing documented here reads it; copies stay small
+    for unread in ("runs/shop/checkpoints/last.pt", "runs/pretrain/checkpoints/last.pt"):
+        (root / unread).unlink()  # nothing documented here reads it (resume is prose); copies stay small
     # Relative links, so that they point into each test's copy of the world.
     links = {"run/checkpoints/best.pt": best, "best.pt": best}
     links |= {f"runs/glyph-gamma/{cell}/seed-0": "runs/shop" for cell in ("a", "b")}
@@ -722,11 +725,34 @@ def _build_world(root: Path) -> None:
         (root / link).symlink_to(os.path.relpath(root / target, (root / link).parent))
 
 
+# The world's checkpoints, exports and weights: a command replaces such a file whole (temporary file + rename, as the
+# toolkit writes them) and never edits one in place, so each copy of the world hard-links them instead of copying
+# some 60 MB a test. The world's teardown checks that no command changed one.
+LINKED = (".pt", ".onnx", ".safetensors")
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    if source.endswith(LINKED):
+        os.link(source, target)
+    else:
+        shutil.copy2(source, target)
+
+
+def _linked_digests(root: Path) -> dict[str, str]:
+    return {
+        str(path.relative_to(root)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(root.rglob("*"))
+        if path.name.endswith(LINKED) and path.is_file() and not path.is_symlink()
+    }
+
+
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("world")
     _build_world(root)
-    return root
+    linked = _linked_digests(root)
+    yield root
+    assert _linked_digests(root) == linked, "a command edited a hard-linked file of the world in place: copy it"
 
 
 def _params() -> Iterator[object]:
@@ -748,7 +774,7 @@ def test_documented_command_runs(
         pytest.skip(entry.reason)
     world = request.getfixturevalue("world")  # not for a skip: the world costs a training run
     here = tmp_path / "world"
-    shutil.copytree(world, here, symlinks=True)
+    shutil.copytree(world, here, symlinks=True, copy_function=_link_or_copy)
     for path in entry.fresh:
         shutil.rmtree(here / path, ignore_errors=True)
     monkeypatch.chdir(here)

@@ -11,7 +11,7 @@ imports each time) inside its own copy of a small world, a folder that holds eve
 name: `data/shop.csv`, `runs/shop/checkpoints/best.pt` (trained one epoch at 32 px), `runs/shop/index`,
 `shoe.png`, `embeddings/`, ... So a command runs exactly as written, save absolute placeholder paths
 (`/data/shop/dataset.csv`) and `...`-style elisions that its entry replaces, and the budget overrides
-appended to the commands that train (a resnet10t from scratch, one epoch, 32 px). The world is built once
+appended to the commands that train (timm's tiny `test_resnet` from scratch, one epoch, 32 px). The world is built once
 per module; each test copies it because `index add`, `--save-threshold` and the like change what they touch
 (its checkpoints, exports and weights hard-linked, `LINKED`: they are only ever replaced whole).
 `retrieval serve` runs with uvicorn replaced by a test client that asks `/healthz`, which builds the same app.
@@ -34,6 +34,7 @@ import pytest
 from PIL import Image
 
 from retrieval.cli.main import main
+from tests.conftest import TINY_BACKBONE
 from tests.data.official_layouts import write_cars, write_cub, write_inshop, write_sop
 from tests.tools.tool_modules import load_tool
 
@@ -44,7 +45,7 @@ PROGRAMS = ("retrieval ", "python tools/", "torchrun ")
 # Appended to a command that trains: a tiny from-scratch run instead of an ImageNet ResNet-50 for hours, on the
 # xdist worker's one thread.
 TRAIN_BUDGET = (
-    "--set train.epochs=1 --set data.image_size=32 --set model.backbone=resnet10t --set model.pretrained=false "
+    f"--set train.epochs=1 --set data.image_size=32 --set model.backbone={TINY_BACKBONE} --set model.pretrained=false "
     "--set data.batch_size=8 --set data.num_workers=0 --set train.warmup_epochs=0 "
     "--set train.freeze_backbone_epochs=0 --set train.freeze_bn=false --set train.threads=1 --set train.plots=false"
 )

@@ -15,7 +15,7 @@ import yaml
 
 from retrieval.cli.main import main
 from tests.cli.errors import error_line
-from tests.conftest import TINY_DEMO, write_csv_config
+from tests.conftest import TINY_BACKBONE, TINY_DEMO, write_csv_config
 from tests.train.training import FINAL_LINES
 
 # A tiny, fast version of the demo (conftest's `TINY_DEMO`, trained once a session as `tiny_demo`).
@@ -49,7 +49,7 @@ def test_train_writes_a_run_and_evaluate_reproduces_its_recall(tiny_demo, tmp_pa
         == records[-1]["grad"]["correct_count"] + records[-1]["grad"]["wrong_count"]
     )
     assert (run / "plots/gradients.png").is_file()
-    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backbone"] == "resnet10t"
+    assert yaml.safe_load((run / "config.yaml").read_text())["model"]["backbone"] == TINY_BACKBONE
     environment = json.loads((run / "environment.json").read_text())
     assert environment["torch_threads"] == 2 and environment["versions"]["torch"] == version("torch")
 

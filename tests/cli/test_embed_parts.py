@@ -1,6 +1,6 @@
 """`retrieval embed --out DIR/` on the command line: under torchrun, after a kill, and its mistakes in one line.
 
-42 images of 40 px (one unreadable), a 16-d resnet10t at 32 px, parts of 8 images: 6 parts (conftest's
+42 images of 40 px (one unreadable), a 16-d `TINY_BACKBONE` at 32 px, parts of 8 images: 6 parts (conftest's
 `parts_dataset`, embedded once in one process as `single_process_parts`). What one process writes, and a rerun
 of a finished or damaged job, is tested without the command line in `tests/inference/test_embed_run.py`.
 """

@@ -18,12 +18,13 @@ import pytest
 from retrieval.cli.main import main
 from retrieval.evaluate.uncertainty import QueryValues, load_query_values, save_query_values
 from retrieval.metrics import paired_difference
+from tests.conftest import TINY_BACKBONE
 
 CLASSES = np.repeat(np.arange(12), 5)
 FINAL_LINES = re.compile("".join(rf"Recall@{k}: \d\.\d{{4}}\n" for k in (1, 2, 4, 8)) + r"MAP@R: \d\.\d{4}\n$")
-# A tiny digits run: resnet10t at 16 px, one epoch; the demo's validation split selects best.pt.
+# A tiny digits run: `TINY_BACKBONE` at 16 px, one epoch; the demo's validation split selects best.pt.
 TINY = [
-    "model.backbone=resnet10t",
+    f"model.backbone={TINY_BACKBONE}",
     "model.embedding_dim=8",
     "data.image_size=16",
     "train.epochs=1",

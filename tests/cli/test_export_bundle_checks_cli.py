@@ -1,6 +1,6 @@
 """Export directories whose files match their manifest but are wrong: one line and exit 2, never a traceback or a hang.
 
-Each case copies the tests' real export (resnet10t, 32 px RGB, a fixed `(B, 3, 32, 32)` input),
+Each case copies the tests' real export (`TINY_BACKBONE`, 32 px RGB, a fixed `(B, 3, 32, 32)` input),
 damages one file and records the damage in the manifest, as a hand-edited or half-copied
 directory would look; `index build --model` and `serve --model` both refuse it.
 

@@ -13,7 +13,7 @@ import yaml
 
 from retrieval.cli.main import main
 from retrieval.train.trainer import Trainer
-from tests.conftest import TINY_DIGITS
+from tests.conftest import TINY_BACKBONE, TINY_DIGITS
 from tests.data.test_multi_label import make_multi_label, multi_label_config
 
 
@@ -65,8 +65,8 @@ def test_a_non_finite_loss_is_one_line_and_overwrites_nothing(tmp_path, capsys, 
 
 @pytest.mark.slow
 def test_the_demo_trains_a_pair_loss_without_setting_p(tmp_path, capsys):
-    # The demo's data and sampler; a 16 px resnet10t on one thread: the fitted P is what is checked, not recall.
-    tiny = ["model.backbone=resnet10t", "data.image_size=16", "train.threads=1", "train.plots=false"]
+    # The demo's data and sampler; a 16 px `TINY_BACKBONE` on one thread: the fitted P is what is checked, not recall.
+    tiny = [f"model.backbone={TINY_BACKBONE}", "data.image_size=16", "train.threads=1", "train.plots=false"]
     sets = [item for override in ["loss.name=supcon", "train.epochs=1", *tiny] for item in ("--set", override)]
     args = ["train", *sets, "--output-dir", str(tmp_path / "run")]
     assert main(args) == 0

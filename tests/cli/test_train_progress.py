@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from retrieval.cli.main import main
-from tests.conftest import TINY_DIGITS
+from tests.conftest import TINY_BACKBONE, TINY_DIGITS
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ def test_the_first_lines_say_which_stage_the_run_is_in(tmp_path, capsys) -> None
     lines = capsys.readouterr().out.splitlines()
     assert lines[:4] == [
         "retrieval train: loading PyTorch and timm ...",
-        "retrieval train: building the model (resnet10t) ...",
+        f"retrieval train: building the model ({TINY_BACKBONE}) ...",
         "retrieval train: reading the data (digits) ...",
         "retrieval train: training epochs 1-1 of 1 on cpu, 5 batches each ...",
     ]

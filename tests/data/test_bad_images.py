@@ -11,6 +11,7 @@ from PIL import Image
 from retrieval.data import EvalSplit, ImageDataset, ImageLoader
 from retrieval.errors import UserError
 from retrieval.evaluate.evaluator import evaluate_model
+from tests.conftest import TINY_BACKBONE
 from tests.data.official_layouts import write_image
 from tests.train.training import train
 
@@ -93,7 +94,7 @@ def test_evaluation_with_skip_scores_the_readable_images_only(tmp_path, flags):
 def _train_config(tmp_path, csv_dataset, workers, on_bad_image):
     """A one-epoch CPU run of a tiny resnet on the conftest CSV dataset."""
     config = {
-        "model": {"backbone": "resnet10t", "embedding_dim": 8, "pretrained": False},
+        "model": {"backbone": TINY_BACKBONE, "embedding_dim": 8, "pretrained": False},
         "data": {
             "name": "csv",
             "path": str(csv_dataset),

@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from retrieval.data import ImageDataset, read_csv_splits
+from tests.conftest import TINY_BACKBONE
 from tests.train.training import train
 
 
@@ -46,7 +47,7 @@ def test_multi_label_rows_load_as_multi_hot(csv_dataset):
 
 def multi_label_config(tmp_path, csv_path, loss):
     config = {
-        "model": {"backbone": "resnet10t", "embedding_dim": 16, "pretrained": False},
+        "model": {"backbone": TINY_BACKBONE, "embedding_dim": 16, "pretrained": False},
         "data": {"name": "csv", "path": str(csv_path), "image_size": 16, "batch_size": 8, "num_workers": 0},
         "loss": {"name": loss},
         "train": {"epochs": 1, "freeze_backbone_epochs": 0, "freeze_bn": False, "device": "cpu", "threads": 1},

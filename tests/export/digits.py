@@ -31,7 +31,7 @@ def digit_files(folder: Path, split: str) -> list[Path]:
 
 
 def spread_digits_checkpoint(folder: Path, checkpoint_factory: Callable[..., Path]) -> Path:
-    """The tiny untrained resnet10t with BatchNorm statistics and head bias set on 256 digits training images.
+    """The tiny untrained `TINY_BACKBONE`, its BatchNorm statistics and head bias set on 256 digits training images.
 
     No weight is trained. An untrained network maps every digit to nearly the same unit vector
     (mean cosine 0.997), so neighbour order would be decided by float rounding; with its statistics

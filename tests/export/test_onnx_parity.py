@@ -13,6 +13,7 @@ from retrieval.export.onnx_encoder import OnnxEncoder
 from retrieval.export.onnx_export import export_checkpoint
 from retrieval.images import load_image
 from retrieval.inference.image_encoder import ImageEncoder
+from tests.conftest import TINY_BACKBONE
 
 
 def _top10(embeddings: np.ndarray) -> list[set[int]]:
@@ -46,7 +47,7 @@ def test_digits_embeddings_match_pytorch_within_1e_4(exported, digits_images, re
 def test_the_manifest_records_source_opset_dimension_and_parity(exported, digits_checkpoint):
     manifest = json.loads((exported / "manifest.json").read_text())
     assert manifest["source_checkpoint_sha256"] == hashlib.sha256(digits_checkpoint.read_bytes()).hexdigest()
-    assert manifest["opset"] == 18 and manifest["embedding_dim"] == 16 and manifest["backbone"] == "resnet10t"
+    assert manifest["opset"] == 18 and manifest["embedding_dim"] == 16 and manifest["backbone"] == TINY_BACKBONE
     assert manifest["files"]["model.onnx"] == hashlib.sha256((exported / "model.onnx").read_bytes()).hexdigest()
     assert manifest["parity"]["embedding_max_abs_diff"] < 1e-4
     assert manifest["parity"]["preprocess_max_abs_diff"] == 0.0

@@ -17,6 +17,7 @@ from retrieval.errors import UserError
 from retrieval.export.index_encoder import encoder_for_index
 from retrieval.inference.image_encoder import ImageEncoder
 from retrieval.models import Embedder
+from tests.conftest import TINY_BACKBONE
 from tests.data.exif_images import write_oriented_jpegs
 
 
@@ -69,7 +70,7 @@ def test_info_records_the_checkpoint_and_a_wrong_checkpoint_is_refused(tiny_chec
     encoder = ImageEncoder.from_checkpoint(tiny_checkpoint, device="cpu")
     info = encoder.info().record()
     assert info["checkpoint_sha256"] == hashlib.sha256(tiny_checkpoint.read_bytes()).hexdigest()
-    assert info["model_config"]["backbone"] == "resnet10t" and info["embedding_dim"] == 16
+    assert info["model_config"]["backbone"] == TINY_BACKBONE and info["embedding_dim"] == 16
     assert (
         info["image_size"] == 32
         and info["transform"]["resize_mode"] == "resize"

@@ -1,9 +1,11 @@
-"""The tiny pretraining settings the pretrain tests share: resnet10t at 16 px, batches of 8, a small head."""
+"""The tiny pretraining settings the pretrain tests share: `TINY_BACKBONE` at 16 px, batches of 8, a small head."""
 
 from __future__ import annotations
 
+from tests.conftest import TINY_BACKBONE
+
 TINY = (
-    "model.backbone=resnet10t",
+    f"model.backbone={TINY_BACKBONE}",
     "model.pooling=avg",
     "data.image_size=16",
     "data.num_workers=0",

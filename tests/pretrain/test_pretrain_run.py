@@ -16,6 +16,7 @@ from retrieval.errors import UserError
 from retrieval.models.embedder import create_backbone
 from retrieval.pretrain.pretrainer import PretrainCheckpoint
 from retrieval.pretrain.run import PretrainReport, PretrainRequest, check_pretraining, run_pretraining
+from tests.conftest import TINY_BACKBONE
 from tests.pretrain.pretraining import TINY
 
 
@@ -41,11 +42,11 @@ def test_pretrained_backbone_loads_into_train_whole_and_says_the_head_starts_fre
     assert report.main_process and report.result.weights == weights
     assert [record["epoch"] for record in _records(run)] == [1, 2]
     trained = load_file(weights)
-    fresh = create_backbone("resnet10t").state_dict()
+    fresh = create_backbone(TINY_BACKBONE).state_dict()
     assert trained.keys() == fresh.keys()
     assert any(not torch.equal(trained[key], fresh[key]) for key in trained if key.endswith("weight"))
     with caplog.at_level(logging.INFO, logger="retrieval"):
-        loaded = create_backbone("resnet10t", weights=weights).state_dict()
+        loaded = create_backbone(TINY_BACKBONE, weights=weights).state_dict()
     assert all(torch.equal(loaded[key], trained[key]) for key in trained)
     assert "the head and proxies start fresh" in caplog.text
 

@@ -10,6 +10,7 @@ from retrieval.index import SearchIndex
 from retrieval.serve import create_app
 from retrieval.serve.public import PublicPaths
 from retrieval.serve.responses import SearchResponse
+from tests.conftest import TINY_BACKBONE
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,7 @@ def test_info_keeps_the_manifests_private_fields(client, gallery):
     for private in ("removed_ids", "toolkit_version", "faiss_version", "files", "next_id"):
         assert private not in fields
     assert "checkpoint" not in fields["model"] and "weights" not in fields["model"]["model_config"]
-    assert fields["count"] == len(gallery.ids) and fields["model"]["model_config"]["backbone"] == "resnet10t"
+    assert fields["count"] == len(gallery.ids) and fields["model"]["model_config"]["backbone"] == TINY_BACKBONE
 
 
 def test_openapi_and_docs_only_behind_the_flag(gallery, serving, serve_limits, client):

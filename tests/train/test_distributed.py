@@ -22,7 +22,7 @@ from safetensors.torch import load_file
 
 from retrieval.config import load_config
 from retrieval.train.trainer import Trainer
-from tests.conftest import write_csv_dataset
+from tests.conftest import TINY_BACKBONE, write_csv_dataset
 from tests.pretrain.pretraining import TINY as TINY_PRETRAIN
 from tests.train.ddp_worker import COMMAND_END, MEMORY_CASE, first_step, memory, memory_batches
 
@@ -32,7 +32,7 @@ WORKER = Path(__file__).with_name("ddp_worker.py")
 # The digits demo, shrunk to seconds. BatchNorm frozen: without SyncBatchNorm (GPU only) each rank
 # normalizes with its own share's statistics, which a single process given the whole batch does not.
 TINY = [
-    "model.backbone=resnet10t",
+    f"model.backbone={TINY_BACKBONE}",
     "model.embedding_dim=16",
     "data.image_size=16",
     "train.threads=1",

@@ -17,7 +17,7 @@ from retrieval.runtime import heartbeat
 from retrieval.train import trainer
 from retrieval.train.resume import resume_point
 from retrieval.train.runs import TrainRequest, check_training_request, resumed_checkpoint
-from tests.conftest import TINY_DEMO, TINY_DIGITS, write_csv_config
+from tests.conftest import TINY_BACKBONE, TINY_DEMO, TINY_DIGITS, write_csv_config
 from tests.train.training import FINAL_LINES, train, train_interrupted
 
 
@@ -122,7 +122,7 @@ def test_resume_continues_exactly(kind, request, tmp_path, csv_dataset, monkeypa
 def test_resume_takes_the_weights_from_the_checkpoint_not_from_the_weights_file(tmp_path, monkeypatch):
     """Was `tests/cli/test_cli.py`'s test of the same name."""
     weights = tmp_path / "backbone.pth"
-    torch.save(timm.create_model("resnet10t", num_classes=0).state_dict(), weights)
+    torch.save(timm.create_model(TINY_BACKBONE, num_classes=0).state_dict(), weights)
     run = tmp_path / "run"
     overrides = [*TINY_DEMO, f"model.weights={weights}", "train.freeze_backbone_epochs=0"]
     train_interrupted(monkeypatch, 1, overrides, run)

@@ -13,7 +13,7 @@ from retrieval.config import check_config
 from retrieval.errors import UserError
 from retrieval.sweep.runner import _environment
 from retrieval.train.trackers import SWEEP_DIR_ENV, open_tracker, scalars
-from tests.conftest import TINY_DIGITS
+from tests.conftest import TINY_BACKBONE, TINY_DIGITS
 from tests.train.training import train
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_every_record_the_config_and_the_result_reach_tensorboard_and_mlflow(tin
     assert [m.value for m in history] == pytest.approx([r["val/map@r"] for r in records])
     metrics, params = mlflow_run.data.metrics, mlflow_run.data.params
     assert metrics["result/test/recall_at_1"] == pytest.approx(result["test"]["recall@1"])
-    assert params["model.backbone"] == "resnet10t" and params["train.loggers"] == "['tensorboard', 'mlflow']"
+    assert params["model.backbone"] == TINY_BACKBONE and params["train.loggers"] == "['tensorboard', 'mlflow']"
     assert mlflow_run.data.tags["result.selected_on"] == "val"
     config = client.download_artifacts(mlflow_run.info.run_id, "config.yaml", str(tmp_path))
     assert yaml.safe_load(open(config)) == yaml.safe_load((run / "config.yaml").read_text())

@@ -14,12 +14,13 @@ from retrieval.data.longtail import make_longtail_csv
 from retrieval.errors import UserError
 from retrieval.losses.class_weights import class_weights
 from retrieval.train.trainer import Trainer
+from tests.conftest import TINY_BACKBONE
 
 pytestmark = pytest.mark.slow
 
 TINY = [
     "data.name=csv",
-    "model.backbone=resnet10t",
+    f"model.backbone={TINY_BACKBONE}",
     "model.embedding_dim=8",
     "model.pretrained=false",
     "data.image_size=16",

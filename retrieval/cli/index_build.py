@@ -60,6 +60,13 @@ def add_parser(actions: argparse._SubParsersAction) -> None:
         "and index add augments new images the same way",
     )
     build.add_argument(
+        "--reranker",
+        type=Path,
+        metavar="DIR",
+        help="store the vectors this learned re-ranker (retrieval reranker DIR) of the checkpoint was chosen on: "
+        "its dba, or plain ones; then index query and serve take --reranker DIR",
+    )
+    build.add_argument(
         "--target-recall",
         type=_target_recall,
         metavar="R|none",
@@ -121,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         max_memory=args.max_memory,
         target_recall=args.target_recall,
         rerank=args.rerank,
+        reranker=args.reranker,
         lock_timeout=args.lock_timeout,
         batch_size=args.batch_size,
         num_workers=args.num_workers,

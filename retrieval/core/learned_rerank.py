@@ -218,7 +218,8 @@ class RerankerManifest(Record):
         build = "without --rerank" if base is None else f"with --rerank {base.spec()}"
         raise UserError(
             f"this re-ranker's blend was chosen on {chosen_on}, but this index stores {stored}: build the index "
-            f"{build}, or train a re-ranker with --set reranker.base={'null' if index is None else index.spec()}"
+            f"{build} (index build --reranker DIR does), or train a re-ranker with --set reranker.base="
+            f"{'null' if index is None else index.spec()}"
         )
 
     def verdict(self) -> str:

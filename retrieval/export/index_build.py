@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from retrieval.core.learned_rerank import RerankerManifest, read_reranker
 from retrieval.core.rerank import augmentation_at_build
 from retrieval.errors import UserError
 from retrieval.export.encoder_choice import EncoderChoice, open_encoder
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from retrieval.index import SearchIndex
     from retrieval.index.build import IndexBuildOptions
     from retrieval.index.manifest import IndexManifest, Measured
+    from retrieval.inference.interface import ModelInfo
     from retrieval.inference.sources import ImageSource
 
 __all__ = ["IndexBuildReport", "IndexBuildRequest", "build_index"]
@@ -52,6 +54,8 @@ class IndexBuildRequest:
         target_recall: tune search parameters to this 10-recall@10; `none` keeps the kind's fixed
             defaults; None: the default target, best effort.
         rerank: a `dba[:k=K,alpha=A]` spec: database-side augmented vectors are stored (images only).
+        reranker: a learned re-ranker's directory (`retrieval reranker`) of the encoder's checkpoint: the index
+            stores the vectors its blend was chosen on, its `base` dba or plain ones (instead of `rerank`).
         lock_timeout: seconds to wait for another writer of the directory.
         batch_size, num_workers: how the images are embedded.
 
@@ -77,6 +81,7 @@ class IndexBuildRequest:
     max_memory: str | None = None
     target_recall: float | Literal["none"] | None = None
     rerank: str | None = None
+    reranker: Path | None = None
     lock_timeout: float = DEFAULT_LOCK_TIMEOUT
     batch_size: int = 64
     num_workers: int = 0
@@ -93,8 +98,9 @@ class IndexBuildRequest:
             raise UserError(
                 "--column-types types the columns of --csv/--images; embedding files keep the types embed gave"
             )
-        if self.rerank:
-            raise UserError("--rerank dba needs every vector at once: build from images, not --embeddings")
+        if self.rerank or self.reranker:
+            flag = "--rerank dba" if self.rerank else "--reranker"
+            raise UserError(f"{flag} needs every vector at once: build from images, not --embeddings")
         if self.exclude:
             raise UserError("--exclude leaves images out of --csv/--images; embedding files are built as they are")
         flags = (
@@ -120,6 +126,8 @@ class IndexBuildRequest:
             raise UserError("index build needs the images to index: --csv FILE or --images DIR")
         if self.rerank:
             augmentation_at_build(self.rerank)  # a query-time method or a bad value, before PyTorch loads
+        if self.rerank and self.reranker:
+            raise UserError("--reranker brings the dba its blend was chosen over: drop --rerank")
 
     def options(self) -> IndexBuildOptions:
         """The kind, memory budget, tuning targets and stored vectors of the build (`IndexBuildOptions`)."""
@@ -176,15 +184,34 @@ def build_index(request: IndexBuildRequest) -> IndexBuildReport:
     if request.embeddings:
         return _from_embeddings(request, options)
     source, excluded = _images(request)  # the images and the model's presence before the model loads
+    reranker = None if request.reranker is None else read_reranker(request.reranker)
     encoder = open_encoder(request.encoder)
     from retrieval.index import SearchIndex
     from retrieval.inference.sources import embed_source
 
-    options = dataclasses.replace(options, model_info=encoder.info(), match_threshold=encoder.match_threshold)
+    info = encoder.info()
+    options = dataclasses.replace(options, model_info=info, match_threshold=encoder.match_threshold)
+    if reranker is not None:  # before the images are embedded
+        options = dataclasses.replace(options, database_augmentation=_stored_for(reranker.manifest, info))
     embeddings, rows = embed_source(encoder, source, request.batch_size, request.num_workers)
     index = SearchIndex.build(embeddings, rows, options)
     report = _saved(request, index)
     return dataclasses.replace(report, images=len(source.paths), excluded=excluded)
+
+
+def _stored_for(manifest: RerankerManifest, info: ModelInfo) -> str | None:
+    """The `--rerank` spec of the vectors a re-ranker's blend was chosen on (None: plain ones, also for a re-ranker
+    that is not applied, which fits any index), once it is checked to belong to the checkpoint `info` records.
+
+    Raises:
+        UserError: the model has no checkpoint, or another one than the re-ranker's.
+    """
+    sha256 = info.checkpoint_sha256 or info.source_checkpoint_sha256
+    if not sha256:
+        raise UserError("--reranker needs the model it was trained for: --checkpoint CKPT or an export of it")
+    manifest.belongs_to(sha256, "the checkpoint this index is built with")
+    base = manifest.base_augmentation() if manifest.applied else None
+    return None if base is None else base.spec()
 
 
 def _from_embeddings(request: IndexBuildRequest, options: IndexBuildOptions) -> IndexBuildReport:

@@ -125,3 +125,15 @@ def test_a_reranker_over_dba_answers_k_results_in_order_and_needs_an_index_of_th
     assert (
         "chosen on plain search results, but this index stores vectors augmented by dba:k=2" in capsys.readouterr().err
     )
+
+
+def test_index_build_for_a_reranker_makes_the_index_it_takes(
+    indexed, tiny_reranker, tiny_reranker_over_dba, tmp_path, capsys
+):
+    """`index build --reranker DIR` stores its dba (the library's test: tests/export/test_index_build.py)."""
+    _, dataset, _, _ = tiny_reranker
+    _, _, checkpoint, queries = indexed
+    over_dba, index = tiny_reranker_over_dba[1], tmp_path / "index"
+    build = ["index", "build", "--checkpoint", str(checkpoint), "--csv", str(dataset), "--out", str(index)]
+    assert main([*build, "--type", "flat", "--reranker", str(over_dba), *NO_WORKERS]) == 0
+    assert len(_query(capsys, index, over_dba, queries[:1], "-k", "3")[0]["results"]) == 3

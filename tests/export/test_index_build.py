@@ -10,6 +10,7 @@ import pytest
 from retrieval.errors import UserError
 from retrieval.export.encoder_choice import EncoderChoice
 from retrieval.export.index_build import IndexBuildRequest, build_index
+from retrieval.export.index_query import QueryRequest, query_index
 from retrieval.index import SearchIndex
 
 CHECKPOINT = EncoderChoice(checkpoint=Path("best.pt"))
@@ -21,6 +22,7 @@ FILES = (Path("e.npy"),)
     [
         ({"embeddings": FILES, "column_types": "a=int"}, "--column-types types the columns of --csv/--images"),
         ({"embeddings": FILES, "rerank": "dba"}, "--rerank dba needs every vector at once"),
+        ({"embeddings": FILES, "reranker": Path("r")}, "--reranker needs every vector at once"),
         ({"embeddings": FILES, "exclude": Path("x.csv")}, "--exclude leaves images out of --csv/--images"),
         (
             {"embeddings": FILES, "encoder": EncoderChoice(model=Path("m")), "csv": Path("a.csv")},
@@ -31,6 +33,10 @@ FILES = (Path("e.npy"),)
         ({"csv": Path("a.csv")}, "index build needs a model (--checkpoint CKPT, --model EXPORT_DIR or --backbone"),
         ({"encoder": CHECKPOINT}, "index build needs the images to index: --csv FILE or --images DIR"),
         ({"csv": Path("a.csv"), "encoder": CHECKPOINT, "rerank": "qe"}, "qe re-ranks queries, not the stored vectors"),
+        (
+            {"csv": Path("a.csv"), "encoder": CHECKPOINT, "rerank": "dba", "reranker": Path("r")},
+            "--reranker brings the dba its blend was chosen over: drop --rerank",
+        ),
         ({"csv": Path("a.csv"), "encoder": CHECKPOINT, "rerank": "dba:alpha=x"}, "re-ranking dba: alpha='x' is not"),
     ],
 )
@@ -85,3 +91,37 @@ def test_a_build_from_embedding_files_needs_no_model(tmp_path: Path) -> None:
     assert (report.vectors, report.embedding_files, report.images, report.first_id) == (150, 1, None, None)
     assert report.measured.queries == 150 and report.measured.recall_at_k == 1.0
     assert SearchIndex.load(tmp_path / "index").ntotal == 150
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("base", ["dba:k=2,alpha=0", None])
+def test_a_build_for_a_reranker_stores_the_vectors_its_blend_was_chosen_on(
+    base, tiny_reranker, tiny_reranker_indexes, tiny_reranker_over_dba, tmp_path: Path
+) -> None:
+    """`index build --reranker DIR`: the re-ranker's dba (or plain vectors), so that `index query --reranker DIR`
+    takes the index as it is; the same vectors as `--rerank` with that spec builds."""
+    checkpoint, dataset, _, _ = tiny_reranker
+    # the forced re-ranker over dba and the index `--rerank dba:k=2,alpha=0` built; the plain forced one and its index
+    same, reranker = tiny_reranker_over_dba if base else tiny_reranker_indexes[:2]
+    encoder = EncoderChoice(checkpoint=checkpoint, device="cpu")
+    report = build_index(IndexBuildRequest(tmp_path / "index", encoder, csv=dataset, kind="flat", reranker=reranker))
+    assert report.manifest.database_augmentation == base
+    built, expected = SearchIndex.load(tmp_path / "index").all_vectors(), SearchIndex.load(same).all_vectors()
+    np.testing.assert_array_equal(built[0], expected[0])
+    np.testing.assert_array_equal(built[1], expected[1])
+    image = sorted((dataset.parent / "images").glob("train_0_*.png"))[0]
+    answer = query_index(QueryRequest(tmp_path / "index", (image,), k=3, reranker=reranker, device="cpu"))
+    assert len(answer.answers[0].results) == 3
+
+
+@pytest.mark.slow
+def test_a_build_for_a_reranker_of_another_checkpoint_is_refused_before_embedding(
+    tiny_reranker, other_checkpoint, tmp_path: Path
+) -> None:
+    _, dataset, reranker, _ = tiny_reranker
+    request = IndexBuildRequest(
+        tmp_path / "index", EncoderChoice(checkpoint=other_checkpoint, device="cpu"), csv=dataset, reranker=reranker
+    )
+    with pytest.raises(UserError, match="this re-ranker belongs to checkpoint .* not to the checkpoint this index"):
+        build_index(request)
+    assert not (tmp_path / "index").exists()

@@ -19,7 +19,9 @@ per module; each test copies it because `index add`, `--save-threshold` and the 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
 import os
 import re
@@ -120,8 +122,8 @@ _PRETRAIN_GLYPHS = (
 _RERANKER = (
     "trains a pair model and exports it to ONNX, a minute on the docs' world at 2 cores; tests/reranker/test_build.py "
     "runs retrieval reranker on a tiny CSV, tests/evaluate/test_learned_rerank.py evaluate --reranker, "
-    "tests/cli/test_index_query_reranker.py index query --reranker, tests/serve/test_learned_rerank_api.py serve "
-    "--reranker (without torch too)"
+    "tests/cli/test_index_query_reranker.py index build and index query --reranker, "
+    "tests/serve/test_learned_rerank_api.py serve --reranker (without torch too)"
 )
 _GLYPH_RUN = (
     "trains on the glyph set tools/make_glyph_dataset.py renders from Debian fonts, for an hour or more on a CPU; "
@@ -290,12 +292,12 @@ COMMANDS: dict[str, Run | Skip] = {
     # docs/reranker.md
     "retrieval reranker --checkpoint runs/shop/checkpoints/best.pt --output-dir runs/shop/reranker": Skip(_RERANKER),
     "retrieval evaluate --checkpoint runs/shop/checkpoints/best.pt --reranker runs/shop/reranker": Skip(_RERANKER),
-    "retrieval index build --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv --rerank dba:k=5,alpha=0"
-    " --out runs/shop/index-dba": Skip(_RERANKER),
-    "retrieval index query --index runs/shop/index-dba --image shoe.png -k 5 --reranker runs/shop/reranker": Skip(
+    "retrieval index build --checkpoint runs/shop/checkpoints/best.pt --csv data/shop.csv --reranker runs/shop/reranker"
+    " --out runs/shop/index-rr": Skip(_RERANKER),
+    "retrieval index query --index runs/shop/index-rr --image shoe.png -k 5 --reranker runs/shop/reranker": Skip(
         _RERANKER
     ),
-    "retrieval serve --index runs/shop/index-dba --reranker runs/shop/reranker": Skip(_RERANKER),
+    "retrieval serve --index runs/shop/index-rr --reranker runs/shop/reranker": Skip(_RERANKER),
     # docs/search.md (also shows the README's index build, query, add, eval and serve lines)
     "retrieval index remove --index runs/shop/index --ids 17 42": Run(r"^removed 2 vectors; the index holds 43"),
     "retrieval index compact --index runs/shop/index": Run(r"^compacted runs/shop/index: "),
@@ -750,7 +752,13 @@ def _linked_digests(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     root = tmp_path_factory.mktemp("world")
-    _build_world(root)
+    said = io.StringIO()  # not the output of the test that asks for the world first, which its pattern reads
+    try:
+        with contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+            _build_world(root)
+    except BaseException:
+        print(said.getvalue())
+        raise
     linked = _linked_digests(root)
     yield root
     assert _linked_digests(root) == linked, "a command edited a hard-linked file of the world in place: copy it"

@@ -206,7 +206,7 @@ def _stored_for(manifest: RerankerManifest, info: ModelInfo) -> str | None:
     Raises:
         UserError: the model has no checkpoint, or another one than the re-ranker's.
     """
-    sha256 = info.checkpoint_sha256 or info.source_checkpoint_sha256
+    sha256 = info.trained_checkpoint
     if not sha256:
         raise UserError("--reranker needs the model it was trained for: --checkpoint CKPT or an export of it")
     manifest.belongs_to(sha256, "the checkpoint this index is built with")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from retrieval.core.rerank import rerank_at_query
+from retrieval.core.rerank import rerank_at_query, stored_augmentation
 from retrieval.errors import UserError
 from retrieval.index.min_score import keep_matches, min_score_for
 from retrieval.index.query import LearnedRanking, QueryAnswer, search_matches
@@ -143,7 +143,6 @@ def _learned_reranker(request: QueryRequest, index: SearchIndex) -> IndexReranke
     """The learned re-ranker of `request.reranker`, checked against the index's model (before the model loads)."""
     if request.reranker is None:
         return None
-    from retrieval.core.rerank import stored_augmentation
     from retrieval.export.reranker_onnx import reranker_for_index
 
     manifest = index.manifest

@@ -171,7 +171,7 @@ def reranker_for_index(
             results than the index gives (`RerankerManifest.check_index`).
     """
     files = read_reranker(directory)
-    sha256 = model_info.checkpoint_sha256 or model_info.source_checkpoint_sha256
+    sha256 = model_info.trained_checkpoint
     if not sha256:
         raise UserError("this index records no checkpoint, so no re-ranker can be checked against it")
     files.manifest.belongs_to(sha256, "the checkpoint this index was built with")

@@ -110,6 +110,11 @@ class ModelInfo(Record):
         """The sha256 of the model file (an export's model.onnx or a checkpoint), if any."""
         return self.onnx_sha256 or self.checkpoint_sha256 or None
 
+    @property
+    def trained_checkpoint(self) -> str | None:
+        """The sha256 of the checkpoint whose weights embed, directly or through an export of it, if any."""
+        return self.checkpoint_sha256 or self.source_checkpoint_sha256 or None
+
     def record(self) -> dict[str, JsonValue]:
         """JSON-ready, with the keys it was given (the manifest's layout)."""
         return self.model_dump(by_alias=True, exclude_unset=True)

@@ -237,7 +237,7 @@ class Searcher:
         stored otherwise augmented than when the re-ranker was checked against it."""
         assert self.learned is not None
         info = None if view.encoder is None else view.encoder.info()
-        sha256 = None if info is None else info.checkpoint_sha256 or info.source_checkpoint_sha256
+        sha256 = None if info is None else info.trained_checkpoint
         if sha256 != self.learned.checkpoint_sha256:
             raise RequestError(409, "the index now records another model than the re-ranker's: restart serve")
         if view.augmentation != self.learned.augmentation:

@@ -127,16 +127,22 @@ MISTAKES: list[tuple[list[str], str]] = [
     (["index", "build", "--checkpoint", "m.pt", "--csv", "train.csv", "--out", "i", "--rerank", "qe"], "qe re-ranks"),
     (["index", "query", "--index", ".", "--image", "x.png", "--rerank", "dba"], "dba re-ranks the stored vectors"),
     (["serve", "--index", ".", "--rerank", "qe:k=two"], "re-ranking qe: k='two' is not a whole number"),
+    (
+        ["index", "build", "--checkpoint", "best.pt", "--csv", "train.csv", "--out", "i", "--reranker", "nope"],
+        "nope does not",
+    ),
 ]
 
 
 def mistake_folder(folder: Path) -> Path:
-    """`folder` with what the mistakes name: an empty folder, one of no images, a CSV without split, a one-row CSV."""
+    """`folder` with what the mistakes name: an empty folder, one of no images, a CSV without split, a one-row CSV
+    and a checkpoint file."""
     (folder / "empty").mkdir()
     (folder / "notimages").mkdir()
     (folder / "notimages" / "notes.txt").write_text("not an image")
     (folder / "nosplit.csv").write_text("path,label\na.png,1\n")
     (folder / "train.csv").write_text("path,label,split\na.png,1,train\n")
+    (folder / "best.pt").touch()  # a checkpoint is only looked for before PyTorch loads
     return folder
 
 
